@@ -1,0 +1,126 @@
+"""The kernel registry: numpy implementations keyed by (op type, domain, device, dtype), versioned by opset.
+
+A kernel is a plain function. Its positional parameters are the op's inputs in ONNX order
+(``None`` for an omitted optional input; trailing omitted inputs are simply not passed, so
+Python defaults stand in for them); its keyword-only parameters are the op's ONNX attributes
+under their ONNX names, with the ONNX defaults. It returns one array, or a tuple of arrays for
+ops with several outputs (the caller keeps as many as the op declares).
+
+    >>> @kernel("Relu", since=14, dtypes=(np.float32,))
+    ... def relu(x):
+    ...     return np.maximum(x, 0)
+
+Lookup takes the kernel with the largest ``since <= opset`` for the op's domain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from xgraph.errors import KernelError
+
+#: Devices a kernel runs on when its decorator does not say (numpy runs on this host for all of them).
+DEFAULT_DEVICES = ("AICORE", "AICPU", "CPU")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registered implementation of one op type from one opset version on."""
+
+    op_type: str
+    domain: str
+    since: int
+    devices: tuple[str, ...]
+    dtypes: tuple[np.dtype, ...] | None  # None: any dtype
+    fn: Callable
+
+    def __call__(self, *inputs, **attrs):
+        """Run the kernel: inputs positionally, attributes by keyword."""
+        return self.fn(*inputs, **attrs)
+
+    def accepts(self, device: str | None, dtype: np.dtype | None) -> bool:
+        """True when this kernel serves `device` and `dtype` (None means "any")."""
+        if device is not None and device not in self.devices:
+            return False
+        if dtype is not None and self.dtypes is not None and np.dtype(dtype) not in self.dtypes:
+            return False
+        return True
+
+
+def _domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+class KernelRegistry:
+    """Kernels by (domain, op type); each list kept sorted by `since`, newest last."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[str, str], list[Kernel]] = {}
+
+    def add(self, k: Kernel) -> None:
+        """Register `k`; a later kernel with the same key and `since` replaces the earlier one."""
+        versions = self._kernels.setdefault((_domain(k.domain), k.op_type), [])
+        versions[:] = [v for v in versions if not (v.since == k.since and v.devices == k.devices and v.dtypes == k.dtypes)]
+        versions.append(k)
+        versions.sort(key=lambda v: v.since)
+
+    def find(self, op_type: str, domain: str = "", opset: int | None = None,
+             device: str | None = None, dtype=None) -> Kernel | None:
+        """The best kernel for the key, or None (see `lookup` for the error form)."""
+        candidates = self._kernels.get((_domain(domain), op_type), [])
+        for k in reversed(candidates):
+            if opset is not None and k.since > opset:
+                continue
+            if k.accepts(device, dtype):
+                return k
+        return None
+
+    def lookup(self, op_type: str, domain: str = "", opset: int | None = None,
+               device: str | None = None, dtype=None) -> Kernel:
+        """The best kernel for the key; a KernelError that lists what the device has otherwise."""
+        k = self.find(op_type, domain, opset, device, dtype)
+        if k is not None:
+            return k
+        where = device or "any device"
+        have = ", ".join(self.op_types(device)) or "nothing"
+        versions = self._kernels.get((_domain(domain), op_type), [])
+        detail = ""
+        if versions:
+            detail = " (registered: " + "; ".join(
+                f"since {v.since} on {'/'.join(v.devices)} for "
+                f"{'any dtype' if v.dtypes is None else '/'.join(str(d) for d in v.dtypes)}" for v in versions) + ")"
+        raise KernelError(
+            f"No kernel for {op_type!r} (domain {domain!r}, opset {opset}, dtype {dtype}) on {where}{detail}; "
+            f"{where} has: {have}. Add one with @kernel({op_type!r}, ...) or allow the CPU fallback.")
+
+    def op_types(self, device: str | None = None, domain: str | None = None) -> list[str]:
+        """Sorted op types with at least one kernel on `device` (and in `domain`, if given)."""
+        return sorted({t for (d, t), ks in self._kernels.items()
+                       if (domain is None or d == _domain(domain)) and any(k.accepts(device, None) for k in ks)})
+
+    def __iter__(self):
+        for versions in self._kernels.values():
+            yield from versions
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._kernels.values())
+
+
+#: The registry the built-in kernels and the @kernel decorator fill.
+KERNELS = KernelRegistry()
+
+
+def kernel(op_type: str, *, domain: str = "", since: int = 1,
+           devices: Iterable[str] = DEFAULT_DEVICES, dtypes: Iterable | None = None,
+           registry: KernelRegistry | None = None) -> Callable[[Callable], Callable]:
+    """Decorator registering a function as the kernel for `op_type` from opset `since` on."""
+
+    def register(fn: Callable) -> Callable:
+        (registry or KERNELS).add(Kernel(
+            op_type=op_type, domain=_domain(domain), since=since, devices=tuple(devices),
+            dtypes=None if dtypes is None else tuple(np.dtype(d) for d in dtypes), fn=fn))
+        return fn
+
+    return register
