@@ -1,1 +1,36 @@
-"""xgraph."""
+"""xgraph: plugin-based graph partitioning for heterogeneous AI hardware.
+
+The names users program against (see docs and API.md) are re-exported here and resolved on
+first use, so `import xgraph` stays cheap and each stage loads only when needed.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from xgraph.errors import XGraphError
+from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "load": "xgraph.ir.xmodel",
+    "compile": "xgraph.partition.pipeline",
+    "report": "xgraph.partition.report",
+    "Runner": "xgraph.runners.runner",
+    "register_runner": "xgraph.runners.runner",
+    "create_graph_runner": "xgraph.runners.graph_runner",
+    "GraphRunner": "xgraph.runners.graph_runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["Graph", "GraphTemplate", "Op", "Subgraph", "Tensor", "XGraphError", "__version__", *_LAZY]

@@ -1,0 +1,196 @@
+"""Op: one ONNX node (type, domain, ordered inputs, several outputs, typed attributes)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from xgraph.errors import GraphError
+from xgraph.ir import attributes as onnx_attrs
+from xgraph.ir.attrs import check_attr_value
+
+if TYPE_CHECKING:
+    from xgraph.ir.graph import Graph
+    from xgraph.ir.tensor import Tensor
+
+#: Attribute-type marker for xgraph annotations: kept in .xmodel metadata, never emitted as ONNX.
+ANNOTATION = None
+
+
+def _schema(op_type: str, domain: str, opset: int | None):
+    try:
+        if opset is None:
+            return onnx.defs.get_schema(op_type, domain)
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except Exception:  # onnx raises SchemaError (not exported under a stable name) for unknown ops
+        return None
+
+
+class Op:
+    """An operation. Attributes are ONNX attributes (typed) plus xgraph annotations.
+
+    Only Op and Graph methods change tensor links (one owner per link), so producer and
+    consumer lists can never disagree.
+    """
+
+    __slots__ = ("name", "type", "domain", "_attrs", "_attr_types", "_inputs", "_outputs", "_graph",
+                 "_seq", "doc_string", "__weakref__")
+
+    def __init__(self, graph: "Graph", name: str, op_type: str, domain: str, seq: int):
+        self._graph = graph
+        self.name = name
+        self.type = op_type
+        self.domain = "" if domain == "ai.onnx" else domain
+        self._attrs: dict[str, Any] = {}
+        self._attr_types: dict[str, int | None] = {}
+        self._inputs: list[Tensor | None] = []
+        self._outputs: list[Tensor] = []
+        self._seq = seq
+        self.doc_string = ""
+
+    def __repr__(self) -> str:
+        return f"Op({self.name!r}, {self.type!r})"
+
+    def __lt__(self, other: "Op") -> bool:
+        return self._seq < other._seq
+
+    @property
+    def graph(self) -> "Graph":
+        """The graph this op belongs to."""
+        return self._graph
+
+    # -- links -------------------------------------------------------------------------------
+    def get_input_tensors(self) -> "list[Tensor | None]":
+        """Inputs in ONNX order; None marks an omitted optional input."""
+        return list(self._inputs)
+
+    def get_input_num(self) -> int:
+        """Number of input slots (omitted optionals included)."""
+        return len(self._inputs)
+
+    def get_output_tensors(self) -> "list[Tensor]":
+        """Outputs in ONNX order."""
+        return list(self._outputs)
+
+    def get_output_tensor(self) -> "Tensor":
+        """The first output."""
+        return self._outputs[0]
+
+    def get_input_ops(self) -> "list[Op]":
+        """Producers of the inputs, in input order, without duplicates."""
+        seen: dict[Op, None] = {}
+        for t in self._inputs:
+            if t is not None and t._producer is not None:
+                seen.setdefault(t._producer, None)
+        return list(seen)
+
+    def get_fanout_ops(self) -> "list[Op]":
+        """Consumers of any output, without duplicates."""
+        seen: dict[Op, None] = {}
+        for t in self._outputs:
+            for c in t._consumers:
+                seen.setdefault(c, None)
+        return list(seen)
+
+    def set_input(self, index: int, tensor: "Tensor | None") -> None:
+        """Point input slot `index` at `tensor` (None omits it); refuses a tensor of another graph or a cycle."""
+        if not 0 <= index < len(self._inputs):
+            raise GraphError(f"op {self.name!r} has no input slot {index} (it has {len(self._inputs)})")
+        if tensor is not None:
+            self._graph._check_own_tensor(tensor, f"input {index} of op {self.name!r}")
+            if tensor._producer is not None and self._graph._reaches(self, tensor._producer):
+                raise GraphError(f"connecting tensor {tensor.name!r} to op {self.name!r} would create a cycle")
+        self._unlink_input(index)
+        self._inputs[index] = tensor
+        if tensor is not None:
+            tensor._consumers[self] = tensor._consumers.get(self, 0) + 1
+        self._graph._touch()
+
+    def _link_inputs(self, inputs: "list[Tensor | None]") -> None:
+        self._inputs = list(inputs)
+        for t in self._inputs:
+            if t is not None:
+                t._consumers[self] = t._consumers.get(self, 0) + 1
+
+    def _unlink_input(self, index: int) -> None:
+        t = self._inputs[index]
+        if t is None:
+            return
+        n = t._consumers.get(self, 0) - 1
+        if n <= 0:
+            t._consumers.pop(self, None)
+        else:
+            t._consumers[self] = n
+
+    # -- attributes ---------------------------------------------------------------------------
+    def has_attr(self, key: str) -> bool:
+        """True when attribute `key` is set (ONNX attribute or annotation)."""
+        return key in self._attrs
+
+    def get_attr(self, key: str) -> Any:
+        """The value of attribute `key`; GraphError listing the op's attributes if absent."""
+        try:
+            return self._attrs[key]
+        except KeyError:
+            have = ", ".join(sorted(self._attrs)) or "none"
+            raise GraphError(f"op {self.name!r} ({self.type}) has no attribute {key!r} (it has: {have})") from None
+
+    def get_attrs(self) -> dict[str, Any]:
+        """A copy of all attributes (ONNX attributes and annotations)."""
+        return dict(self._attrs)
+
+    def get_onnx_attrs(self) -> dict[str, Any]:
+        """Only the ONNX attributes (what a kernel receives as keyword arguments)."""
+        return {k: v for k, v in self._attrs.items() if self._attr_types.get(k) is not ANNOTATION}
+
+    def is_annotation(self, key: str) -> bool:
+        """True when `key` is an xgraph annotation rather than an ONNX attribute."""
+        return key in self._attrs and self._attr_types.get(key) is ANNOTATION
+
+    def set_attr(self, key: str, value: Any, onnx_type: int | None | bool = True) -> None:
+        """Set attribute `key`.
+
+        An existing ONNX attribute keeps its ONNX type. A new key is an ONNX attribute when
+        the op's schema declares it (or the op has no known schema), else an annotation that
+        travels in .xmodel metadata and never reaches exported ONNX nodes.
+        """
+        if key in self._attr_types:
+            kind = self._attr_types[key]
+        elif onnx_type is True:
+            schema = _schema(self.type, self.domain, self._graph.opset_imports.get(self.domain))
+            kind = 0 if (schema is None or key in schema.attributes) else ANNOTATION
+        else:
+            kind = onnx_type
+        if kind is ANNOTATION:
+            check_attr_value(f"op {self.name!r}", key, value)
+        else:
+            try:
+                inferred = onnx_attrs.infer_attribute_type(value)
+            except TypeError as e:
+                raise GraphError(f"op {self.name!r}: {e}") from None
+            if kind in (0, -1) or not _compatible(kind, inferred):
+                kind = inferred
+        self._attrs[key] = value
+        self._attr_types[key] = kind
+
+    def _set_onnx_attr(self, key: str, value: Any, attr_type: int) -> None:
+        self._attrs[key] = value
+        self._attr_types[key] = attr_type
+
+    def attribute_protos(self) -> list[onnx.AttributeProto]:
+        """The ONNX attributes as AttributeProtos (annotations left out)."""
+        return [onnx_attrs.python_to_attribute(k, v, self._attr_types[k])
+                for k, v in self._attrs.items() if self._attr_types[k] is not ANNOTATION]
+
+    def opset(self) -> int | None:
+        """The opset version the graph imports for this op's domain."""
+        return self._graph.opset_imports.get(self.domain)
+
+
+def _compatible(declared: int, inferred: int) -> bool:
+    A = onnx.AttributeProto
+    if declared == inferred:
+        return True
+    # an int where a float is declared, or an empty list, keeps the declared type
+    return (declared, inferred) in {(A.FLOAT, A.INT), (A.FLOATS, A.INTS), (A.STRINGS, A.INTS),
+                                    (A.TENSORS, A.INTS), (A.GRAPHS, A.INTS)}

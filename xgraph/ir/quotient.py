@@ -1,0 +1,112 @@
+"""Cycle checks on the quotient graph of a subgraph's children (the "would this merge cycle?" question)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xgraph.ir.op import Op
+    from xgraph.ir.subgraph import Subgraph
+
+
+def merge_makes_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> str | None:
+    """Describe the first group whose contraction makes `parent`'s children graph cyclic, else None.
+
+    One group: a search from the group's successors, pruned by topological index (a child
+    whose first op comes after the group's last op cannot lead back into it), so a local
+    merge costs a local search. Several groups: one Kahn pass over the contracted graph, O(V+E).
+    """
+    groups = [g for g in groups if len(g) > 1]
+    if not groups:
+        return None
+    if len(groups) == 1:
+        return _describe(groups[0]) if _single_group_cycles(parent, groups[0]) else None
+    return _many_groups_cycle(parent, groups)
+
+
+def _describe(group: "list[Subgraph]") -> str:
+    names = sorted(c.name for c in group)
+    return "{" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "}"
+
+
+def _child_of(parent: "Subgraph", op: "Op") -> "Subgraph | None":
+    if op not in parent._ops:
+        return None
+    s = parent._graph._leaf_of[op]
+    while s._parent is not parent:
+        s = s._parent
+    return s
+
+
+def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
+    index = parent._graph._topo_index()
+    members = set(group)
+    last = max(index[op] for c in group for op in c._ops)
+    first_of: dict[Subgraph, int] = {}
+    frontier: list[Subgraph] = []
+    seen: set[Subgraph] = set()
+
+    def visit_successors(ops) -> bool:
+        for op in ops:
+            for consumer in op.get_fanout_ops():
+                if index[consumer] > last and consumer not in parent._ops:
+                    continue
+                child = _child_of(parent, consumer)
+                if child is None or child in seen:
+                    continue
+                if child in members:
+                    if source_is_outside:
+                        return True
+                    continue
+                if child not in first_of:
+                    first_of[child] = min(index[o] for o in child._ops)
+                if first_of[child] > last:
+                    continue
+                seen.add(child)
+                frontier.append(child)
+        return False
+
+    source_is_outside = False
+    visit_successors(op for c in group for op in c._ops)
+    source_is_outside = True
+    while frontier:
+        if visit_successors(frontier.pop()._ops):
+            return True
+    return False
+
+
+def _many_groups_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> str | None:
+    node: dict[Subgraph, int] = {}
+    for i, g in enumerate(groups):
+        for c in g:
+            node[c] = i
+    next_id = len(groups)
+    for c in parent._children:
+        if c not in node:
+            node[c] = next_id
+            next_id += 1
+    child_of = parent._child_map()
+    succ: list[set[int]] = [set() for _ in range(next_id)]
+    indeg = [0] * next_id
+    for op, c in child_of.items():
+        a = node[c]
+        for consumer in op.get_fanout_ops():
+            d = child_of.get(consumer)
+            if d is None:
+                continue
+            b = node[d]
+            if a != b and b not in succ[a]:
+                succ[a].add(b)
+                indeg[b] += 1
+    ready = [n for n in range(next_id) if indeg[n] == 0]
+    done = 0
+    while ready:
+        n = ready.pop()
+        done += 1
+        for m in succ[n]:
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                ready.append(m)
+    if done == next_id:
+        return None
+    stuck = [i for i in range(len(groups)) if indeg[i] > 0]
+    return _describe(groups[stuck[0]] if stuck else groups[0])

@@ -1,0 +1,218 @@
+"""Subgraph: a node of the XIR-style partition tree over a graph's ops.
+
+The root holds every op; each level partitions its parent's ops; depth-1 children of the
+root are the device-level subgraphs. Every op knows its leaf (kept by the Graph), so
+"which child holds this op" is a walk up the tree, not a search.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any, Iterable
+
+from xgraph.errors import GraphError
+from xgraph.ir.attrs import AttrsMixin
+
+if TYPE_CHECKING:
+    from xgraph.ir.graph import Graph
+    from xgraph.ir.op import Op
+    from xgraph.ir.tensor import Tensor
+
+
+class Subgraph(AttrsMixin):
+    """A set of ops with attrs ("device", "runner", ...) and children that partition it."""
+
+    __slots__ = ("_name", "_graph", "_parent", "_children", "_ops", "_attrs", "__weakref__")
+
+    def __init__(self, graph: "Graph", name: str, parent: "Subgraph | None", ops: Iterable["Op"] = ()):
+        self._graph = graph
+        self._name = name
+        self._parent = parent
+        self._children: dict[Subgraph, None] = {}
+        self._ops: set[Op] = set(ops)
+        self._attrs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Subgraph({self._name!r}, ops={len(self._ops)}, children={len(self._children)})"
+
+    # -- tree ----------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The subgraph's name ("root", or "subgraph_<smallest op name>")."""
+        return self._name
+
+    @property
+    def graph(self) -> "Graph":
+        """The graph this subgraph partitions."""
+        return self._graph
+
+    @property
+    def is_root(self) -> bool:
+        """True for the root (all ops)."""
+        return self._parent is None
+
+    @property
+    def is_leaf(self) -> bool:
+        """True when the subgraph has no children."""
+        return not self._children
+
+    @property
+    def depth(self) -> int:
+        """0 for the root, 1 for device-level subgraphs, and so on."""
+        d, s = 0, self._parent
+        while s is not None:
+            d, s = d + 1, s._parent
+        return d
+
+    def get_name(self) -> str:
+        """The subgraph's name."""
+        return self._name
+
+    def get_graph(self) -> "Graph":
+        """The graph this subgraph partitions."""
+        return self._graph
+
+    def get_parent(self) -> "Subgraph | None":
+        """The parent, or None for the root."""
+        return self._parent
+
+    def get_children(self) -> "set[Subgraph]":
+        """The children, as a set (use toposort_child_subgraph for an order)."""
+        return set(self._children)
+
+    def get_children_num(self) -> int:
+        """Number of children."""
+        return len(self._children)
+
+    def is_child(self, other: "Subgraph") -> bool:
+        """True when `other` is a direct child of this subgraph."""
+        return other in self._children
+
+    def create_child_subgraph(self) -> None:
+        """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
+        if self._children:
+            raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
+        leaf_of = self._graph._leaf_of
+        for op in sorted(self._ops):
+            child = Subgraph(self._graph, f"subgraph_{op.name}", self, (op,))
+            self._children[child] = None
+            leaf_of[op] = child
+
+    def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
+        """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
+        return self._graph._apply_merges(self, [self._check_merge_group(children)], check_cycles=True)[0]
+
+    def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:
+        group = list(dict.fromkeys(children))
+        if not group:
+            raise GraphError(f"merge_children on {self._name!r}: nothing to merge (empty set)")
+        for c in group:
+            if not isinstance(c, Subgraph) or c._parent is not self:
+                raise GraphError(f"merge_children on {self._name!r}: {c!r} is not a child of it")
+            if c._children:
+                raise GraphError(f"merge_children on {self._name!r}: child {c._name!r} is not a leaf")
+        return group
+
+    def toposort_child_subgraph(self) -> "list[Subgraph]":
+        """Children in dependency order; ties broken by their first op in graph toposort order."""
+        index = self._graph._topo_index()
+        first = {c: min(index[op] for op in c._ops) for c in self._children}
+        succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
+        indeg = dict.fromkeys(self._children, 0)
+        child_of = self._child_map()
+        for c in self._children:
+            for op in c._ops:
+                for consumer in op.get_fanout_ops():
+                    d = child_of.get(consumer)
+                    if d is not None and d is not c and d not in succ[c]:
+                        succ[c].add(d)
+                        indeg[d] += 1
+        heap = [(first[c], id(c), c) for c, n in indeg.items() if n == 0]
+        heapq.heapify(heap)
+        order = []
+        while heap:
+            _, _, c = heapq.heappop(heap)
+            order.append(c)
+            for d in succ[c]:
+                indeg[d] -= 1
+                if indeg[d] == 0:
+                    heapq.heappush(heap, (first[d], id(d), d))
+        if len(order) != len(self._children):
+            raise GraphError(f"children of subgraph {self._name!r} depend on each other cyclically")
+        return order
+
+    def _child_map(self) -> "dict[Op, Subgraph]":
+        """op -> the child of this subgraph holding it (every op of this subgraph)."""
+        child_of = {}
+        for c in self._children:
+            for op in c._ops:
+                child_of[op] = c
+        return child_of
+
+    def find_child_subgraph_by_op(self, op: "Op | str") -> "Subgraph | None":
+        """The direct child holding `op` (an Op or its name), or None."""
+        op = self._graph._resolve_op(op, strict=False)
+        if op is None or op not in self._ops:
+            return None
+        s = self._graph._leaf_of[op]
+        while s is not None and s._parent is not self:
+            s = s._parent
+        return s
+
+    # -- ops -----------------------------------------------------------------------------------
+    def get_ops(self) -> "set[Op]":
+        """The ops of this subgraph."""
+        return set(self._ops)
+
+    def get_op_num(self) -> int:
+        """Number of ops."""
+        return len(self._ops)
+
+    def has_op(self, op: "Op | str") -> bool:
+        """True when `op` (an Op or its name) belongs to this subgraph."""
+        op = self._graph._resolve_op(op, strict=False)
+        return op is not None and op in self._ops
+
+    def toposort(self) -> "list[Op]":
+        """The ops in the graph's deterministic topological order."""
+        if self._parent is None:
+            return self._graph.toposort()
+        ops = self._ops
+        if len(ops) * 8 > len(self._graph._ops):
+            return [op for op in self._graph.toposort() if op in ops]
+        index = self._graph._topo_index()
+        return sorted(ops, key=index.__getitem__)
+
+    def get_input_tensors(self) -> "list[Tensor]":
+        """Tensors consumed inside and produced outside (graph inputs included; weights excluded)."""
+        ops, seen, result = self._ops, set(), []
+        for op in self.toposort():
+            for t in op._inputs:
+                if t is None or t._data is not None or t in seen:
+                    continue
+                if t._producer is None or t._producer not in ops:
+                    seen.add(t)
+                    result.append(t)
+        return result
+
+    def get_output_tensors(self) -> "list[Tensor]":
+        """Tensors produced inside and consumed outside, or graph outputs."""
+        ops, outputs, result = self._ops, self._graph._output_set(), []
+        for op in self.toposort():
+            for t in op._outputs:
+                if t in outputs or any(c not in ops for c in t._consumers):
+                    result.append(t)
+        return result
+
+    def get_const_tensors(self) -> "list[Tensor]":
+        """The weights the ops of this subgraph read (they travel with it)."""
+        seen: dict[Tensor, None] = {}
+        for op in self.toposort():
+            for t in op._inputs:
+                if t is not None and t._data is not None:
+                    seen.setdefault(t, None)
+        return list(seen)
+
+    def to_onnx(self):
+        """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside."""
+        from xgraph.ir.onnx_export import subgraph_to_onnx
+        return subgraph_to_onnx(self)
