@@ -192,16 +192,21 @@ class Graph(AttrsMixin):
         self._touch()
 
     def replace_uses(self, old: "Tensor | str", new: "Tensor | str") -> None:
-        """Make every reader of `old` (ops and graph outputs) read `new` instead."""
+        """Make every reader of `old` (ops and graph outputs) read `new` instead.
+
+        The op producing `new` keeps reading `old`, so inserting an op after a tensor is
+        `create_op(..., inputs=[old])` followed by `replace_uses(old, new_op_output)`.
+        """
         old = self._check_own_tensor(old, "the tensor to replace")
         new = self._check_own_tensor(new, "the replacement tensor")
         if old is new:
             return
+        readers = [c for c in old._consumers if c is not new._producer]
         if new._producer is not None:
-            for c in old._consumers:
+            for c in readers:
                 if self._reaches(c, new._producer):
                     raise GraphError(f"replacing {old.name!r} by {new.name!r} would create a cycle through {c.name!r}")
-        for c in list(old._consumers):
+        for c in readers:
             for i, t in enumerate(c._inputs):
                 if t is old:
                     c._unlink_input(i)

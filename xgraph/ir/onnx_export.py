@@ -32,6 +32,8 @@ def value_info(t: "Tensor") -> onnx.ValueInfoProto:
         vi = onnx.ValueInfoProto(name=t.name)
         vi.type.CopyFrom(t._type_proto)
         return vi
+    if t._dtype is None:
+        return onnx.ValueInfoProto(name=t.name)  # type unknown: left for shape inference
     shape = None if t._shape is None else [d if isinstance(d, (int, str)) else None for d in t._shape]
     return helper.make_tensor_value_info(t.name, _elem_type(t._dtype), shape)
 
@@ -98,8 +100,23 @@ def _model(graph: "Graph", name: str, nodes, inputs, outputs, consts, value_info
     return model
 
 
-def graph_to_onnx(graph: "Graph") -> onnx.ModelProto:
+def _ensure_types(graph: "Graph", tensors: Iterable["Tensor"]) -> None:
+    """Boundary tensors need an element type in ONNX: infer missing ones, or say which is unknown."""
+    missing = [t for t in tensors if t._dtype is None and t._type_proto is None]
+    if not missing:
+        return
+    from xgraph.ir.onnx_import import apply_shape_inference
+    apply_shape_inference(graph)
+    still = [t.name for t in missing if t._dtype is None and t._type_proto is None]
+    if still:
+        raise GraphError(f"graph {graph.name!r}: cannot export, the element type of tensor(s) {still[:5]} is unknown "
+                         "and shape inference could not find it; set tensor.dtype")
+
+
+def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True) -> onnx.ModelProto:
     """The whole graph as a ModelProto (nodes in topological order)."""
+    if infer_missing:
+        _ensure_types(graph, list(graph._inputs) + list(graph._outputs))
     ops = _ordered_ops(graph)
     outputs = graph._output_set()
     nodes = [_node(op, outputs) for op in ops]
@@ -116,6 +133,7 @@ def subgraph_to_onnx(sg: "Subgraph") -> onnx.ModelProto:
     ops = sg.toposort()
     inputs = sg.get_input_tensors()
     outputs = sg.get_output_tensors()
+    _ensure_types(graph, inputs + outputs)
     out_set = set(outputs)
     nodes = [_node(op, out_set) for op in ops]
     consts = sg.get_const_tensors()

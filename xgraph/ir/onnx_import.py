@@ -249,10 +249,7 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
 def apply_shape_inference(graph: Graph) -> None:
     """Refresh unknown tensor shapes/dtypes from onnx shape inference on the exported graph."""
     from xgraph.ir.onnx_export import graph_to_onnx
-    try:
-        model = graph_to_onnx(graph)
-    except GraphError:
-        raise
+    model = graph_to_onnx(graph, infer_missing=False)
     inferred = _infer(model, f"graph {graph.name!r}")
     for name, tp in _value_types(inferred.graph).items():
         t = graph._tensors.get(name)

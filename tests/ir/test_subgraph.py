@@ -1,0 +1,143 @@
+"""The subgraph tree: XIR semantics, merge_children refusing cycles, boundary tensors."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xgraph import Graph, XGraphError
+from xgraph.ir.checks import check_links, check_tree
+
+
+def random_dag(seed: int, n: int, p: float) -> Graph:
+    """A graph of n ops; op i reads each earlier op with probability p (or the input)."""
+    rng = np.random.default_rng(seed)
+    g = Graph(f"dag{seed}")
+    x = g.create_input("x", (1,))
+    outs = []
+    for i in range(n):
+        preds = [outs[j] for j in range(i) if rng.random() < p] or [x]
+        op = g.create_op(f"op{i:03d}", "Sum", inputs=preds[:4])
+        outs.append(op.get_output_tensor())
+    g.set_outputs([t for t in outs if not t.consumers])
+    return g
+
+
+def quotient(parent, groups) -> nx.DiGraph:
+    """The children graph of `parent` with each group contracted, built independently with networkx."""
+    label = {}
+    for c in parent.get_children():
+        for op in c.get_ops():
+            label[op] = id(c)
+    for i, grp in enumerate(groups):
+        for c in grp:
+            for op in c.get_ops():
+                label[op] = ("g", i)
+    q = nx.DiGraph()
+    q.add_nodes_from(set(label.values()))
+    for op in label:
+        for c in op.get_fanout_ops():
+            if c in label and label[c] != label[op]:
+                q.add_edge(label[op], label[c])
+    return q
+
+
+def tree_snapshot(g: Graph):
+    return sorted((s.name, s.depth, tuple(sorted(op.name for op in s.get_ops())), repr(s.get_attrs()))
+                  for s in g.iter_subgraphs())
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 25), p=st.floats(0.05, 0.5), picks=st.lists(st.integers(0, 24), min_size=2, max_size=6))
+def test_merge_children_raises_exactly_on_cycles(seed, n, p, picks):
+    g = random_dag(seed, n, p)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    group = {children[i % len(children)] for i in picks}
+    cyclic = not nx.is_directed_acyclic_graph(quotient(root, [group]))
+    before = tree_snapshot(g)
+    if cyclic:
+        with pytest.raises(XGraphError, match="cycle"):
+            root.merge_children(group)
+        assert tree_snapshot(g) == before
+    else:
+        merged = root.merge_children(group)
+        assert merged.get_ops() == set().union(*(c.get_ops() for c in group))
+        assert merged.name == "subgraph_" + min(op.name for op in merged.get_ops())
+        assert nx.is_directed_acyclic_graph(quotient(root, []))
+        root.toposort_child_subgraph()
+    check_tree(g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(4, 20))
+def test_deeper_levels_partition_their_parent(seed, n):
+    g = random_dag(seed, n, 0.3)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    order = root.toposort_child_subgraph()
+    first = root.merge_children(set(order[: n // 2]))  # a prefix in topo order never cycles
+    first.create_child_subgraph()
+    assert first.get_children_num() == first.get_op_num() and first.depth == 1
+    kids = first.toposort_child_subgraph()
+    inner = first.merge_children(set(kids[:2]))
+    assert inner.depth == 2 and inner.get_parent() is first
+    assert root.find_child_subgraph_by_op(next(iter(inner.get_ops()))) is first
+    assert first.find_child_subgraph_by_op(next(iter(inner.get_ops()))) is inner
+    check_links(g)
+
+
+def test_merge_refuses_bad_requests_without_change():
+    g = random_dag(1, 6, 0.4)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    kids = root.toposort_child_subgraph()
+    before = tree_snapshot(g)
+    with pytest.raises(XGraphError, match="empty"):
+        root.merge_children(set())
+    with pytest.raises(XGraphError, match="not a child"):
+        kids[0].merge_children({kids[1]})
+    with pytest.raises(XGraphError, match="already has children"):
+        root.create_child_subgraph()
+    assert tree_snapshot(g) == before
+
+
+def test_boundary_tensors_xir_semantics():
+    g = Graph()
+    x = g.create_input("x", (2, 2))
+    w = g.create_const("w", np.eye(2, dtype=np.float32))
+    a = g.create_op("a", "MatMul", inputs=[x, w])
+    b = g.create_op("b", "Relu", inputs=[a.get_output_tensor()])
+    c = g.create_op("c", "Add", inputs=[b.get_output_tensor(), a.get_output_tensor()])
+    g.set_outputs([c.get_output_tensor(), b.get_output_tensor()])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    ab = root.merge_children({root.find_child_subgraph_by_op("a"), root.find_child_subgraph_by_op("b")})
+    assert [t.name for t in ab.get_input_tensors()] == ["x"]          # weights travel with it
+    assert [t.name for t in ab.get_output_tensors()] == ["a", "b"]    # a read by c; b a graph output
+    assert [t.name for t in ab.get_const_tensors()] == ["w"]
+    cs = root.find_child_subgraph_by_op("c")
+    assert [t.name for t in cs.get_input_tensors()] == ["b", "a"]
+    assert [t.name for t in root.get_input_tensors()] == ["x"]
+    assert [s.name for s in root.toposort_child_subgraph()] == ["subgraph_a", "subgraph_c"]
+    assert ab.has_op("b") and not ab.has_op("c") and g.get_subgraph("subgraph_c") is cs
+    assert ab.is_leaf and not root.is_leaf and root.is_root and ab.depth == 1 and root.is_child(ab)
+
+
+def test_subgraph_to_onnx_runs_alone():
+    import onnxruntime as ort
+    g = random_dag(7, 12, 0.3)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    kids = root.toposort_child_subgraph()
+    sg = root.merge_children(set(kids[3:8]))
+    m = sg.to_onnx()
+    import onnx
+    onnx.checker.check_model(m, full_check=True)
+    sess = ort.InferenceSession(m.SerializeToString())
+    feeds = {t.name: np.ones((1,), np.float32) for t in sg.get_input_tensors()}
+    outs = sess.run(None, feeds)
+    assert len(outs) == len(sg.get_output_tensors())
