@@ -197,9 +197,12 @@ def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | N
         base_dir = path.parent
     else:
         raise ModelFileError(f"cannot load a model from {type(src).__name__}; give a path, bytes or onnx.ModelProto")
+    external = False
     for t in iter_tensors(model, label):
         check_inline_tensor(t, label)
-    load_external_data(model, base_dir, label)
+        external = external or t.data_location == TensorProto.EXTERNAL
+    if external:
+        load_external_data(model, base_dir, label)
     return model, base_dir, label
 
 

@@ -18,25 +18,33 @@ from xgraph.ir.tensor import Tensor
 RESERVED_METADATA_PREFIX = "xgraph."
 
 
+_DTYPES: dict[int, np.dtype | None] = {}
+
+
+def _np_dtype(elem_type: int) -> np.dtype | None:
+    if elem_type not in _DTYPES:
+        try:
+            _DTYPES[elem_type] = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)) if elem_type else None
+        except Exception:  # onnx has no numpy type for this element type
+            _DTYPES[elem_type] = None
+    return _DTYPES[elem_type]
+
+
 def type_to_shape_dtype(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, bool]:
     """(shape, dtype, is_tensor) of a TypeProto; shape None when the rank is unknown."""
     which = tp.WhichOneof("value")
     if which not in ("tensor_type", "sparse_tensor_type"):
         return None, None, which is None
     tt = getattr(tp, which)
-    dtype = None
-    if tt.elem_type:
-        try:
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        except Exception:  # onnx has no numpy type for this element type
-            dtype = None
+    dtype = _np_dtype(tt.elem_type)
     if not tt.HasField("shape"):
         return None, dtype, True
     dims = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
+        kind = d.WhichOneof("value")
+        if kind == "dim_value":
+            dims.append(d.dim_value)
+        elif kind == "dim_param" and d.dim_param:
             dims.append(d.dim_param)
         else:
             dims.append(None)
@@ -61,39 +69,55 @@ def _value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
     return types
 
 
-def _node_order(g: onnx.GraphProto, known: set[str], label: str) -> list[int]:
+class _Node:
+    """A NodeProto's fields read once into Python objects (protobuf field access is slow)."""
+
+    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "proto")
+
+    def __init__(self, n: onnx.NodeProto):
+        self.name = n.name
+        self.op_type = n.op_type
+        self.domain = n.domain
+        self.inputs = list(n.input)
+        self.outputs = list(n.output)
+        self.proto = n
+
+    def label(self) -> str:
+        return self.name or self.op_type
+
+
+def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
     """Indices of nodes in a topological order (file order when it already is one)."""
     produced_by: dict[str, int] = {}
-    for i, n in enumerate(g.node):
-        for o in n.output:
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
             if not o:
                 continue
             if o in produced_by or o in known:
-                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {n.name or n.op_type} "
+                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {n.label()!r} "
                                      "and an earlier node, initializer or input); names must be unique")
             produced_by[o] = i
-    for n in g.node:
-        for x in n.input:
-            if x and x not in produced_by and x not in known:
-                raise ModelFileError(f"{label}: node {n.name or n.op_type!r} reads tensor {x!r}, which no node, "
-                                     "initializer or graph input defines")
     in_file_order = True
-    seen: set[str] = set(known)
-    for n in g.node:
-        if any(x and x not in seen for x in n.input):
-            in_file_order = False
-            break
-        seen.update(o for o in n.output if o)
+    for i, n in enumerate(nodes):
+        for x in n.inputs:
+            if not x or x in known:
+                continue
+            j = produced_by.get(x)
+            if j is None:
+                raise ModelFileError(f"{label}: node {n.label()!r} reads tensor {x!r}, which no node, "
+                                     "initializer or graph input defines")
+            if j >= i:
+                in_file_order = False
     if in_file_order:
-        return list(range(len(g.node)))
-    indeg = [0] * len(g.node)
+        return list(range(len(nodes)))
+    indeg = [0] * len(nodes)
     users: dict[int, list[int]] = {}
-    for i, n in enumerate(g.node):
-        deps = {produced_by[x] for x in n.input if x and x in produced_by}
+    for i, n in enumerate(nodes):
+        deps = {produced_by[x] for x in n.inputs if x and x in produced_by}
         indeg[i] = len(deps)
         for d in deps:
             users.setdefault(d, []).append(i)
-    ready = [i for i in range(len(g.node)) if indeg[i] == 0]
+    ready = [i for i in range(len(nodes)) if indeg[i] == 0]
     ready.reverse()
     order = []
     while ready:
@@ -103,22 +127,25 @@ def _node_order(g: onnx.GraphProto, known: set[str], label: str) -> list[int]:
             indeg[u] -= 1
             if indeg[u] == 0:
                 ready.append(u)
-    if len(order) != len(g.node):
-        stuck = [g.node[i].name or g.node[i].op_type for i in range(len(g.node)) if indeg[i] > 0][:5]
+    if len(order) != len(nodes):
+        stuck = [nodes[i].label() for i in range(len(nodes)) if indeg[i] > 0][:5]
         raise ModelFileError(f"{label}: the graph has a cycle through nodes {stuck}")
     return order
 
 
-def _unique_op_names(g: onnx.GraphProto, order: list[int]) -> dict[int, str]:
+def _unique_op_names(nodes: list[_Node], order: list[int]) -> dict[int, str]:
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n.name] = counts.get(n.name, 0) + 1
     taken: set[str] = set()
     names = {}
-    wanted = [n.name for n in g.node]
-    counts: dict[str, int] = {}
-    for w in wanted:
-        counts[w] = counts.get(w, 0) + 1
     for i in order:
-        n = g.node[i]
-        base = n.name if n.name and counts[n.name] == 1 else (n.name or n.op_type or "op")
+        n = nodes[i]
+        if n.name and counts[n.name] == 1:
+            names[i] = n.name
+            taken.add(n.name)
+            continue
+        base = n.name or n.op_type or "op"
         name, k = base, 0
         while name in taken or (name != n.name and name in counts):
             k += 1
@@ -210,20 +237,24 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
         _set_tensor_type(t, vi.type)
         tensors[vi.name] = t
         graph._inputs.append(t)
-    order = _node_order(g, set(tensors), label)
-    names = _unique_op_names(g, order)
+    nodes = [_Node(n) for n in g.node]
+    order = _node_order(nodes, set(tensors), label)
+    names = _unique_op_names(nodes, order)
+    root_ops, leaf_of, ops = graph._root._ops, graph._leaf_of, graph._ops
     for i in order:
-        n = g.node[i]
+        n = nodes[i]
         op = Op(graph, names[i], n.op_type, n.domain, graph._seq)
         graph._seq += 1
-        op.doc_string = n.doc_string
-        for a in n.attribute:
+        proto = n.proto
+        if proto.doc_string:
+            op.doc_string = proto.doc_string
+        for a in proto.attribute:
             if a.name in op._attrs:
                 raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
             value, attr_type = attribute_to_python(a)
             op._set_onnx_attr(a.name, value, attr_type)
-        op._link_inputs([tensors[x] if x else None for x in n.input])
-        for o in n.output:
+        op._link_inputs([tensors[x] if x else None for x in n.inputs])
+        for o in n.outputs:
             if not o:
                 # an omitted optional output: give it a private name so positions are kept
                 o = f"{op.name}:unused:{len(op._outputs)}"
@@ -232,9 +263,9 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
             _set_tensor_type(t, types.get(o))
             tensors[o] = t
             op._outputs.append(t)
-        graph._ops[op.name] = op
-        graph._root._ops.add(op)
-        graph._leaf_of[op] = graph._root
+        ops[op.name] = op
+        root_ops.add(op)
+        leaf_of[op] = graph._root
     for vi in g.output:
         if vi.name not in tensors:
             raise ModelFileError(f"{label}: graph output {vi.name!r} is not defined by any node, initializer or input")

@@ -279,7 +279,8 @@ def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
     tensor_order = meta.get("tensor_order")
     if not isinstance(tensor_order, list) or not all(isinstance(n, str) and n in graph._tensors for n in tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
-    rest = [n for n in graph._tensors if n not in set(tensor_order)]
+    listed = set(tensor_order)
+    rest = [n for n in graph._tensors if n not in listed]
     graph._tensors = {n: graph._tensors[n] for n in list(dict.fromkeys(tensor_order)) + rest}
     for name, attrs in meta["op_annotations"].items():
         if name not in graph._ops:
