@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import xgraph.ops  # noqa: F401 - registers the custom op schemas (xgraph.dvpp) with onnx
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 
