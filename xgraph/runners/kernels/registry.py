@@ -14,8 +14,9 @@ Lookup takes the kernel with the largest ``since <= opset`` for the op's domain.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -35,10 +36,28 @@ class Kernel:
     devices: tuple[str, ...]
     dtypes: tuple[np.dtype, ...] | None  # None: any dtype
     fn: Callable
+    wants_num_outputs: bool = field(default=False, compare=False)
 
     def __call__(self, *inputs, **attrs):
         """Run the kernel: inputs positionally, attributes by keyword."""
         return self.fn(*inputs, **attrs)
+
+    def invoke(self, inputs: Sequence[Any], attrs: dict[str, Any], num_outputs: int) -> list:
+        """Call with an op's inputs (None = omitted) and attributes; returns exactly `num_outputs` values.
+
+        Trailing omitted inputs are dropped so Python defaults apply. A kernel whose output
+        count is not fixed by its attributes (Split before opset 18) declares a keyword-only
+        `num_outputs` parameter and receives the op's output count there.
+        """
+        args = list(inputs)
+        while args and args[-1] is None:
+            args.pop()
+        if self.wants_num_outputs and "num_outputs" not in attrs:
+            attrs = dict(attrs, num_outputs=num_outputs)
+        result = self.fn(*args, **attrs)
+        if not isinstance(result, (tuple, list)):
+            result = (result,)
+        return list(result[:num_outputs])
 
     def accepts(self, device: str | None, dtype: np.dtype | None) -> bool:
         """True when this kernel serves `device` and `dtype` (None means "any")."""
@@ -118,9 +137,14 @@ def kernel(op_type: str, *, domain: str = "", since: int = 1,
     """Decorator registering a function as the kernel for `op_type` from opset `since` on."""
 
     def register(fn: Callable) -> Callable:
+        try:
+            wants = "num_outputs" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # builtins without a signature
+            wants = False
         (registry or KERNELS).add(Kernel(
             op_type=op_type, domain=_domain(domain), since=since, devices=tuple(devices),
-            dtypes=None if dtypes is None else tuple(np.dtype(d) for d in dtypes), fn=fn))
+            dtypes=None if dtypes is None else tuple(np.dtype(d) for d in dtypes), fn=fn,
+            wants_num_outputs=wants))
         return fn
 
     return register

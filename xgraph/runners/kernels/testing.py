@@ -22,12 +22,7 @@ def run_node(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opset: i
              device: str | None = None) -> list[np.ndarray]:
     """Call the registered kernel for `node` on `inputs`; returns as many outputs as the node names."""
     registry = load_builtin_kernels()
-    args = list(inputs)
-    while args and args[-1] is None:
-        args.pop()
-    dtype = next((a.dtype for a in args if a is not None), None)
+    dtype = next((a.dtype for a in inputs if isinstance(a, np.ndarray)), None)
     k = registry.lookup(node.op_type, node.domain, opset, device, dtype)
-    result = k(*args, **node_attributes(node))
-    if not isinstance(result, (tuple, list)):
-        result = (result,)
-    return [np.asarray(r) for r in result[: len(node.output)]]
+    result = k.invoke(inputs, node_attributes(node), len(node.output))
+    return [r if r is None or isinstance(r, list) else np.asarray(r) for r in result]
