@@ -141,3 +141,34 @@ def test_subgraph_to_onnx_runs_alone():
     feeds = {t.name: np.ones((1,), np.float32) for t in sg.get_input_tensors()}
     outs = sess.run(None, feeds)
     assert len(outs) == len(sg.get_output_tensors())
+
+
+def test_nested_graph_reads_are_implicit_inputs():
+    import onnx
+    from onnx import helper
+    vi = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("Add", ["h", "w"], ["t"])], "then", [], [vi("t", 1, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["h"], ["e"])], "else", [], [vi("e", 1, [2])])
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
+        "g", [vi("c", onnx.TensorProto.BOOL, []), vi("x", 1, [2])], [vi("y", 1, [2])],
+        [onnx.numpy_helper.from_array(np.ones(2, np.float32), "w")]), opset_imports=[helper.make_opsetid("", 18)])
+    g = Graph.from_onnx(m)
+    relu, cond = g.get_op("relu"), g.get_op("if")
+    assert [t.name for t in cond.get_implicit_input_tensors()] == ["h", "w"]
+    assert cond.get_input_ops() == [relu] and relu.get_fanout_ops() == [cond]
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    s_if = root.find_child_subgraph_by_op("if")
+    assert [t.name for t in s_if.get_input_tensors()] == ["c", "h"]
+    assert [t.name for t in s_if.get_const_tensors()] == ["w"]
+    assert [t.name for t in root.find_child_subgraph_by_op("relu").get_output_tensors()] == ["h"]
+    with pytest.raises(XGraphError, match="consumers"):
+        g.remove_op("relu")
+    sub = s_if.to_onnx()
+    onnx.checker.check_model(sub, full_check=True)
+    import onnxruntime as ort
+    out = ort.InferenceSession(sub.SerializeToString()).run(
+        None, {"c": np.array(True), "h": np.array([1, 2], np.float32)})
+    np.testing.assert_array_equal(out[0], [2, 3])

@@ -39,6 +39,7 @@ class Graph(AttrsMixin):
         self._version = 0
         self._cache: dict[str, Any] = {}
         self._leaf_of: dict[Op, Subgraph] = {}
+        self._nested_ops: set[Op] = set()  # ops with graph attributes (If/Loop/Scan bodies)
         self._root = Subgraph(self, "root", None)
         #: ONNX model-level facts kept for a faithful export.
         self.opset_imports: dict[str, int] = {"": onnx.defs.onnx_opset_version()}
@@ -160,7 +161,8 @@ class Graph(AttrsMixin):
     def remove_op(self, op: "Op | str") -> None:
         """Remove an op whose outputs nobody reads (and that are not graph outputs)."""
         op = self._resolve_op(op)
-        used = [t.name for t in op._outputs if t._consumers]
+        readers = self._implicit_index()[1] if self._nested_ops else {}
+        used = [t.name for t in op._outputs if t._consumers or t in readers]
         if used:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {used} still have consumers")
         outs = self._output_set()
@@ -172,6 +174,7 @@ class Graph(AttrsMixin):
         for t in op._outputs:
             del self._tensors[t.name]
         del self._ops[op.name]
+        self._nested_ops.discard(op)
         s = self._leaf_of.pop(op)
         while s is not None:
             s._ops.discard(op)
@@ -184,7 +187,8 @@ class Graph(AttrsMixin):
     def remove_tensor(self, tensor: "Tensor | str") -> None:
         """Remove an unused weight or graph input."""
         t = self._check_own_tensor(tensor, "the tensor to remove")
-        if t._producer is not None or t._consumers or t in self._output_set():
+        implicit = self._nested_ops and t in self._implicit_index()[1]
+        if t._producer is not None or t._consumers or implicit or t in self._output_set():
             raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
         del self._tensors[t.name]
         if t in self._inputs:
@@ -325,6 +329,23 @@ class Graph(AttrsMixin):
             stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
             raise GraphError(f"graph {self.name!r} has a cycle through ops {stuck}")
         return order
+
+    def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
+        """(op -> tensors its nested graphs read by name, tensor -> such readers), cached until a mutation."""
+        index = self._cache.get("implicit")
+        if index is None:
+            from xgraph.ir.nested import outer_names
+            reads: dict[Op, list[Tensor]] = {}
+            readers: dict[Tensor, list[Op]] = {}
+            for op in sorted(self._nested_ops):
+                ts = [self._tensors[n] for n in outer_names(op._attrs.values()) if n in self._tensors]
+                own = set(op._outputs)
+                ts = [t for t in ts if t not in own]
+                reads[op] = ts
+                for t in ts:
+                    readers.setdefault(t, []).append(op)
+            index = self._cache["implicit"] = (reads, readers)
+        return index
 
     def _topo_index(self) -> dict[Op, int]:
         index = self._cache.get("topo_index")

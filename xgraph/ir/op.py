@@ -77,20 +77,35 @@ class Op:
         return self._outputs[0]
 
     def get_input_ops(self) -> "list[Op]":
-        """Producers of the inputs, in input order, without duplicates."""
+        """Producers of the inputs, in input order, without duplicates (implicit inputs last)."""
         seen: dict[Op, None] = {}
         for t in self._inputs:
             if t is not None and t._producer is not None:
                 seen.setdefault(t._producer, None)
+        if self._graph._nested_ops:
+            for t in self.get_implicit_input_tensors():
+                if t._producer is not None:
+                    seen.setdefault(t._producer, None)
         return list(seen)
 
     def get_fanout_ops(self) -> "list[Op]":
-        """Consumers of any output, without duplicates."""
+        """Consumers of any output, without duplicates (ops reading it from nested graphs included)."""
         seen: dict[Op, None] = {}
         for t in self._outputs:
             for c in t._consumers:
                 seen.setdefault(c, None)
+        if self._graph._nested_ops:
+            readers = self._graph._implicit_index()[1]
+            for t in self._outputs:
+                for c in readers.get(t, ()):
+                    seen.setdefault(c, None)
         return list(seen)
+
+    def get_implicit_input_tensors(self) -> "list[Tensor]":
+        """Outer tensors this op's nested graphs (If/Loop/Scan bodies) read by name, sorted by name."""
+        if self not in self._graph._nested_ops:
+            return []
+        return list(self._graph._implicit_index()[0].get(self, ()))
 
     def set_input(self, index: int, tensor: "Tensor | None") -> None:
         """Point input slot `index` at `tensor` (None omits it); refuses a tensor of another graph or a cycle."""
@@ -172,10 +187,20 @@ class Op:
                 kind = inferred
         self._attrs[key] = value
         self._attr_types[key] = kind
+        self._note_nested(kind)
 
     def _set_onnx_attr(self, key: str, value: Any, attr_type: int) -> None:
         self._attrs[key] = value
         self._attr_types[key] = attr_type
+        self._note_nested(attr_type)
+
+    def _note_nested(self, kind: int | None) -> None:
+        if kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) or self in self._graph._nested_ops:
+            if any(t in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for t in self._attr_types.values()):
+                self._graph._nested_ops.add(self)
+            else:
+                self._graph._nested_ops.discard(self)
+            self._graph._touch()
 
     def attribute_protos(self) -> list[onnx.AttributeProto]:
         """The ONNX attributes as AttributeProtos (annotations left out)."""

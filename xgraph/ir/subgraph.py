@@ -185,8 +185,9 @@ class Subgraph(AttrsMixin):
     def get_input_tensors(self) -> "list[Tensor]":
         """Tensors consumed inside and produced outside (graph inputs included; weights excluded)."""
         ops, seen, result = self._ops, set(), []
+        nested = bool(self._graph._nested_ops)
         for op in self.toposort():
-            for t in op._inputs:
+            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
                 if t is None or t._data is not None or t in seen:
                     continue
                 if t._producer is None or t._producer not in ops:
@@ -197,17 +198,20 @@ class Subgraph(AttrsMixin):
     def get_output_tensors(self) -> "list[Tensor]":
         """Tensors produced inside and consumed outside, or graph outputs."""
         ops, outputs, result = self._ops, self._graph._output_set(), []
+        readers = self._graph._implicit_index()[1] if self._graph._nested_ops else {}
         for op in self.toposort():
             for t in op._outputs:
-                if t in outputs or any(c not in ops for c in t._consumers):
+                if t in outputs or any(c not in ops for c in t._consumers) \
+                        or any(c not in ops for c in readers.get(t, ())):
                     result.append(t)
         return result
 
     def get_const_tensors(self) -> "list[Tensor]":
         """The weights the ops of this subgraph read (they travel with it)."""
         seen: dict[Tensor, None] = {}
+        nested = bool(self._graph._nested_ops)
         for op in self.toposort():
-            for t in op._inputs:
+            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
                 if t is not None and t._data is not None:
                     seen.setdefault(t, None)
         return list(seen)

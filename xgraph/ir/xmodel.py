@@ -167,6 +167,9 @@ def serialize(graph: Graph, path: str | os.PathLike) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what open() would have given, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -1,0 +1,69 @@
+"""Plugin: the base class of partition plugins, with defaults for everything but `partition`.
+
+A partition plugin is a module exposing ``get_plugin()``; the object it returns selects ops
+for one device (`partition`), attaches what that device's runner needs (`compile`), and
+names the device and runners. Subclassing `Plugin` is optional (duck typing is accepted),
+but the defaults mean a useful plugin only has to write `partition`::
+
+    from xgraph.partition import filter_by_type, merge_subgraph
+    from xgraph.plugins import Plugin
+
+    class SoftmaxPlugin(Plugin):
+        def partition(self, graph):
+            return merge_subgraph(filter_by_type(graph, "Softmax"))
+
+    def get_plugin():
+        return SoftmaxPlugin()
+
+The chain (`xgraph.plugins.chain.run_plugin_chain`) calls, in order: `get_plugin_name`,
+`get_device`, `get_runner`, `partition`, then `compile` once per returned subgraph, and
+finally sets the "device" and "runner" attrs on each of those subgraphs.
+"""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xgraph.ir import Graph, Subgraph
+
+#: Runner used for every mode unless a plugin names its own: the host CPU runner.
+DEFAULT_RUNNER = "cpu"
+
+#: The runner modes a "runner" attr may name (VART's runner map).
+RUNNER_MODES = ("run", "sim", "ref")
+
+#: Module attribute the loader sets to the name a plugin was requested by.
+PLUGIN_NAME_ATTR = "__xgraph_plugin_name__"
+
+
+class Plugin:
+    """Base class of partition plugins; override `partition` (and usually `compile`)."""
+
+    def get_plugin_name(self) -> str:
+        """The name the plugin was loaded by, else its module's name, else its class name."""
+        module_name = type(self).__module__ or ""
+        parts = module_name.split(".")
+        for end in range(len(parts), 0, -1):  # the class may live in a submodule of a plugin package
+            loaded_as = getattr(sys.modules.get(".".join(parts[:end])), PLUGIN_NAME_ATTR, None)
+            if isinstance(loaded_as, str) and loaded_as:
+                return loaded_as
+        if module_name and module_name != "__main__":
+            return module_name
+        return type(self).__name__
+
+    def get_device(self) -> str:
+        """The device its subgraphs run on: by default the plugin name upper-cased."""
+        return self.get_plugin_name().upper()
+
+    def get_runner(self) -> dict[str, str]:
+        """Mode -> registered runner name for its subgraphs: by default the CPU runner for every mode."""
+        return {mode: DEFAULT_RUNNER for mode in RUNNER_MODES}
+
+    def partition(self, graph: "Graph") -> "set[Subgraph]":
+        """The unassigned depth-1 subgraphs this plugin takes; by default none."""
+        return set()
+
+    def compile(self, subgraph: "Subgraph") -> None:
+        """Attach what the runner needs to one returned subgraph (attrs); by default nothing."""
+        return None

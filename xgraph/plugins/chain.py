@@ -1,0 +1,213 @@
+"""run_plugin_chain: run partition plugins in order, each one all-or-nothing.
+
+Per plugin: ``get_plugin()`` -> ``get_plugin_name()``, ``get_device()``, ``get_runner()``
+(checked before the graph is touched) -> ``partition(graph)`` -> checks on what it returned
+and on what it changed -> ``compile(sg)`` once per returned subgraph, in the order of their
+first op in ``graph.toposort()`` (deterministic) -> a check that compile only touched its
+own subgraphs -> "device" and "runner" attrs set.
+
+Plugins are user code. Whatever goes wrong in one (an exception, a bad return value, a
+change outside what it may touch) raises `PluginError` naming the plugin and the problem,
+chained to the original exception, and the graph is restored to exactly what it was before
+that plugin started (`GraphSnapshot`). Plugins that finished earlier keep their subgraphs.
+Every name is resolved and imported before the first plugin runs, so a misspelt name
+changes nothing at all.
+
+What a plugin may change:
+
+* ``partition``: merge unassigned depth-1 children (`merge_subgraph`), and set attrs on the
+  subgraphs it returns. Not: attrs of the graph, ops, tensors or other subgraphs, the ops
+  and tensors themselves, or subgraphs assigned by earlier plugins.
+* ``compile(sg)``: attrs of the returned subgraphs and anything below them (a device
+  compiler may create deeper children), and attrs of their ops and those ops' output
+  tensors. Checked once after all compile calls, so a violation names the plugin, not the
+  subgraph.
+
+Runner names are recorded, not resolved: the runtime looks them up in its registry.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Callable
+
+from xgraph.errors import PartitionError, PluginError
+from xgraph.ir import Graph, Subgraph
+from xgraph.plugins.base import RUNNER_MODES
+from xgraph.plugins.loader import LoadedPlugin, load_plugin
+from xgraph.plugins.snapshot import GraphSnapshot
+
+if TYPE_CHECKING:
+    from xgraph.ir import Op
+
+_METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
+
+
+def run_plugin_chain(graph: Graph, names: "list[str] | str",
+                     plugin_path: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the named plugins in order on `graph`; one record per plugin: name, device, runner, subgraphs, source."""
+    if not isinstance(graph, Graph):
+        raise PluginError(f"run_plugin_chain needs an xgraph.Graph, got {type(graph).__name__}")
+    names = _plugin_names(names)
+    root = graph.get_root_subgraph()
+    if graph.get_op_num() and root.is_leaf:
+        raise PartitionError(f"graph {graph.name!r}: the root subgraph has no children yet; call "
+                             "graph.get_root_subgraph().create_child_subgraph() before running plugins")
+    loaded = [load_plugin(name, plugin_path) for name in names]
+    return [_run_one(graph, plugin) for plugin in loaded]
+
+
+def _plugin_names(names: "list[str] | str") -> list[str]:
+    if isinstance(names, str):
+        names = names.split(",")
+    if not isinstance(names, Iterable):
+        raise PluginError(f"plugin names must be a list of str (or 'a,b'), got {type(names).__name__}")
+    result: list[str] = []
+    for n in names:
+        if not isinstance(n, str) or not n.strip():
+            raise PluginError(f"plugin names must be non-empty str, got {n!r} in {names!r}")
+        if n.strip() in result:
+            raise PluginError(f"plugin {n.strip()!r} is listed twice; list each plugin once")
+        result.append(n.strip())
+    return result
+
+
+class _Call:
+    """Calls into one plugin, turning its exceptions into PluginErrors that name it."""
+
+    def __init__(self, loaded: LoadedPlugin):
+        self.label = f"plugin {loaded.name!r}"
+        self.requested = loaded.name
+        self.source = loaded.source
+
+    def named(self, plugin_name: str) -> None:
+        """Add the name the plugin gives itself to messages, when it differs from the requested one."""
+        if plugin_name != self.requested:
+            self.label = f"plugin {self.requested!r} ({plugin_name!r})"
+
+    def __call__(self, what: str, func: Callable[..., Any], *args: Any) -> Any:
+        """func(*args), with any exception re-raised as a PluginError naming the plugin."""
+        try:
+            return func(*args)
+        except Exception as e:
+            raise PluginError(f"{self.label}: {what} raised {type(e).__name__}: {e} "
+                              f"(plugin loaded from {self.source}); fix the plugin or leave it out of "
+                              '"plugins"') from e
+
+    def error(self, problem: str) -> PluginError:
+        """A PluginError about this plugin."""
+        return PluginError(f"{self.label}: {problem}")
+
+
+def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
+    call = _Call(loaded)
+    plugin = call("get_plugin()", loaded.get_plugin)
+    missing = [m for m in _METHODS if not callable(getattr(plugin, m, None))]
+    if missing:
+        raise call.error(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
+                         "return an instance of a subclass of xgraph.plugins.Plugin")
+    name = call("get_plugin_name()", plugin.get_plugin_name)
+    if not isinstance(name, str) or not name:
+        raise call.error(f"get_plugin_name() returned {name!r}; return a non-empty str")
+    call.named(name)
+    device = call("get_device()", plugin.get_device)
+    if not isinstance(device, str) or not device.strip():
+        raise call.error(f"get_device() returned {device!r}; return a non-empty str such as 'SMFC'")
+    runner = _check_runner(call, call("get_runner()", plugin.get_runner))
+
+    before = GraphSnapshot(graph)
+    try:
+        returned = call("partition(graph)", plugin.partition, graph)
+        subgraphs = _check_partition(call, graph, returned)
+        changed = before.changes(merges_allowed=True, free_subgraphs=subgraphs)
+        if changed:
+            raise call.error(f"partition() changed {'; '.join(changed)}; a partition may only merge unassigned "
+                             "subgraphs (merge_subgraph) and return them; attach data in compile()")
+        children = graph.get_root_subgraph().get_children()
+        for sg in subgraphs:
+            call(f"compile({sg.name!r})", plugin.compile, sg)
+        own_ops: set[Op] = set().union(*(sg.get_ops() for sg in subgraphs)) if subgraphs else set()
+        changed = before.changes(children=children, free_subgraphs=subgraphs, free_ops=own_ops)
+        if changed:
+            raise call.error(f"compile() changed {'; '.join(changed)}; compile may only set attrs of the "
+                             "subgraph it is given (and of that subgraph's ops and children)")
+        for sg in subgraphs:
+            sg.set_attr("device", device)
+            sg.set_attr("runner", dict(runner))
+    except BaseException:
+        before.restore()
+        raise
+    return {"name": name, "device": device, "runner": dict(runner),
+            "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source}
+
+
+def _check_runner(call: _Call, runner: Any) -> dict[str, str]:
+    if not isinstance(runner, dict):
+        raise call.error(f"get_runner() returned a {type(runner).__name__}; return a dict of mode -> runner "
+                         'name such as {"run": "cpu", "sim": "cpu", "ref": "cpu"}')
+    bad = [(k, v) for k, v in runner.items() if not isinstance(k, str) or not isinstance(v, str) or not v]
+    if bad:
+        raise call.error(f"get_runner() entries {bad} are not str -> non-empty str; name registered runners")
+    unknown = sorted(set(runner) - set(RUNNER_MODES))
+    if unknown:
+        raise call.error(f"get_runner() has unknown mode(s) {unknown}; valid modes are {list(RUNNER_MODES)}")
+    if "run" not in runner:
+        raise call.error(f"get_runner() returned {runner!r} without a 'run' entry; every plugin needs a 'run' "
+                         "runner (sim and ref are optional)")
+    return dict(runner)
+
+
+def _check_partition(call: _Call, graph: Graph, returned: Any) -> list[Subgraph]:
+    """The returned subgraphs, checked, in graph order of their first op; PluginError on anything else."""
+    if isinstance(returned, Subgraph):
+        raise call.error(f"partition() returned a single Subgraph {returned.name!r}; return a set, e.g. {{sg}}")
+    if returned is None or isinstance(returned, (str, bytes, dict)) or not isinstance(returned, Iterable):
+        hint = " (did partition() forget to return?)" if returned is None else ""
+        raise call.error(f"partition() returned {type(returned).__name__}{hint}; return a set of Subgraphs "
+                         "(empty when it takes nothing)")
+    items = call("iterating what partition() returned", list, returned)
+    root = graph.get_root_subgraph()
+    seen: set[Subgraph] = set()
+    for sg in items:
+        if not isinstance(sg, Subgraph):
+            raise call.error(f"partition() returned a {type(sg).__name__} ({sg!r:.60}) among its subgraphs; "
+                             "return Subgraphs from filter_by_*/merge_subgraph")
+        where = f"partition() returned subgraph {sg.name!r}"
+        if sg.graph is not graph:
+            raise call.error(f"{where} of another graph ({sg.graph.name!r}); return subgraphs of the graph "
+                             "passed to partition()")
+        if not root.is_child(sg):
+            raise call.error(f"{where}, which is {_tree_position(sg, root)}; return depth-1 children of the root")
+        if sg in seen:
+            raise call.error(f"{where} twice; return each subgraph once")
+        if sg.has_attr("device"):
+            raise call.error(f"{where}, which is already assigned to device {sg.get_attr('device')!r}; "
+                             "select only unassigned subgraphs (the filter_by_* helpers do)")
+        seen.add(sg)
+    _check_disjoint(call, items)
+    if len(items) < 2:
+        return items
+    position = {op: i for i, op in enumerate(graph.toposort())}
+    return sorted(items, key=lambda sg: min(position[op] for op in sg.get_ops()))
+
+
+def _tree_position(sg: Subgraph, root: Subgraph) -> str:
+    """Why `sg` is not a child of the root, in words."""
+    if sg is root:
+        return "the root itself"
+    node = sg
+    while node.get_parent() is not None:
+        if not node.get_parent().is_child(node):
+            return "no longer in the tree (merged away? return what merge_subgraph returned)"
+        node = node.get_parent()
+    return f"at depth {sg.depth} (a child of {sg.get_parent().name!r})"
+
+
+def _check_disjoint(call: _Call, subgraphs: list[Subgraph]) -> None:
+    """Siblings never share ops; this guards the invariant the checks above rely on."""
+    owner: dict[Op, Subgraph] = {}
+    for sg in subgraphs:
+        for op in sg.get_ops():
+            other = owner.setdefault(op, sg)
+            if other is not sg:
+                raise call.error(f"partition() returned subgraphs {other.name!r} and {sg.name!r} that both hold "
+                                 f"op {op.name!r}; return non-overlapping subgraphs")
