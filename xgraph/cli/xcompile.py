@@ -8,7 +8,6 @@ User errors (bad options, unknown plugin, missing or damaged file) print one lin
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import threading
@@ -52,17 +51,8 @@ def _report_writer(path: str | None):
         from xgraph.partition.report import write_report
         return write_report
     if suffix in (".html", ".htm"):
-        try:
-            module = importlib.import_module("xgraph.report_html")
-        except ModuleNotFoundError as e:
-            if e.name not in ("xgraph.report_html",):
-                raise
-            raise XGraphError(f"--report {path}: HTML reports need xgraph.report_html, which is not available; "
-                              "write a JSON report (--report out.json) instead") from None
-        writer = getattr(module, "write_report", None) or getattr(module, "write_html", None)
-        if writer is None:
-            raise XGraphError(f"--report {path}: xgraph.report_html has no write_report(graph, path)")
-        return writer
+        from xgraph.view.report_html import write_html_report
+        return write_html_report
     raise XGraphError(f"--report {path}: unknown report format {suffix or '(no suffix)'!r}; use .json or .html")
 
 

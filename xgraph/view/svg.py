@@ -1,0 +1,217 @@
+"""The partition picture as SVG: ops coloured by device, device subgraphs boxed, host/device crossings marked.
+
+Every op is a `<g class="op" data-op=NAME data-device=DEVICE data-type=TYPE data-index=I>`
+(I: its index in the scene's node list), every device subgraph a `<g class="subgraph">`,
+every edge a `<path class="edge">` (plus class "crossing" for a host/device copy). Colours
+are presentation attributes, so the file renders the same in any SVG viewer.
+"""
+from __future__ import annotations
+
+import re
+from html import escape
+from typing import Hashable
+
+from xgraph.ir import Graph
+from xgraph.view.layout import Layout
+from xgraph.view.palette import CROSSING_COLOUR, device_colour, text_colour
+from xgraph.view.scene import Box, Edge, Node, Scene, build_scene, layout_scene
+
+SVG_NS = "http://www.w3.org/2000/svg"
+FONT = "-apple-system, 'Segoe UI', Helvetica, Arial, sans-serif"
+#: Height of the legend strip above the drawing in a standalone SVG.
+LEGEND_HEIGHT = 64.0
+#: Space between a subgraph's ops and its box (the top holds the box's label).
+BOX_PAD = 10.0
+BOX_LABEL = 16.0
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml(text: str) -> str:
+    """`text` escaped for XML text and attribute values; characters XML cannot hold become U+FFFD."""
+    return escape(_NOT_XML.sub("\ufffd", text), quote=True)
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def edge_path(points: list[tuple[float, float]]) -> str:
+    """An SVG path through `points`: vertical-tangent cubic curves, so bends through rows look smooth."""
+    (x, y), rest = points[0], points[1:]
+    parts = [f"M{_num(x)} {_num(y)}"]
+    for nx_, ny in rest:
+        mid = (y + ny) / 2
+        parts.append(f"C{_num(x)} {_num(mid)} {_num(nx_)} {_num(mid)} {_num(nx_)} {_num(ny)}")
+        x, y = nx_, ny
+    return "".join(parts)
+
+
+def _title(details: dict) -> str:
+    """The native tooltip text of a node (standalone SVG only)."""
+    lines = [f"{details.get('type', '')} {details.get('name', '')}"]
+    if details.get("device"):
+        lines.append(f"device: {details['device']} ({details.get('subgraph') or 'no subgraph'})")
+    if "reason" in details:
+        lines.append(f"why: {details['reason']}")
+    lines += [f"in: {t}" for t in details.get("inputs", [])]
+    lines += [f"out: {t}" for t in details.get("outputs", [])]
+    lines += details.get("attributes", [])
+    return "\n".join(lines)
+
+
+def _node(node: Node, index: int, layout: Layout, titles: bool) -> str:
+    x, y = layout.positions[node.key]
+    w, h = layout.style.node_width, layout.style.node_height
+    title = f"<title>{xml(_title(node.details))}</title>" if titles else ""
+    if node.kind == "op":
+        fill = device_colour(node.device)
+        ink = text_colour(fill)
+        return (f'<g class="op" data-op="{xml(node.name)}" data-device="{xml(node.device)}" '
+                f'data-type="{xml(node.label)}" data-subgraph="{xml(node.subgraph)}" data-index="{index}" '
+                f'transform="translate({_num(x)},{_num(y)})">'
+                f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2)}" width="{_num(w)}" height="{_num(h)}" rx="5" '
+                f'fill="{fill}" stroke="#263238" stroke-width="0.8"/>'
+                f'<text y="-3" text-anchor="middle" font-size="12" font-weight="600" fill="{ink}">'
+                f'{xml(_clip(node.label, 22))}</text>'
+                f'<text y="11" text-anchor="middle" font-size="9.5" fill="{ink}">{xml(_clip(node.name, 26))}</text>'
+                f'{title}</g>')
+    return (f'<g class="io {node.kind}" data-tensor="{xml(node.name)}" data-index="{index}" '
+            f'transform="translate({_num(x)},{_num(y)})">'
+            f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2 + 4)}" width="{_num(w)}" height="{_num(h - 8)}" '
+            f'rx="{_num(h / 2 - 4)}" fill="#ffffff" stroke="#546e7a" stroke-width="1.2"/>'
+            f'<text y="-1" text-anchor="middle" font-size="10.5" fill="#263238">{xml(_clip(node.name, 24))}</text>'
+            f'<text y="9" text-anchor="middle" font-size="8.5" fill="#546e7a">{xml(_clip(node.label, 28))}</text>'
+            f'{title}</g>')
+
+
+def _edge(edge: Edge, layout: Layout) -> str:
+    points = layout.edges[(edge.source, edge.target)]
+    tensors = xml(", ".join(edge.tensors))
+    if not edge.crossing:
+        return (f'<path class="edge" d="{edge_path(points)}" fill="none" stroke="#78909c" stroke-width="1.1" '
+                f'marker-end="url(#xg-arrow)"><title>{tensors}</title></path>')
+    (x, y) = points[len(points) // 2] if len(points) > 2 else ((points[0][0] + points[-1][0]) / 2,
+                                                                 (points[0][1] + points[-1][1]) / 2)
+    return (f'<g class="crossing" data-direction="{edge.crossing}">'
+            f'<path class="edge crossing" d="{edge_path(points)}" fill="none" stroke="{CROSSING_COLOUR}" '
+            f'stroke-width="2.4" stroke-dasharray="7 4" marker-end="url(#xg-arrow-crossing)">'
+            f'<title>{edge.crossing} copy: {tensors}</title></path>'
+            f'<text x="{_num(x + 6)}" y="{_num(y + 4)}" font-size="10" font-weight="700" '
+            f'fill="{CROSSING_COLOUR}">{edge.crossing}</text></g>')
+
+
+def box_bounds(box: Box, layout: Layout) -> tuple[float, float, float, float]:
+    """(left, top, width, height) of the rectangle around a subgraph's ops."""
+    w, h = layout.style.node_width / 2, layout.style.node_height / 2
+    xs = [layout.positions[m][0] for m in box.members]
+    ys = [layout.positions[m][1] for m in box.members]
+    left, top = min(xs) - w - BOX_PAD, min(ys) - h - BOX_PAD - BOX_LABEL
+    return left, top, max(xs) + w + BOX_PAD - left, max(ys) + h + BOX_PAD - top
+
+
+def box_label(box: Box) -> str:
+    """"subgraph_n0 · AICORE · 176 ops", plus the estimated device time when known."""
+    parts = [box.name, box.device or "no device", f"{len(box.members)} op{'s' * (len(box.members) != 1)}"]
+    if box.estimated_time_us is not None:
+        parts.append(f"est. {box.estimated_time_us:.1f} \u00b5s")
+    return " \u00b7 ".join(parts)
+
+
+def _box(box: Box, layout: Layout) -> str:
+    left, top, width, height = box_bounds(box, layout)
+    colour = device_colour(box.device)
+    runner = ", ".join(f"{mode}={name}" for mode, name in box.runner.items()) or "none"
+    return (f'<g class="subgraph" data-subgraph="{xml(box.name)}" data-device="{xml(box.device)}">'
+            f'<rect x="{_num(left)}" y="{_num(top)}" width="{_num(width)}" height="{_num(height)}" rx="8" '
+            f'fill="{colour}" fill-opacity="0.07" stroke="{colour}" stroke-width="1.6" stroke-dasharray="5 3"/>'
+            f'<text x="{_num(left + 8)}" y="{_num(top + 13)}" font-size="11" font-weight="600" fill="{colour}">'
+            f'{xml(box_label(box))}</text><title>{xml(box_label(box))}\nrunner: {xml(runner)}</title></g>')
+
+
+def legend_entries(scene: Scene) -> list[tuple[str, str, int]]:
+    """(device, colour, op count) per device, most ops first (ties by name)."""
+    ordered = sorted(scene.device_ops.items(), key=lambda item: (-item[1], item[0]))
+    return [(device or "not placed", device_colour(device), count) for device, count in ordered]
+
+
+def summary_line(scene: Scene) -> str:
+    """"resnet50 · 176 ops · 1 device subgraph · 0 host/device crossings"."""
+    ops = sum(scene.device_ops.values())
+    parts = [scene.title, f"{ops} op{'s' * (ops != 1)}"]
+    if scene.compiled:
+        parts.append(f"{len(scene.boxes)} device subgraph{'s' * (len(scene.boxes) != 1)}")
+        parts.append(f"{scene.crossings} host/device crossing{'s' * (scene.crossings != 1)}")
+    else:
+        parts.append("not compiled")
+    return " \u00b7 ".join(parts)
+
+
+def _legend(scene: Scene) -> tuple[str, float]:
+    """The legend strip and its width."""
+    items, x = [], 0.0
+    for device, colour, count in legend_entries(scene):
+        text = f"{device} ({count})"
+        items.append(f'<g class="legend-device" data-device="{xml(device)}" transform="translate({_num(x)},30)">'
+                     f'<rect width="14" height="14" rx="3" fill="{colour}"/>'
+                     f'<text x="20" y="11.5" font-size="12">{xml(text)}</text></g>')
+        x += 34 + 7.2 * len(text)
+    if scene.compiled:
+        items.append(f'<g class="legend-crossing" transform="translate({_num(x)},30)">'
+                     f'<line x1="0" y1="7" x2="30" y2="7" stroke="{CROSSING_COLOUR}" stroke-width="2.4" '
+                     f'stroke-dasharray="7 4"/><text x="36" y="11.5" font-size="12">host/device copy '
+                     f'({scene.crossings})</text></g>')
+        x += 190
+    header = f'<text y="14" font-size="14" font-weight="600">{xml(summary_line(scene))}</text>'
+    return f'<g class="legend">{header}{"".join(items)}</g>', max(x, 8.0 * len(summary_line(scene)))
+
+
+DEFS = (f'<defs><marker id="xg-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        f'orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#78909c"/></marker>'
+        f'<marker id="xg-arrow-crossing" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+        f'orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="{CROSSING_COLOUR}"/></marker></defs>')
+
+
+def drawing(scene: Scene, layout: Layout, titles: bool = True) -> str:
+    """The picture without its `<svg>` element: `<g id="xg-scene">` with boxes, edges and nodes, in that order."""
+    index_of: dict[Hashable, int] = {n.key: i for i, n in enumerate(scene.nodes)}
+    boxes = "".join(_box(b, layout) for b in scene.boxes)
+    edges = "".join(_edge(e, layout) for e in scene.edges if not e.crossing)
+    crossings = "".join(_edge(e, layout) for e in scene.edges if e.crossing)
+    nodes = "".join(_node(n, index_of[n.key], layout, titles) for n in scene.nodes)
+    return (f'<g id="xg-scene"><g class="subgraphs">{boxes}</g><g class="edges">{edges}{crossings}</g>'
+            f'<g class="nodes">{nodes}</g></g>')
+
+
+def scene_svg(scene: Scene, layout: Layout) -> str:
+    """A standalone SVG document: legend strip on top, then the drawing."""
+    legend, legend_width = _legend(scene)
+    margin = layout.style.margin
+    width = max(layout.width, legend_width + 2 * margin)
+    height = layout.height + LEGEND_HEIGHT
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<svg xmlns="{SVG_NS}" class="xgraph" width="{_num(width)}" height="{_num(height)}" '
+            f'viewBox="0 0 {_num(width)} {_num(height)}" font-family="{xml(FONT)}">'
+            f'<title>{xml(summary_line(scene))}</title>{DEFS}'
+            f'<rect width="100%" height="100%" fill="#ffffff"/>'
+            f'<g transform="translate({_num(margin)},{_num(margin)})">{legend}</g>'
+            f'<g transform="translate(0,{_num(LEGEND_HEIGHT)})">{drawing(scene, layout)}</g></svg>\n')
+
+
+def render_svg(graph: Graph, layout: Layout | None = None) -> str:
+    """The partition picture of `graph` as an SVG document (`layout`: `layout_graph(graph)`, computed when None)."""
+    scene = build_scene(graph)
+    return scene_svg(scene, layout or layout_scene(scene))
+
+
+def write_svg(graph: Graph, path: str) -> None:
+    """Write the partition picture of `graph` to `path` (atomically)."""
+    from xgraph.view.files import write_text
+    write_text(path, render_svg(graph))
+
+
+__all__ = ["DEFS", "box_bounds", "box_label", "drawing", "edge_path", "legend_entries", "render_svg", "scene_svg",
+           "summary_line", "write_svg", "xml"]

@@ -1,0 +1,127 @@
+"""Text views: the subgraph tree (`xgraph inspect`, also as JSON) and every op (`xgraph dump`).
+
+Both are stable across runs (topological order, sorted attributes, no ids), so two dumps
+of the same model are identical and two compiles can be compared with `diff`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from xgraph.ir import Graph, Subgraph
+from xgraph.view.describe import (annotation, attribute_texts, crossing_copies, estimated_time_us, placement, safe,
+                                  subgraph_device, subgraph_runner, tensor_facts, tensor_text)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def subgraph_facts(subgraph: Subgraph) -> dict[str, Any]:
+    """One subgraph and its children (topological order) as JSON-ready data."""
+    return {
+        "name": safe(subgraph.name),
+        "depth": subgraph.depth,
+        "device": subgraph_device(subgraph),
+        "ops": subgraph.get_op_num(),
+        "runner": subgraph_runner(subgraph),
+        "estimated_time_us": estimated_time_us(subgraph),
+        "inputs": [tensor_facts(t) for t in subgraph.get_input_tensors()],
+        "outputs": [tensor_facts(t) for t in subgraph.get_output_tensors()],
+        "children": [subgraph_facts(c) for c in subgraph.toposort_child_subgraph()],
+    }
+
+
+def inspect_data(graph: Graph) -> dict[str, Any]:
+    """The subgraph tree of `graph`: model facts, per-device totals, depth-1 subgraphs with their children.
+
+    Keys: "model", "ops", "compiled", "inputs", "outputs", "crossings", "devices"
+    ({device: {"subgraphs", "ops", "estimated_time_us"}}, in order of first appearance) and
+    "subgraphs" (each: "name", "depth", "device", "ops", "runner", "estimated_time_us",
+    "inputs", "outputs", "children"). Tensors are {"name", "dtype", "shape"}.
+    """
+    root = graph.get_root_subgraph()
+    subgraphs = [subgraph_facts(c) for c in root.toposort_child_subgraph()]
+    devices: dict[str, dict[str, Any]] = {}
+    for sg in subgraphs:
+        entry = devices.setdefault(sg["device"], {"subgraphs": 0, "ops": 0, "estimated_time_us": None})
+        entry["subgraphs"] += 1
+        entry["ops"] += sg["ops"]
+        if sg["estimated_time_us"] is not None:
+            entry["estimated_time_us"] = (entry["estimated_time_us"] or 0.0) + sg["estimated_time_us"]
+    return {
+        "model": safe(graph.name),
+        "ops": graph.get_op_num(),
+        "compiled": bool(subgraphs),
+        "inputs": [tensor_facts(t) for t in graph.get_input_tensors()],
+        "outputs": [tensor_facts(t) for t in graph.get_output_tensors()],
+        "crossings": len(crossing_copies(graph)),
+        "devices": devices,
+        "subgraphs": subgraphs,
+    }
+
+
+def _tensor_line(facts: dict[str, Any]) -> str:
+    shape = "[?...]" if facts["shape"] is None else \
+        "[" + ",".join("?" if d is None else str(d) for d in facts["shape"]) + "]"
+    return f"{facts['name']} {facts['dtype'] or '?'}{shape}"
+
+
+def _time(us: float | None) -> str:
+    return "" if us is None else f"  est. {us:.1f} us"
+
+
+def _subgraph_lines(sg: dict[str, Any], indent: str) -> list[str]:
+    runner = " ".join(f"{mode}={name}" for mode, name in sg["runner"].items()) or "-"
+    lines = [f"{indent}{sg['name']}  {sg['device'] or '(no device)'}  {_plural(sg['ops'], 'op')}  "
+             f"runner: {runner}{_time(sg['estimated_time_us'])}"]
+    lines += [f"{indent}    in   {_tensor_line(t)}" for t in sg["inputs"]]
+    lines += [f"{indent}    out  {_tensor_line(t)}" for t in sg["outputs"]]
+    for child in sg["children"]:
+        lines += _subgraph_lines(child, indent + "  ")
+    return lines
+
+
+def inspect_text(graph: Graph) -> str:
+    """The subgraph tree as text: one block per subgraph (device, ops, runner, time, inputs, outputs)."""
+    data = inspect_data(graph)
+    head = f"{data['model']}: {_plural(data['ops'], 'op')}"
+    if data["compiled"]:
+        head += f", {_plural(len(data['subgraphs']), 'device subgraph')}, " \
+                f"{_plural(data['crossings'], 'host/device crossing')}"
+    else:
+        head += ", not compiled (no device subgraphs; compile it with xcompile)"
+    lines = [head]
+    lines += [f"  input   {_tensor_line(t)}" for t in data["inputs"]]
+    lines += [f"  output  {_tensor_line(t)}" for t in data["outputs"]]
+    if data["devices"]:
+        lines += ["", "devices:"]
+        width = max(len(d or "(no device)") for d in data["devices"])
+        for device, entry in data["devices"].items():
+            lines.append(f"  {(device or '(no device)'):<{width}}  {_plural(entry['subgraphs'], 'subgraph')}  "
+                         f"{_plural(entry['ops'], 'op')}{_time(entry['estimated_time_us'])}")
+        lines += ["", "subgraphs (topological order):"]
+        for sg in data["subgraphs"]:
+            lines += _subgraph_lines(sg, "  ")
+    return "\n".join(lines) + "\n"
+
+
+def dump_text(graph: Graph) -> str:
+    """Every op in topological order: type, device, subgraph, reason, inputs, outputs, attributes."""
+    where = placement(graph)
+    lines = [f"# {safe(graph.name)}: {_plural(graph.get_op_num(), 'op')}"]
+    lines += [f"input  {tensor_text(t)}" for t in graph.get_input_tensors()]
+    lines += [f"output {tensor_text(t)}" for t in graph.get_output_tensors()]
+    for op in graph.toposort():
+        device, subgraph = where[op]
+        kind = f"{op.domain}.{op.type}" if op.domain else op.type
+        placed = f"  device: {device or '-'}  subgraph: {safe(subgraph) or '-'}"
+        kernel = annotation(op, "kernel")
+        lines += ["", f"op {safe(op.name)}: {safe(kind)}", placed + (f"  kernel: {kernel}" if kernel else ""),
+                  f"  reason: {annotation(op, 'placement_reason') or '-'}"]
+        lines += [f"  in:   {tensor_text(t) if t is not None else '(omitted)'}" for t in op.get_input_tensors()]
+        lines += [f"  out:  {tensor_text(t)}" for t in op.get_output_tensors()]
+        lines += [f"  attr: {name} = {value}" for name, value in attribute_texts(op)]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["dump_text", "inspect_data", "inspect_text", "subgraph_facts"]
