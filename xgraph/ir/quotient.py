@@ -48,7 +48,7 @@ def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
     def visit_successors(ops) -> bool:
         for op in ops:
             for consumer in op.get_fanout_ops():
-                if index[consumer] > last and consumer not in parent._ops:
+                if consumer not in parent._ops:
                     continue
                 child = _child_of(parent, consumer)
                 if child is None or child in seen:

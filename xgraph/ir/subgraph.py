@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
+def _seq(op: "Op") -> int:
+    return op._seq
+
+
 class Subgraph(AttrsMixin):
     """A set of ops with attrs ("device", "runner", ...) and children that partition it."""
 
@@ -92,7 +96,7 @@ class Subgraph(AttrsMixin):
         if self._children:
             raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
         leaf_of = self._graph._leaf_of
-        for op in sorted(self._ops):
+        for op in sorted(self._ops, key=_seq):
             child = Subgraph(self._graph, f"subgraph_{op.name}", self, (op,))
             self._children[child] = None
             leaf_of[op] = child
