@@ -88,11 +88,17 @@ def classifier_model() -> onnx.ModelProto:
 
 
 def reference_model() -> onnx.ModelProto:
-    """The same network in standard ONNX from decoded pixels (H, W, 3) on: Resize stands in for VpcResize."""
+    """The same network in standard ONNX from decoded pixels (H, W, 3) on: Resize stands in for VpcResize.
+
+    The picture is resized as a 1-image NHWC batch, the layout onnxruntime's uint8 resize
+    kernel takes (and the one VpcResize reproduces bit for bit).
+    """
     mk = helper.make_node
-    sizes = numpy_helper.from_array(np.array([SIZE, SIZE, 3], np.int64), "sizes")
-    nodes = [mk("Resize", ["picture", "", "", "sizes"], ["pixels"], mode="linear",
-                coordinate_transformation_mode="half_pixel", name="resize")] + _network("pixels")
+    sizes = numpy_helper.from_array(np.array([1, SIZE, SIZE, 3], np.int64), "sizes")
+    nodes = [mk("Unsqueeze", ["picture", "batch_axis"], ["batch"], name="as_batch"),
+             mk("Resize", ["batch", "", "", "sizes"], ["resized"], mode="linear",
+                coordinate_transformation_mode="half_pixel", name="resize"),
+             mk("Squeeze", ["resized", "batch_axis"], ["pixels"], name="as_picture")] + _network("pixels")
     graph = helper.make_graph(nodes, "classifier_reference",
                               [helper.make_tensor_value_info("picture", TensorProto.UINT8, ["h", "w", 3])],
                               _outputs(), initializer=_weights() + [sizes])
