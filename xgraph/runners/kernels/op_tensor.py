@@ -24,7 +24,7 @@ def identity(x):
     """ONNX Identity: a read-only view of a tensor; sequences and optionals pass through."""
     if isinstance(x, np.ndarray):
         return readonly(x.view())
-    return list(x) if isinstance(x, list) else x
+    return (list(x),) if isinstance(x, list) else x  # a 1-tuple: a bare list would read as one value per output
 
 
 # -- reshaping ---------------------------------------------------------------------------
@@ -514,7 +514,7 @@ def eye_like(x: np.ndarray, *, dtype: int | None = None, k: int = 0) -> np.ndarr
 def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute) -> np.ndarray:
     dtype = np.asarray(start).dtype
     if dtype.kind in "iu":
-        s, stop, d = int(start), int(limit), int(delta)
+        s, stop, d = (int(np.asarray(v).item()) for v in (start, limit, delta))  # 1-element 1-D too, as floats
         if d == 0:
             raise kernel_error("Range", "delta is 0")
         n = max(0, -((s - stop) // d))

@@ -119,6 +119,54 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_fixed_ops: list | None = None
+
+
+def evaluator_fixes() -> list:
+    """Op classes replacing evaluator ops that disagree with the ONNX spec (pass as `new_ops=`).
+
+    Loop: the evaluator joins scan outputs with ``np.vstack``, which turns scalar iterations
+    into shape (N, 1) and concatenates, instead of stacking, iterations of rank >= 2; the
+    replacement records each iteration's scan values and stacks them on a new first axis.
+    """
+    global _fixed_ops
+    if _fixed_ops is None:
+        from onnx.reference.ops.op_loop import Loop as EvaluatorLoop
+
+        class Loop(EvaluatorLoop):
+            """ONNX Loop with scan outputs stacked along a new first axis."""
+
+            def __init__(self, onnx_node, run_params):
+                super().__init__(onnx_node, run_params)
+                self._scans: list | None = None
+                run_body = self._run_body
+
+                def recording_body(inputs, attributes=None, bindings=None):
+                    outputs = run_body(inputs, attributes=attributes, bindings=bindings)
+                    if self._scans is not None and self.K > 0:
+                        self._scans.append(outputs[len(outputs) - self.K:])
+                    return outputs
+
+                self._run_body = recording_body
+
+            def _run(self, M, cond, *args, **kwargs):
+                self._scans = []
+                try:
+                    results = super()._run(M, cond, *args, **kwargs)
+                    scans = self._scans
+                finally:
+                    self._scans = None
+                if not self.K or not scans:
+                    return results
+                results = list(results)
+                for k in range(self.K):
+                    results[self.N + k] = np.stack([np.asarray(s[k]) for s in scans])
+                return tuple(results)
+
+        _fixed_ops = [Loop]
+    return _fixed_ops
+
+
 class ReferenceKernel:
     """One node run by the ONNX reference evaluator; call it like a kernel (None for omitted inputs).
 
@@ -188,7 +236,7 @@ class ReferenceKernel:
         model = helper.make_model(graph, functions=self._functions,
                                   opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(self._opsets.items())])
         try:
-            return ReferenceEvaluator(model)
+            return ReferenceEvaluator(model, new_ops=evaluator_fixes())
         except Exception as e:  # the evaluator raises many types; all mean "cannot run this node"
             raise KernelError(f"{self.op_type}: the ONNX reference evaluator cannot run this node "
                               f"(domain {self.domain!r}, opsets {self._opsets}): {e}") from e

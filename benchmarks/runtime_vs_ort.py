@@ -1,0 +1,151 @@
+"""Runtime speed against onnxruntime, measured in the same run.
+
+Per zoo model (random weights, the zoo placement: AI Core / AI CPU / CPU subgraphs):
+  ort          onnxruntime on the whole model (default session options)
+  numpy        the graph runner with xgraph's numpy kernels
+  ort-backed   the graph runner with each subgraph in its own onnxruntime session
+Times are the median of --runs runs after one warm-up (ms); ratios are against `ort`.
+Then: dispatch overhead per subgraph hop (null runners, a chain of --hops subgraphs, on one
+device and alternating two devices), throughput with 4 jobs in flight vs 1, and peak Python
+heap of one numpy-kernel run (tracemalloc) beside the process's max RSS.
+
+    python benchmarks/runtime_vs_ort.py [--models resnet50,squeezenet] [--runs 10] [--hops 64]
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+import tracemalloc
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import xgraph
+from xgraph import Graph
+from xgraph.runners.testing import place, zoo_device_of, zoo_model
+
+
+def median_time(fn, runs: int) -> float:
+    """Median wall time of `fn()` over `runs` calls after one warm-up call (seconds)."""
+    return median_times({"fn": fn}, runs)["fn"]
+
+
+def median_times(fns: dict, runs: int) -> dict[str, float]:
+    """Median and minimum ("<name> best") wall time per function, interleaved so load hits all alike."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    result = {name: statistics.median(t) for name, t in times.items()}
+    result.update({f"{name} best": min(t) for name, t in times.items()})
+    return result
+
+
+def feeds_for(graph: Graph) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.get_input_tensors()}
+
+
+def bench_model(name: str, runs: int) -> dict[str, float]:
+    """Latencies of onnxruntime and the graph runner's two kernel choices on one zoo model."""
+    model = zoo_model(name)
+    graph = place(Graph.from_onnx(model), zoo_device_of)
+    feeds = feeds_for(graph)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    with xgraph.create_graph_runner(graph, kernels="numpy") as numpy_runner, \
+            xgraph.create_graph_runner(graph, kernels="onnxruntime") as ort_runner:
+        row = median_times({"ort": lambda: session.run(None, feeds), "numpy": lambda: numpy_runner.run(feeds),
+                            "ort-backed": lambda: ort_runner.run(feeds)}, runs)
+        tracemalloc.start()
+        numpy_runner.run(feeds)
+        row["heap_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    row["subgraphs"] = graph.get_root_subgraph().get_children_num()
+    return row
+
+
+def null_chain(hops: int, devices: tuple[str, ...]) -> Graph:
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < hops - 1 else "y"],
+                              name=f"op{i:04d}") for i in range(hops)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph = Graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    device_of = {f"op{i:04d}": devices[i % len(devices)] for i in range(hops)}
+    return place(graph, device_of, runner="null", merge=False)
+
+
+def bench_dispatch(hops: int, runs: int) -> dict[str, float]:
+    """Microseconds per subgraph hop for null-runner chains, and the bare runner call it wraps."""
+    x = {"x": np.zeros((1, 4), np.float32)}
+    result = {}
+    for label, devices in (("same device", ("AICORE",)), ("alternating devices", ("AICORE", "AICPU"))):
+        with xgraph.create_graph_runner(null_chain(hops, devices)) as runner:
+            result[label] = median_time(lambda: runner.run(x), runs) / hops * 1e6
+            runners = list(runner.runners.values())
+            arg = [x["x"]]
+            result["bare execute"] = median_time(lambda: [r.execute(arg) for r in runners], runs) / hops * 1e6
+    return result
+
+
+def bench_throughput(name: str, kernels: str, jobs: int) -> dict[str, float]:
+    """Jobs per second with 1 and with 4 jobs in flight."""
+    graph = place(Graph.from_onnx(zoo_model(name)), zoo_device_of)
+    feeds = feeds_for(graph)
+    result = {}
+    for in_flight in (1, 4):
+        with xgraph.create_graph_runner(graph, kernels=kernels, max_jobs_in_flight=in_flight) as runner:
+            runner.run(feeds)
+            start = time.perf_counter()
+            pending = []
+            for _ in range(jobs):
+                pending.append(runner.execute_async(feeds))
+                if len(pending) == in_flight:
+                    runner.wait(pending.pop(0))
+            for job in pending:
+                runner.wait(job)
+            result[in_flight] = jobs / (time.perf_counter() - start)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50,squeezenet,inception_v1")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--hops", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=16)
+    args = parser.parse_args()
+
+    print(f"median of {args.runs} runs (ratios of the best runs in brackets)")
+    print(f"{'model':<14}{'subgraphs':>10}{'ort ms':>9}{'numpy ms':>10}{'x ort':>14}{'ort-backed ms':>15}"
+          f"{'x ort':>14}{'heap peak MB':>14}")
+    for name in args.models.split(","):
+        r = bench_model(name, args.runs)
+        numpy_ratio = f"{r['numpy'] / r['ort']:.2f} ({r['numpy best'] / r['ort best']:.2f})"
+        backed_ratio = f"{r['ort-backed'] / r['ort']:.2f} ({r['ort-backed best'] / r['ort best']:.2f})"
+        print(f"{name:<14}{r['subgraphs']:>10}{r['ort'] * 1e3:>9.1f}{r['numpy'] * 1e3:>10.1f}{numpy_ratio:>14}"
+              f"{r['ort-backed'] * 1e3:>15.1f}{backed_ratio:>14}{r['heap_peak_mb']:>14.1f}")
+
+    print(f"\ndispatch overhead, null runners, chain of {args.hops} subgraphs (us per hop):")
+    for label, us in bench_dispatch(args.hops, max(args.runs, 20)).items():
+        print(f"  {label:<22}{us:>8.1f}")
+
+    name = args.models.split(",")[0]
+    print(f"\nthroughput, {name}, {args.jobs} jobs (jobs/s):")
+    for kernels in ("onnxruntime", "numpy"):
+        t = bench_throughput(name, kernels, args.jobs)
+        print(f"  {kernels:<12} 1 in flight {t[1]:>7.2f}   4 in flight {t[4]:>7.2f}   x{t[4] / t[1]:.2f}")
+
+    print(f"\nprocess max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

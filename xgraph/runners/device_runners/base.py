@@ -1,0 +1,107 @@
+"""What the built-in device runners share: the three modes on top of the subgraph executor.
+
+- "run": the fastest correct path on this host (numpy kernels, or one onnxruntime session
+  for a standard-ONNX subgraph, as `kernels` says);
+- "sim": device-faithful numerics (fp16 storage on devices with `fp16_in_sim` when the
+  graph's precision_mode asks for it) plus a roofline estimate of device time;
+- "ref": the ONNX reference evaluator on the whole subgraph model (golden).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from xgraph.errors import RunnerError
+from xgraph.runners.cost import DeviceTimeEstimate, Roofline
+from xgraph.runners.executor import ReferenceExecutor, SubgraphExecutor
+from xgraph.runners.runner import KERNEL_CHOICES, MODES, Runner, describe
+
+if TYPE_CHECKING:
+    from xgraph.ir import Subgraph
+
+#: precision_mode values (ATC's) under which AI Core computes float32 work in float16.
+FP16_PRECISION_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
+
+
+def device_cost(device: str) -> Any:
+    """The cost profile of a registered device, or None when the device table does not know it."""
+    from xgraph.plugins.devices import get_devices
+    spec = get_devices().get(device)
+    return None if spec is None else spec.cost
+
+
+def precision_mode(subgraph: "Subgraph") -> str:
+    """The graph's precision_mode attr (ATC's default when unset)."""
+    graph = subgraph.graph
+    return str(graph.get_attr("precision_mode")) if graph.has_attr("precision_mode") else "must_keep_origin_dtype"
+
+
+class DeviceRunner(Runner):
+    """A runner for one built-in device; subclasses set `device` and `fp16_in_sim`."""
+
+    device: ClassVar[str] = "CPU"
+    fp16_in_sim: ClassVar[bool] = False
+
+    def __init__(self, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto") -> None:
+        """Plan the subgraph for `mode` once (kernels, weights, buffers)."""
+        super().__init__(subgraph, mode)
+        if mode not in MODES:
+            raise RunnerError(f"{type(self).__name__} for {describe(subgraph)}: unknown mode {mode!r}; "
+                              f"modes are {', '.join(MODES)}")
+        if kernels not in KERNEL_CHOICES:
+            raise RunnerError(f"{type(self).__name__} for {describe(subgraph)}: kernels={kernels!r} is not one "
+                              f"of {', '.join(KERNEL_CHOICES)}")
+        device = str(subgraph.get_attr("device")) if subgraph.has_attr("device") else self.device
+        self.kernels = kernels
+        self.last_estimate: DeviceTimeEstimate | None = None
+        self._roofline: Roofline | None = None
+        self._estimates: dict[tuple, DeviceTimeEstimate] = {}
+        self._estimated_s = 0.0
+        if mode == "ref":
+            self._executor: Any = ReferenceExecutor(subgraph, device)
+        elif mode == "sim":
+            fp16 = self.fp16_in_sim and precision_mode(subgraph) in FP16_PRECISION_MODES
+            self._executor = SubgraphExecutor(subgraph, device, "numpy", np.float16 if fp16 else None)
+            cost = device_cost(device)
+            if cost is not None:
+                self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")
+        else:
+            self._executor = SubgraphExecutor(subgraph, device, kernels)
+
+    @property
+    def backend(self) -> str:
+        """What actually runs the ops: "numpy", "onnxruntime" or "reference"."""
+        return self._executor.backend
+
+    @property
+    def kernel_sources(self) -> dict[str, str]:
+        """op name -> where its kernel came from ("numpy:AICORE", "reference", "onnxruntime", ...)."""
+        return dict(getattr(self._executor, "kernel_sources", {}))
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the planned subgraph once; in "sim" mode also update `last_estimate`."""
+        if self._roofline is None:
+            return self._executor.run(inputs)
+        key = tuple(x.shape for x in inputs)
+        estimate = self._estimates.get(key)
+        if estimate is not None:
+            results = self._executor.run(inputs)
+        else:
+            recorder = self._roofline.estimator()
+            results = self._executor.run(inputs, on_step=recorder)
+            estimate = self._estimates[key] = recorder.estimate
+        self.last_estimate = estimate
+        self._estimated_s += estimate.seconds
+        return results
+
+    def get_stats(self) -> dict[str, Any]:
+        """The base counters plus, in "sim" mode, estimated_device_s summed over runs."""
+        stats = super().get_stats()
+        if self._roofline is not None:
+            stats["estimated_device_s"] = self._estimated_s
+        return stats
+
+    def release(self) -> None:
+        """Free the executor's session and plan."""
+        self._executor.release()

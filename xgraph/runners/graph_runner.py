@@ -1,0 +1,304 @@
+"""GraphRunner: runs a compiled graph, every device subgraph on its runner, as a pipelined DAG.
+
+Built once per graph: a runner per depth-1 subgraph, and a plan of tasks (subgraphs and the
+host<->device copies between them) for the scheduler. A tensor crossing between a device with
+"host" memory (CPU) and one with "device" memory (AICORE, AICPU, DVPP share it) is really
+copied, once per direction, on a copy-engine stream ("H2D" / "D2H"); copies are counted and
+timed. Graph inputs arrive in host memory and graph outputs are returned from host memory.
+
+    runner = create_graph_runner(xgraph.compile("net.onnx"))
+    (logits,) = runner.run({"input": x})
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from xgraph.errors import RunnerError, XGraphError
+from xgraph.runners.jobs import Job, JobStatus, JobTable
+from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
+from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
+
+if TYPE_CHECKING:
+    from xgraph.ir import Graph, Subgraph, Tensor
+
+HOST, DEVICE = "host", "device"
+COPY_STREAMS = {(HOST, DEVICE): "H2D", (DEVICE, HOST): "D2H"}
+
+
+def memory_kind(device: str) -> str:
+    """'host' or 'device' for a registered device; devices the table does not know count as host."""
+    from xgraph.plugins.devices import get_devices
+    spec = get_devices().get(device)
+    return DEVICE if spec is not None and getattr(spec, "memory", HOST) == DEVICE else HOST
+
+
+def device_subgraphs(graph: "Graph") -> "list[Subgraph]":
+    """The root's depth-1 children in dependency order; XGraphError saying to compile first if unplaced."""
+    root = graph.get_root_subgraph()
+    children = root.toposort_child_subgraph() if root.get_children_num() else []
+    unplaced = [c.name for c in children if not c.has_attr("device")]
+    if not children or unplaced:
+        what = (f"has subgraphs without a device ({', '.join(unplaced[:5])})" if children
+                else "has no device subgraphs")
+        raise XGraphError(f"graph {graph.name!r} {what}; compile it first: runner = "
+                          f"xgraph.create_graph_runner(xgraph.compile(graph))")
+    return children
+
+
+def _copy_value(value):
+    """A copy of a tensor, of each tensor of a sequence (list), or None (an empty optional)."""
+    if isinstance(value, list):
+        return [_copy_value(v) for v in value]
+    return None if value is None else np.copy(value)
+
+
+def _copy(args: list[np.ndarray]) -> list[np.ndarray]:
+    return [_copy_value(args[0])]
+
+
+def _subgraph_task(runner: Runner, where: str):
+    """The runner's timed execute, with unexpected exceptions turned into a RunnerError naming `where`."""
+    def call(args: list[np.ndarray]) -> list[np.ndarray]:
+        try:
+            return runner.timed_execute(args)
+        except XGraphError:
+            raise
+        except Exception as e:
+            raise RunnerError(f"{where} failed in {type(runner).__name__}: {type(e).__name__}: {e}") from e
+    return call
+
+
+def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
+    """Tasks for every device subgraph plus the copies its inputs and the graph outputs need."""
+    tasks: list[Task] = []
+    location: dict[str, str] = {t.name: HOST for t in graph.get_input_tensors()}
+    have: set[tuple[str, str]] = {(name, HOST) for name in location}
+    constants = {(t.name, HOST): t.data for t in graph.get_output_tensors() if t.is_const}
+
+    def need(name: str, memory: str) -> tuple[str, str]:
+        key = (name, memory)
+        if key in have or key in constants:
+            return key
+        if name not in location:
+            raise RunnerError(f"graph {graph.name!r}: tensor {name!r} is read before any subgraph produces it")
+        stream = COPY_STREAMS[(location[name], memory)]
+        tasks.append(Task(len(tasks), f"copy {name} {stream}", stream, "copy", _copy,
+                          ((name, location[name]),), (key,), device=stream))
+        have.add(key)
+        return key
+
+    for subgraph, runner in runners.items():
+        device = str(subgraph.get_attr("device"))
+        memory = memory_kind(device)
+        inputs = tuple(need(t.name, memory) for t in runner.get_input_tensors())
+        outputs = []
+        for t in runner.get_output_tensors():
+            location[t.name] = memory
+            have.add((t.name, memory))
+            outputs.append((t.name, memory))
+        where = f"subgraph {subgraph.name!r} on {device}"
+        tasks.append(Task(len(tasks), subgraph.name, device, "subgraph", _subgraph_task(runner, where),
+                          inputs, tuple(outputs), device=device))
+    results = [need(t.name, HOST) for t in graph.get_output_tensors()]
+    plan = Plan(tasks, [(t.name, HOST) for t in graph.get_input_tensors()], results, constants)
+    plan.link()
+    return plan
+
+
+class GraphRunner:
+    """Runs a compiled graph: `run(feeds)` or `execute_async`/`wait` with several jobs in flight."""
+
+    def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
+                 max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
+                 profile: bool = False) -> None:
+        """Create a runner per device subgraph and start one stream per device and copy engine."""
+        if not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
+            raise RunnerError(f"max_jobs_in_flight must be an int >= 1, got {max_jobs_in_flight!r}")
+        if job_timeout is not None and job_timeout <= 0:
+            raise RunnerError(f"job_timeout must be > 0 seconds (or None), got {job_timeout!r}")
+        self.graph, self.mode, self.kernels = graph, mode, kernels
+        self.job_timeout, self.block_when_full = job_timeout, block_when_full
+        self.max_jobs_in_flight = max_jobs_in_flight
+        self._owner = f"graph runner for {graph.name!r}"
+        self.runners: dict[str, Runner] = {}
+        by_subgraph: dict[Subgraph, Runner] = {}
+        try:
+            for sg in device_subgraphs(graph):
+                by_subgraph[sg] = self.runners[sg.name] = Runner.create_runner(sg, mode, kernels)
+            self.plan = build_plan(graph, by_subgraph)
+        except BaseException:
+            for r in by_subgraph.values():
+                r.close()
+            raise
+        self._inputs: list[Tensor] = graph.get_input_tensors()
+        self._outputs: list[Tensor] = graph.get_output_tensors()
+        self._jobs = JobTable(self._owner)
+        self._slots = threading.Semaphore(max_jobs_in_flight)
+        self._closed = False
+        self._stats_lock = threading.Lock()
+        self._copies = {"count": 0, "bytes": 0, "seconds": 0.0}
+        self._job_counts = {s.name: 0 for s in JobStatus if s is not JobStatus.PENDING}
+        self.profile = profile
+        self._spans: list[tuple] = []
+        self._epoch = time.perf_counter()
+        self._scheduler = ThreadScheduler(self.plan, self._observe, name=f"xgraph-{graph.name}")
+        self._watchdog_stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        if job_timeout is not None:
+            self._watchdog = threading.Thread(target=self._watch, name=f"xgraph-{graph.name}-timeouts", daemon=True)
+            self._watchdog.start()
+
+    # -- tensors --------------------------------------------------------------------------------
+    def get_input_tensors(self) -> "list[Tensor]":
+        """The graph inputs, in the order `execute_async` takes them."""
+        return list(self._inputs)
+
+    def get_output_tensors(self) -> "list[Tensor]":
+        """The graph outputs, in the order results are returned."""
+        return list(self._outputs)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
+        """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place."""
+        if self._closed:
+            raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
+        feeds = check_inputs(self._owner, self._inputs, inputs)
+        buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
+        self._acquire_slot()
+        job = self._jobs.new(feeds, buffers, self.job_timeout)
+        job.started = time.perf_counter()
+        self._scheduler.submit(job, feeds, self._job_done)
+        if self._closed:  # close() ran meanwhile and may have missed this job
+            self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
+                                                               f"the runner was closed"))
+        return job.id, 0
+
+    def _acquire_slot(self) -> None:
+        if self._slots.acquire(blocking=False):
+            return
+        if not self.block_when_full:
+            raise RunnerError(f"{self._owner}: {self.max_jobs_in_flight} jobs are already in flight; wait for one "
+                              f"first, or create the runner with a larger max_jobs_in_flight")
+        while not self._slots.acquire(timeout=0.1):
+            if self._closed:
+                raise RunnerError(f"{self._owner}: the runner was closed while waiting for a free job slot")
+
+    def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
+        if self._jobs.finish(job, status, error):
+            with self._stats_lock:
+                self._job_counts[job.status.name] += 1
+            self._slots.release()
+
+    def _job_done(self, job: Job, results: list | None, error: BaseException | None) -> None:
+        """Scheduler callback (on a stream thread): hand over results or record the failure."""
+        if error is not None:
+            if not isinstance(error, XGraphError):
+                error = RunnerError(f"{self._owner}: job {job.id} failed: {type(error).__name__}: {error}")
+            self._finish(job, JobStatus.FAILED, error)
+            return
+        try:
+            if job.outputs is not None:
+                fill_outputs(self._owner, self._outputs, job.outputs, results)
+            else:
+                job.results = results
+        except XGraphError as e:
+            self._finish(job, JobStatus.FAILED, e)
+        else:
+            self._finish(job, JobStatus.OK)
+
+    def _watch(self) -> None:
+        interval = min(0.05, self.job_timeout / 4)
+        while not self._watchdog_stop.wait(interval):
+            now = time.perf_counter()
+            for job in self._jobs.pending():
+                if job.deadline is not None and now > job.deadline:
+                    self._finish(job, JobStatus.TIMED_OUT, RunnerError(
+                        f"{self._owner}: job {job.id} exceeded job_timeout={self.job_timeout} s and was abandoned"))
+
+    def wait(self, job: "tuple[int, int] | int", timeout: float | None = None) -> int:
+        """Block until the job is done (RunnerError after `timeout` s); 0 = ok, non-zero = failed."""
+        return int(self._jobs.wait(job, timeout).status)
+
+    def get_error(self, job: "tuple[int, int] | int") -> BaseException | None:
+        """Why a job failed, timed out or was cancelled (None while pending or after success)."""
+        return self._jobs.get(job).error
+
+    def get_outputs(self, job: "tuple[int, int] | int") -> list[np.ndarray] | None:
+        """The results of a finished job submitted without preallocated outputs."""
+        return self._jobs.get(job).results
+
+    def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
+        """Run once and return the outputs in graph output order; raises the job's error on failure."""
+        job = self._jobs.get(self.execute_async(feeds)[0])
+        self._jobs.wait(job)
+        self._jobs.forget(job)
+        if job.status is not JobStatus.OK:
+            raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
+        return job.results
+
+    # -- stats and profiling --------------------------------------------------------------------
+    def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
+        nbytes = sum(getattr(o, "nbytes", 0) for o in outs)
+        if task.kind == "copy":
+            with self._stats_lock:
+                self._copies["count"] += 1
+                self._copies["bytes"] += nbytes
+                self._copies["seconds"] += end - start
+        if self.profile:
+            self._spans.append((task.name, task.kind, task.stream, start, end, job.id, nbytes))
+
+    def get_stats(self) -> dict[str, Any]:
+        """Jobs by status, host<->device copies (count, bytes, seconds) and each subgraph runner's stats."""
+        with self._stats_lock:
+            stats = {"jobs": dict(self._job_counts), "copies": dict(self._copies)}
+        stats["subgraphs"] = {name: r.get_stats() for name, r in self.runners.items()}
+        return stats
+
+    def export_chrome_trace(self, path: "str | Path") -> None:
+        """Write the recorded spans as Chrome trace-event JSON (one track per device and copy engine)."""
+        if not self.profile:
+            raise RunnerError(f"{self._owner}: nothing was recorded; create the runner with profile=True")
+        streams = self.plan.streams()
+        tid = {s: i + 1 for i, s in enumerate(streams)}
+        events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
+                                         "args": {"name": f"xgraph {self.graph.name}"}}]
+        events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid[s], "args": {"name": s}} for s in streams]
+        for name, kind, stream, start, end, job_id, nbytes in list(self._spans):
+            events.append({"name": name, "cat": kind, "ph": "X", "pid": 1, "tid": tid[stream],
+                           "ts": round((start - self._epoch) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
+                           "args": {"job": job_id, "bytes": nbytes}})
+        Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Cancel jobs in flight (status CANCELLED), stop the streams, close every subgraph runner."""
+        if self._closed:
+            return
+        self._closed = True
+        for job in self._jobs.pending():
+            self._finish(job, JobStatus.CANCELLED,
+                         RunnerError(f"{self._owner}: job {job.id} cancelled: the runner was closed"))
+        self._watchdog_stop.set()
+        stopped = self._scheduler.close(timeout)
+        if self._watchdog is not None:
+            self._watchdog.join(timeout)
+        if stopped:  # a stream stuck in a kernel still uses its runner; leave that to the daemon thread
+            for runner in self.runners.values():
+                runner.close()
+
+    def __enter__(self) -> "GraphRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:
+    """A GraphRunner for a compiled graph (options: max_jobs_in_flight, block_when_full, job_timeout, profile)."""
+    return GraphRunner(graph, mode, kernels, **options)

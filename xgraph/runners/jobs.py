@@ -1,0 +1,138 @@
+"""Job records shared by Runner and GraphRunner: ids, status codes, waiting with a timeout, errors.
+
+A job is submitted (`execute_async`), finishes once (ok, failed, cancelled or timed out) and
+is waited for (`wait`). Finished jobs stay retrievable (status, error) for a while after they
+are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from xgraph.errors import RunnerError
+
+
+class JobStatus(enum.IntEnum):
+    """What `wait` returns: 0 for success, non-zero for every kind of failure."""
+
+    OK = 0
+    FAILED = 1
+    CANCELLED = 2
+    TIMED_OUT = 3
+    PENDING = -1
+
+
+class Job:
+    """One submitted run: its buffers, its completion event and, once done, its status and error."""
+
+    __slots__ = ("id", "inputs", "outputs", "results", "status", "error", "event", "submitted",
+                 "started", "finished", "deadline", "state", "__weakref__")
+
+    def __init__(self, job_id: int, inputs: list, outputs: list | None, deadline: float | None = None):
+        self.id = job_id
+        self.inputs = inputs
+        self.outputs = outputs
+        self.results: list | None = None
+        self.status = JobStatus.PENDING
+        self.error: BaseException | None = None
+        self.event = threading.Event()
+        self.submitted = time.perf_counter()
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.deadline = deadline
+        self.state: Any = None  # scheduler-private bookkeeping
+
+    @property
+    def done(self) -> bool:
+        """True once the job has a final status."""
+        return self.status is not JobStatus.PENDING
+
+
+class JobTable:
+    """Thread-safe job ids and records; `finish` is idempotent (the first final status wins)."""
+
+    def __init__(self, owner: str, keep_finished: int = 1024):
+        self._owner = owner
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, Job] = {}
+        self._finished: OrderedDict[int, Job] = OrderedDict()
+        self._keep = keep_finished
+
+    def new(self, inputs: list, outputs: list | None, timeout: float | None = None) -> Job:
+        """Create and record a pending job (its deadline is now + `timeout` when given)."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        with self._lock:
+            job = Job(next(self._ids), inputs, outputs, deadline)
+            self._pending[job.id] = job
+        return job
+
+    def finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> bool:
+        """Give `job` its final status and wake its waiters; False if it was already final."""
+        with self._lock:
+            if job.status is not JobStatus.PENDING:
+                return False
+            job.status = JobStatus(status)
+            job.error = error
+            job.finished = time.perf_counter()
+            job.inputs = None  # drop references to caller data as soon as possible
+            self._pending.pop(job.id, None)
+            self._finished[job.id] = job
+            while len(self._finished) > self._keep:
+                self._finished.popitem(last=False)
+        job.event.set()
+        return True
+
+    def get(self, job: "tuple[int, int] | int | Job") -> Job:
+        """The record for a job tuple, id or Job; RunnerError if unknown or forgotten."""
+        if isinstance(job, Job):
+            return job
+        job_id = job[0] if isinstance(job, tuple) else job
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise RunnerError(f"{self._owner}: a job is the (job_id, status) tuple execute_async returned "
+                              f"or its int id, not {job!r}")
+        with self._lock:
+            found = self._pending.get(job_id) or self._finished.get(job_id)
+        if found is None:
+            raise RunnerError(f"{self._owner}: unknown job {job_id} (never submitted, or finished so long ago "
+                              f"that it was forgotten; wait for jobs soon after submitting them)")
+        return found
+
+    def wait(self, job: "tuple[int, int] | int | Job", timeout: float | None = None) -> Job:
+        """Block until `job` is final or `timeout` seconds pass (RunnerError naming the job then)."""
+        record = self.get(job)
+        if timeout is not None and timeout < 0:
+            raise RunnerError(f"{self._owner}: wait timeout must be >= 0 seconds, got {timeout}")
+        if not record.event.wait(timeout):
+            raise RunnerError(f"{self._owner}: job {record.id} did not finish within {timeout} s; it is still "
+                              f"running (wait again, or close() the runner to cancel it)")
+        return record
+
+    def forget(self, job: Job) -> None:
+        """Drop a finished job's record (used by the synchronous `run` paths)."""
+        with self._lock:
+            self._finished.pop(job.id, None)
+
+    def pending(self) -> list[Job]:
+        """Jobs not yet final, oldest first."""
+        with self._lock:
+            return sorted(self._pending.values(), key=lambda j: j.id)
+
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every pending job with a RunnerError saying `reason`; returns how many."""
+        n = 0
+        for job in self.pending():
+            if self.finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: {reason}")):
+                n += 1
+        return n
+
+
+def job_error_message(job: Job) -> str:
+    """A one-line description of why `job` did not succeed ("" when it did)."""
+    if job.status is JobStatus.OK:
+        return ""
+    return str(job.error) if job.error is not None else job.status.name.lower()

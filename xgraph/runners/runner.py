@@ -1,0 +1,382 @@
+"""Runner: executes one device subgraph (VART's vart::Runner), plus the runner registry.
+
+A subclass implements `__init__(self, subgraph, mode)` and a synchronous `execute(inputs)`;
+this base class adds job ids, `execute_async`/`wait` on a per-runner worker thread with a
+bounded number of jobs in flight, preallocated outputs filled in place, stats and `close()`.
+
+Runner names in a subgraph's "runner" attr resolve only through the registry: runners added
+with `register_runner`, then those contributed by the `xgraph_runners` hook (the built-ins
+and installed packages). Nothing is ever imported from a name found in a model file.
+"""
+from __future__ import annotations
+
+import inspect
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from xgraph.errors import RunnerError, XGraphError
+from xgraph.runners.jobs import Job, JobStatus, JobTable
+
+if TYPE_CHECKING:
+    from xgraph.ir import Subgraph, Tensor
+
+MODES = ("run", "sim", "ref")
+KERNEL_CHOICES = ("auto", "numpy", "onnxruntime")
+
+_registry_lock = threading.Lock()
+_registered: dict[str, type["Runner"]] = {}
+_from_hooks: dict[str, type["Runner"]] | None = None
+
+
+def register_runner(name: str, runner_class: type["Runner"]) -> None:
+    """Make `runner_class` available under `name` for subgraphs whose "runner" attr names it."""
+    if not isinstance(name, str) or not name:
+        raise RunnerError(f"register_runner needs a non-empty str name, got {name!r}")
+    if not (isinstance(runner_class, type) and issubclass(runner_class, Runner)):
+        raise RunnerError(f"register_runner({name!r}, ...): {runner_class!r} is not a subclass of xgraph.Runner")
+    with _registry_lock:
+        _registered[name] = runner_class
+
+
+def _hook_runners() -> dict[str, type["Runner"]]:
+    """Runners contributed through the `xgraph_runners` hook (collected once)."""
+    global _from_hooks
+    with _registry_lock:
+        if _from_hooks is not None:
+            return _from_hooks
+    from xgraph.plugins.manager import get_plugin_manager
+    found: dict[str, type[Runner]] = {}
+    for contribution in get_plugin_manager().hook.xgraph_runners():
+        for name, cls in (contribution or {}).items():
+            if not (isinstance(cls, type) and issubclass(cls, Runner)):
+                raise RunnerError(f"the xgraph_runners hook returned {cls!r} for runner {name!r}, "
+                                  f"which is not a subclass of xgraph.Runner")
+            found.setdefault(name, cls)
+    with _registry_lock:
+        _from_hooks = found
+    return found
+
+
+def registered_runners() -> dict[str, type["Runner"]]:
+    """Every resolvable runner name and its class (explicit registrations win over hooks)."""
+    runners = dict(_hook_runners())
+    with _registry_lock:
+        runners.update(_registered)
+    return runners
+
+
+def get_runner_class(name: str, where: str = "") -> type["Runner"]:
+    """The class registered as `name`; RunnerError listing the registered names otherwise."""
+    runners = registered_runners()
+    if name in runners:
+        return runners[name]
+    raise RunnerError(f"{where}no runner is registered as {name!r}; registered runners: "
+                      f"{', '.join(sorted(runners)) or 'none'}. Register it with xgraph.register_runner"
+                      f"({name!r}, RunnerClass) or load the plugin that provides it")
+
+
+def describe(subgraph: "Subgraph") -> str:
+    """'subgraph NAME (device DEVICE)' for error messages."""
+    device = subgraph.get_attr("device") if subgraph.has_attr("device") else "no device"
+    return f"subgraph {subgraph.name!r} (device {device})"
+
+
+def _shape_ok(declared, actual: tuple) -> bool:
+    if declared is None:
+        return True
+    if len(declared) != len(actual):
+        return False
+    return all(not isinstance(d, int) or d == a for d, a in zip(declared, actual))
+
+
+def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | dict") -> list[np.ndarray]:
+    """`inputs` (a list in tensor order or a dict by name) as arrays checked against the declared tensors."""
+    names = [t.name for t in tensors]
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise RunnerError(f"{owner}: unknown input {unknown[0]!r}; the inputs are: {', '.join(names)}")
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise RunnerError(f"{owner}: input {missing[0]!r} is missing; the inputs are: {', '.join(names)}")
+        inputs = [inputs[n] for n in names]
+    elif len(inputs) != len(tensors):
+        raise RunnerError(f"{owner}: expected {len(tensors)} inputs ({', '.join(names)}), got {len(inputs)}")
+    arrays = []
+    for t, x in zip(tensors, inputs):
+        if getattr(t, "_type_proto", None) is not None:  # a sequence (list) or optional (None) value
+            arrays.append(x)
+            continue
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x, dtype=t.dtype)
+        if t.dtype is not None and x.dtype != t.dtype:
+            raise RunnerError(f"{owner}: input {t.name!r} must be {t.dtype}, got {x.dtype}; "
+                              f"convert it with .astype(np.{t.dtype})")
+        if not _shape_ok(t.shape, x.shape):
+            raise RunnerError(f"{owner}: input {t.name!r} must have shape {t.shape}, got {x.shape}")
+        arrays.append(x)
+    return arrays
+
+
+def check_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: Sequence) -> list[np.ndarray]:
+    """Preallocated output buffers checked against the declared output tensors (count, shape, dtype)."""
+    if len(outputs) != len(tensors):
+        names = ", ".join(t.name for t in tensors)
+        raise RunnerError(f"{owner}: expected {len(tensors)} preallocated outputs ({names}), got {len(outputs)}")
+    for t, out in zip(tensors, outputs):
+        if not isinstance(out, np.ndarray) or not out.flags.writeable:
+            raise RunnerError(f"{owner}: output {t.name!r} must be a writeable numpy array, got {type(out).__name__}")
+        if t.dtype is not None and out.dtype != t.dtype:
+            raise RunnerError(f"{owner}: output buffer for {t.name!r} must be {t.dtype}, got {out.dtype}")
+        if not _shape_ok(t.shape, out.shape):
+            raise RunnerError(f"{owner}: output buffer for {t.name!r} must have shape {t.shape}, got {out.shape}")
+    return list(outputs)
+
+
+def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarray], results: list) -> None:
+    """Copy `results` into the preallocated `outputs`, refusing a shape or dtype that does not fit."""
+    for t, out, r in zip(tensors, outputs, results):
+        if r.shape != out.shape:
+            raise RunnerError(f"{owner}: output {t.name!r} has shape {r.shape}, but its buffer has shape {out.shape}")
+        if r.dtype != out.dtype:
+            raise RunnerError(f"{owner}: output {t.name!r} came out as {r.dtype}, but its buffer is {out.dtype}")
+        np.copyto(out, r)
+
+
+class _Runtime:
+    """The base class's job machinery, created on first use so subclasses need not call super()."""
+
+    def __init__(self, owner: str, max_jobs: int):
+        self.jobs = JobTable(owner)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.slots = threading.Semaphore(max_jobs)
+        self.exec_lock = threading.Lock()
+        self.stats_lock = threading.Lock()
+        self.worker: threading.Thread | None = None
+        self.io: tuple[list, list] | None = None
+        self.closed = False
+        self.stats = {"runs": 0, "failures": 0, "total_s": 0.0, "last_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+
+
+class Runner:
+    """Executes one subgraph; subclasses provide `__init__(subgraph, mode)` and `execute(inputs)`."""
+
+    #: Jobs accepted by `execute_async` before it blocks (or raises, see `block_when_full`).
+    max_jobs_in_flight: int = 16
+    #: True: `execute_async` waits for a free slot; False: it raises RunnerError at once.
+    block_when_full: bool = True
+    #: Seconds `close()` waits for a job that is already executing before giving up on it.
+    close_timeout: float = 5.0
+
+    _rt_init_lock = threading.Lock()
+
+    def __init__(self, subgraph: "Subgraph", mode: str = "run") -> None:
+        """Remember the subgraph and mode (subclasses load their kernels here)."""
+        self.subgraph = subgraph
+        self.mode = mode
+
+    # -- creation --------------------------------------------------------------------------------
+    @classmethod
+    def create_runner(cls, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto") -> "Runner":
+        """The runner registered for `subgraph`'s "runner" attr in `mode`, created for it."""
+        from xgraph.ir import Subgraph
+        if not isinstance(subgraph, Subgraph):
+            raise RunnerError(f"create_runner needs an xgraph Subgraph, got {type(subgraph).__name__}")
+        where = describe(subgraph)
+        if kernels not in KERNEL_CHOICES:
+            raise RunnerError(f"{where}: kernels={kernels!r} is not one of {', '.join(KERNEL_CHOICES)}")
+        if not subgraph.has_attr("runner"):
+            raise RunnerError(f"{where} has no 'runner' attr, so nothing can run it; compile the graph with "
+                              f"xgraph.compile first, or set_attr('runner', {{'run': NAME}})")
+        runners = subgraph.get_attr("runner")
+        if not isinstance(runners, dict):
+            raise RunnerError(f"{where}: its 'runner' attr must be a dict mode -> runner name, got {runners!r}")
+        if mode not in runners:
+            raise RunnerError(f"{where} has no runner for mode {mode!r}; it has modes: "
+                              f"{', '.join(sorted(runners)) or 'none'}")
+        name = runners[mode]
+        klass = get_runner_class(name, f"{where}, mode {mode!r}: ")
+        try:
+            if "kernels" in inspect.signature(klass.__init__).parameters:
+                runner = klass(subgraph, mode, kernels=kernels)
+            else:
+                runner = klass(subgraph, mode)
+        except XGraphError:
+            raise
+        except Exception as e:
+            raise RunnerError(f"{where}: runner {name!r} ({klass.__name__}) failed to start in mode {mode!r}: "
+                              f"{type(e).__name__}: {e}") from e
+        if getattr(runner, "subgraph", None) is None:
+            runner.subgraph = subgraph
+        if getattr(runner, "mode", None) is None:
+            runner.mode = mode
+        return runner
+
+    # -- what subclasses implement ----------------------------------------------------------------
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the subgraph once, synchronously; outputs in `get_output_tensors()` order."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(inputs)")
+
+    def release(self) -> None:
+        """Free what the runner holds (sessions, device memory); called once by `close()`."""
+
+    # -- tensors ----------------------------------------------------------------------------------
+    def get_input_tensors(self) -> "list[Tensor]":
+        """The subgraph's input tensors, in the order `execute` takes them."""
+        return self.subgraph.get_input_tensors()
+
+    def get_output_tensors(self) -> "list[Tensor]":
+        """The subgraph's output tensors, in the order `execute` returns them."""
+        return self.subgraph.get_output_tensors()
+
+    # -- jobs -------------------------------------------------------------------------------------
+    @property
+    def _rt(self) -> _Runtime:
+        rt = self.__dict__.get("_runtime")
+        if rt is None:
+            with Runner._rt_init_lock:
+                rt = self.__dict__.get("_runtime")
+                if rt is None:
+                    rt = self.__dict__["_runtime"] = _Runtime(self._owner(), self.max_jobs_in_flight)
+        return rt
+
+    def _io(self) -> tuple[list, list]:
+        """(input tensors, output tensors), asked of the subclass once."""
+        rt = self._rt
+        if rt.io is None:
+            rt.io = (list(self.get_input_tensors()), list(self.get_output_tensors()))
+        return rt.io
+
+    def _owner(self) -> str:
+        sg = getattr(self, "subgraph", None)
+        where = describe(sg) if sg is not None else "no subgraph"
+        return f"{type(self).__name__} for {where}"
+
+    def timed_execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """`execute` under the runner's lock, recording time and bytes in the stats."""
+        rt = self._rt
+        with rt.exec_lock:
+            start = time.perf_counter()
+            try:
+                results = self.execute(inputs)
+            except BaseException:
+                with rt.stats_lock:
+                    rt.stats["failures"] += 1
+                raise
+            elapsed = time.perf_counter() - start
+        expected = len(self._io()[1])
+        if not isinstance(results, (list, tuple)) or len(results) != expected:
+            got = f"{len(results)} values" if isinstance(results, (list, tuple)) else type(results).__name__
+            raise RunnerError(f"{self._owner()}: execute returned {got}; it must return a list of "
+                              f"{expected} arrays (one per output tensor)")
+        with rt.stats_lock:
+            s = rt.stats
+            s["runs"] += 1
+            s["total_s"] += elapsed
+            s["last_s"] = elapsed
+            s["bytes_in"] += sum(getattr(x, "nbytes", 0) for x in inputs)
+            s["bytes_out"] += sum(getattr(r, "nbytes", 0) for r in results)
+        return list(results)
+
+    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray]) -> tuple[int, int]:
+        """Queue a run that fills the preallocated `outputs` in place; returns (job_id, 0) at once."""
+        rt = self._rt
+        owner = self._owner()
+        if rt.closed:
+            raise RunnerError(f"{owner}: the runner is closed; create a new one")
+        input_tensors, output_tensors = self._io()
+        arrays = check_inputs(owner, input_tensors, inputs)
+        buffers = check_outputs(owner, output_tensors, outputs)
+        self._acquire_slot(rt, owner)
+        job = rt.jobs.new(arrays, buffers)
+        if rt.worker is None:
+            with Runner._rt_init_lock:
+                if rt.worker is None:
+                    rt.worker = threading.Thread(target=self._work, name=f"xgraph-runner-{owner}", daemon=True)
+                    rt.worker.start()
+        rt.queue.put(job)
+        if rt.closed:  # close() ran meanwhile and may have missed this job
+            self._finish(job, JobStatus.CANCELLED,
+                         RunnerError(f"{owner}: job {job.id} cancelled: the runner was closed"))
+        return job.id, 0
+
+    def _acquire_slot(self, rt: _Runtime, owner: str) -> None:
+        if rt.slots.acquire(blocking=False):
+            return
+        if not self.block_when_full:
+            raise RunnerError(f"{owner}: {self.max_jobs_in_flight} jobs are already in flight; wait for one "
+                              f"before submitting more (or raise max_jobs_in_flight)")
+        while not rt.slots.acquire(timeout=0.1):
+            if rt.closed:
+                raise RunnerError(f"{owner}: the runner was closed while waiting for a free job slot")
+
+    def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
+        if self._rt.jobs.finish(job, status, error):
+            self._rt.slots.release()
+
+    def _work(self) -> None:
+        rt = self._rt
+        while True:
+            job = rt.queue.get()
+            if job is None:
+                return
+            if job.done:
+                continue
+            job.started = time.perf_counter()
+            try:
+                results = self.timed_execute(job.inputs)
+                fill_outputs(self._owner(), self._io()[1], job.outputs, results)
+            except XGraphError as e:
+                self._finish(job, JobStatus.FAILED, e)
+            except Exception as e:
+                self._finish(job, JobStatus.FAILED, RunnerError(
+                    f"{self._owner()}: job {job.id} failed: {type(e).__name__}: {e}"))
+            else:
+                self._finish(job, JobStatus.OK)
+
+    def wait(self, job: "tuple[int, int] | int", timeout: float | None = None) -> int:
+        """Block until the job is done (RunnerError after `timeout` s); 0 = ok, non-zero = failed."""
+        return int(self._rt.jobs.wait(job, timeout).status)
+
+    def get_error(self, job: "tuple[int, int] | int") -> BaseException | None:
+        """Why a job failed or was cancelled (None while pending or when it succeeded)."""
+        return self._rt.jobs.get(job).error
+
+    def run(self, inputs: "Sequence | dict") -> list[np.ndarray]:
+        """Run once in the calling thread; inputs as a list or {name: array}; returns the outputs."""
+        rt = self._rt
+        if rt.closed:
+            raise RunnerError(f"{self._owner()}: the runner is closed; create a new one")
+        return self.timed_execute(check_inputs(self._owner(), self._io()[0], inputs))
+
+    def get_stats(self) -> dict[str, Any]:
+        """Counters: runs, failures, total_s, last_s, bytes_in, bytes_out (plus subclass extras)."""
+        with self._rt.stats_lock:
+            return dict(self._rt.stats)
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel queued and running jobs (their status becomes non-zero), stop the worker, release."""
+        rt = self._rt
+        if rt.closed:
+            return
+        rt.closed = True
+        for job in rt.jobs.pending():
+            self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner()}: job {job.id} cancelled: "
+                                                               f"the runner was closed"))
+        rt.queue.put(None)
+        if rt.worker is not None and rt.worker is not threading.current_thread():
+            rt.worker.join(self.close_timeout)
+            if rt.worker.is_alive():
+                return  # a kernel is stuck; its daemon thread still uses what release() would free
+        self.release()
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

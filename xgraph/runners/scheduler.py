@@ -1,0 +1,183 @@
+"""Runs a graph runner's task DAG: one worker thread per stream (device or copy engine).
+
+The interface is deliberately small, so a second implementation (e.g. Ray actors, one per
+device, with tensors in the object store) can replace `ThreadScheduler` without touching the
+graph runner:
+
+    scheduler = ThreadScheduler(plan, observer)
+    scheduler.submit(job, feeds, done)   # returns at once; done(job, results, error) once
+    scheduler.close(timeout)             # True when every stream stopped
+
+A task becomes ready when every value it reads exists; it then goes to its stream's queue.
+Streams work in FIFO order across jobs, so consecutive jobs overlap on different devices
+(pipelining) while each device still runs one task at a time. A job whose record is already
+final (failed, cancelled, timed out) has its remaining tasks skipped.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from xgraph.runners.jobs import Job
+
+Key = Hashable  # (tensor name, memory kind)
+
+
+@dataclass(eq=False)
+class Task:
+    """One unit of work on one stream: a device subgraph or a host<->device copy."""
+
+    index: int
+    name: str
+    stream: str
+    kind: str  # "subgraph" | "copy"
+    fn: Callable[[list[np.ndarray]], list[np.ndarray]]
+    inputs: tuple[Key, ...]
+    outputs: tuple[Key, ...]
+    successors: tuple[int, ...] = ()
+    num_deps: int = 0
+    device: str = ""
+
+
+@dataclass
+class Plan:
+    """The static schedule: tasks, where the feeds and results live, and how often values are read."""
+
+    tasks: list[Task]
+    feeds: list[Key]
+    results: list[Key]
+    constants: dict[Key, np.ndarray] = field(default_factory=dict)
+    readers: dict[Key, int] = field(default_factory=dict)  # tasks reading each value (results excluded)
+
+    def link(self) -> None:
+        """Fill successors, dependency counts and reader counts from the tasks' inputs and outputs."""
+        producer = {k: t.index for t in self.tasks for k in t.outputs}
+        successors: dict[int, set[int]] = {t.index: set() for t in self.tasks}
+        self.readers = {}
+        keep = set(self.results)
+        for t in self.tasks:
+            deps = {producer[k] for k in t.inputs if k in producer}
+            t.num_deps = len(deps)
+            for d in deps:
+                successors[d].add(t.index)
+            for k in set(t.inputs):
+                if k not in keep:
+                    self.readers[k] = self.readers.get(k, 0) + 1
+        for t in self.tasks:
+            t.successors = tuple(sorted(successors[t.index]))
+
+    def streams(self) -> list[str]:
+        """Stream names in first-use order."""
+        return list(dict.fromkeys(t.stream for t in self.tasks))
+
+
+class _JobRun:
+    """Per-job scheduling state: values produced so far and what each task still waits for."""
+
+    __slots__ = ("job", "values", "waiting", "readers", "left", "lock", "done")
+
+    def __init__(self, job: Job, plan: Plan, feeds: list[np.ndarray], done: Callable) -> None:
+        self.job = job
+        self.values: dict[Key, Any] = dict(plan.constants)
+        self.values.update(zip(plan.feeds, feeds))
+        self.waiting = [t.num_deps for t in plan.tasks]
+        self.readers = dict(plan.readers)
+        self.left = len(plan.tasks)
+        self.lock = threading.Lock()
+        self.done = done
+
+
+Observer = Callable[[Job, Task, float, float, list], None]
+
+
+class ThreadScheduler:
+    """One daemon worker thread per stream, fed by a queue; dependencies counted per job."""
+
+    def __init__(self, plan: Plan, observer: Observer | None = None, name: str = "xgraph") -> None:
+        self.plan = plan
+        self._observer = observer
+        self._queues: dict[str, queue.SimpleQueue] = {s: queue.SimpleQueue() for s in plan.streams()}
+        self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
+                         for s in self._queues]
+        self._roots = [t for t in plan.tasks if t.num_deps == 0]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: Job, feeds: list[np.ndarray],
+               done: Callable[[Job, list | None, BaseException | None], None]) -> None:
+        """Start `job` with `feeds` (in plan.feeds order); `done` is called once with its results or error."""
+        run = _JobRun(job, self.plan, feeds, done)
+        if run.left == 0:
+            done(job, [run.values[k] for k in self.plan.results], None)
+            return
+        for task in self._roots:
+            self._queues[task.stream].put((run, task))
+
+    def _work(self, stream: str) -> None:
+        inbox = self._queues[stream]
+        local: deque = deque()
+        tasks = self.plan.tasks
+        while True:
+            item = local.popleft() if local else inbox.get()
+            if item is None:
+                return
+            run, task = item
+            if run.job.done:
+                continue
+            try:
+                args = [run.values[k] for k in task.inputs]
+                start = time.perf_counter()
+                outs = task.fn(args)
+                end = time.perf_counter()
+                if self._observer is not None:
+                    self._observer(run.job, task, start, end, outs)
+            except Exception as e:  # reported through the job; the stream keeps serving other jobs
+                run.done(run.job, None, e)
+                continue
+            ready = []
+            with run.lock:
+                values = run.values
+                for k, v in zip(task.outputs, outs):
+                    values[k] = v
+                for k in set(task.inputs):
+                    n = run.readers.get(k)
+                    if n is not None:
+                        if n <= 1:
+                            del run.readers[k]
+                            values.pop(k, None)
+                        else:
+                            run.readers[k] = n - 1
+                for s in task.successors:
+                    run.waiting[s] -= 1
+                    if run.waiting[s] == 0:
+                        ready.append(tasks[s])
+                run.left -= 1
+                finished = run.left == 0
+            for t in ready:
+                if t.stream == stream:
+                    local.append((run, t))
+                else:
+                    self._queues[t.stream].put((run, t))
+            if finished:
+                try:
+                    results = [run.values[k] for k in self.plan.results]
+                except KeyError as e:
+                    run.done(run.job, None, e)
+                else:
+                    run.done(run.job, results, None)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop every stream after its current task; waits up to `timeout` s; True if all stopped."""
+        for q in self._queues.values():
+            q.put(None)
+        deadline = time.perf_counter() + timeout
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.perf_counter()))
+        return not any(t.is_alive() for t in self._threads if t is not threading.current_thread())
