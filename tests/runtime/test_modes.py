@@ -93,8 +93,8 @@ def test_reference_fallback_runs_ops_without_a_numpy_kernel():
     np.testing.assert_array_equal(executor.run([x])[0], x * x + x)
 
 
-def test_nested_graph_reading_an_outer_scope_tensor():
-    """If's branches read 'r', produced by Relu in the same subgraph: passed to the reference kernel by name."""
+def if_model():
+    """r = Relu(x); y = If(c, then: Identity(r), else: Neg(r)): the branches read 'r' from the outer scope."""
     then_g = helper.make_graph([helper.make_node("Identity", ["r"], ["t"])], "then", [],
                                [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
     else_g = helper.make_graph([helper.make_node("Neg", ["r"], ["e"])], "else", [],
@@ -104,15 +104,18 @@ def test_nested_graph_reading_an_outer_scope_tensor():
     g = helper.make_graph(nodes, "ifg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
                                          helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    graph = Graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
-    root = graph.get_root_subgraph()
-    root.create_child_subgraph()
-    sg = root.merge_children(root.get_children())
-    sg.set_attr("device", "CPU")
-    executor = SubgraphExecutor(sg, "CPU", kernels="numpy")
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("placement", [{"relu": "CPU", "if": "CPU"}, {"relu": "AICORE", "if": "CPU"}],
+                         ids=["same subgraph", "across subgraphs"])
+def test_nested_graph_reading_an_outer_scope_tensor(make, placement):
+    """The If's branches read 'r' by name; its value reaches the reference kernel wherever Relu ran."""
+    graph = make.place(Graph.from_onnx(if_model()), placement)
     x = np.array([-1, 2], np.float32)
-    np.testing.assert_array_equal(executor.run([x, np.array(True)])[0], [0, 2])
-    np.testing.assert_array_equal(executor.run([x, np.array(False)])[0], [0, -2])
+    with xgraph.create_graph_runner(graph, kernels="numpy") as runner:
+        np.testing.assert_array_equal(runner.run({"x": x, "c": np.array(True)})[0], [0, 2])
+        np.testing.assert_array_equal(runner.run({"x": x, "c": np.array(False)})[0], [0, -2])
 
 
 def test_intermediates_are_released_after_their_last_reader(make):

@@ -118,7 +118,7 @@ class SubgraphExecutor:
         reason = "" if onnxruntime_available() else "onnxruntime is not installed (pip install 'xgraph[onnxruntime]')"
         if required and reason:
             raise RunnerError(f"{self.where}: kernels='onnxruntime' but {reason}")
-        reason = reason or is_standard_onnx(self.subgraph)
+        reason = reason or is_standard_onnx(self.subgraph) or _ort_unexchangeable(self.inputs + self.outputs)
         if not reason:
             try:
                 self._session = _ort_session(self.subgraph)
@@ -282,6 +282,18 @@ class SubgraphExecutor:
         """Drop the onnxruntime session and the planned steps."""
         self._session = None
         self.steps = []
+
+
+def _ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:
+    """'' when onnxruntime's Python API can take and return every tensor, else why not.
+
+    It has no numpy mapping for the ml_dtypes types (bfloat16, float8, int4, ...): a session
+    over them loads, then fails on the first run.
+    """
+    for t in tensors:
+        if t.dtype is not None and t.dtype.isbuiltin != 1:  # 2: a dtype registered by ml_dtypes
+            return f"onnxruntime's Python API cannot exchange {t.dtype} tensors (tensor {t.name!r})"
+    return ""
 
 
 def _ort_session(subgraph: "Subgraph"):

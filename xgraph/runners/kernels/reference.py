@@ -128,10 +128,21 @@ def evaluator_fixes() -> list:
     Loop: the evaluator joins scan outputs with ``np.vstack``, which turns scalar iterations
     into shape (N, 1) and concatenates, instead of stacking, iterations of rank >= 2; the
     replacement records each iteration's scan values and stacks them on a new first axis.
+    Optional: the evaluator wraps the value in a list (``[x]``, ``[None]`` when empty), which
+    OptionalHasElement/OptionalGetElement then read as a present sequence; the replacement
+    returns the value itself (None when empty), the convention every other op follows.
     """
     global _fixed_ops
     if _fixed_ops is None:
         from onnx.reference.ops.op_loop import Loop as EvaluatorLoop
+        from onnx.reference.ops.op_optional import Optional as EvaluatorOptional
+
+        class Optional(EvaluatorOptional):
+            """ONNX Optional: the value itself, or None for an empty optional."""
+
+            def run(self, *args, **kwargs):  # the base class's output check refuses None, so unwrap after it
+                (wrapped,) = super().run(*args, **kwargs)
+                return (wrapped[0],)
 
         class Loop(EvaluatorLoop):
             """ONNX Loop with scan outputs stacked along a new first axis."""
@@ -163,7 +174,7 @@ def evaluator_fixes() -> list:
                     results[self.N + k] = np.stack([np.asarray(s[k]) for s in scans])
                 return tuple(results)
 
-        _fixed_ops = [Loop]
+        _fixed_ops = [Loop, Optional]
     return _fixed_ops
 
 
