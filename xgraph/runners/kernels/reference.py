@@ -36,6 +36,7 @@ import onnx
 from onnx import helper
 
 from xgraph.errors import KernelError
+from xgraph.ir.nested import free_names
 
 
 def _graphs(attributes: Iterable[onnx.AttributeProto]) -> list[onnx.GraphProto]:
@@ -46,19 +47,6 @@ def _graphs(attributes: Iterable[onnx.AttributeProto]) -> list[onnx.GraphProto]:
         elif a.type == onnx.AttributeProto.GRAPHS:
             out.extend(a.graphs)
     return out
-
-
-def _free_names(graph: onnx.GraphProto) -> set[str]:
-    """Names `graph` (or a graph nested in it) reads without defining them: its outer-scope inputs."""
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    defined |= {s.values.name for s in graph.sparse_initializer}
-    used = {v.name for v in graph.output}
-    for node in graph.node:
-        defined.update(node.output)
-        used.update(node.input)
-        for g in _graphs(node.attribute):
-            used |= _free_names(g)
-    return (used - defined) - {""}
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:
@@ -75,7 +63,7 @@ def outer_scope_names(attributes: Iterable[onnx.AttributeProto]) -> tuple[str, .
     """Sorted names that an op's graph attributes read from the enclosing graph."""
     names: set[str] = set()
     for g in _graphs(attributes):
-        names |= _free_names(g)
+        names |= free_names(g)
     return tuple(sorted(names))
 
 
