@@ -52,7 +52,6 @@ REFERENCE_SAMPLE_OPS = {
 }
 REFERENCE_XFAIL = {
     "test_scan_sum": "the ONNX reference evaluator implements Scan from opset 9 only",
-    "test_if_opt": "the ONNX reference evaluator wraps the optional sequence output in an extra list",
 }
 
 
