@@ -105,7 +105,7 @@ def test_call_order_partition_then_compile_once_per_subgraph(tmp_path, call_log)
     records = run_plugin_chain(g, ["order"], [str(tmp_path)])
     assert call_log == ["get_plugin", "get_plugin_name", "get_device", "get_runner", "partition",
                         ("compile", "subgraph_b", False), ("compile", "subgraph_d", False)]
-    assert records == [{"name": "order", "device": "ORDER", "runner": {"run": "cpu"},
+    assert records == [{"name": "order", "device": "ORDER", "runner": {"run": "cpu"}, "memory": "device",
                         "subgraphs": ["subgraph_b", "subgraph_d"], "source": str(tmp_path / "order.py")}]
     for name in ("subgraph_b", "subgraph_d"):
         sg = g.get_subgraph(name)
@@ -155,7 +155,8 @@ def test_duck_typed_plugin_without_the_base_class(tmp_path):
     [record] = run_plugin_chain(g, ["duck"], [str(tmp_path)])
     sg = g.get_subgraph("subgraph_a")
     assert record["subgraphs"] == ["subgraph_a"]
-    assert sg.get_attrs() == {"compiled": True, "device": "DUCK", "runner": {"run": "duckrunner", "ref": "cpu"}}
+    assert sg.get_attrs() == {"compiled": True, "device": "DUCK", "runner": {"run": "duckrunner", "ref": "cpu"},
+                              "memory": "device"}
 
 
 def test_compile_may_touch_its_own_subgraph_ops_and_children(tmp_path):

@@ -33,7 +33,7 @@ from xgraph.partition.merge import plan_merge
 from xgraph.partition.options import CompileOptions, parse_options
 from xgraph.partition.prepare import outer_scope_inputs
 from xgraph.partition.support import Verdict, op_info
-from xgraph.plugins.devices import DeviceSpec
+from xgraph.plugins.devices import DeviceSpec, memory_of
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph, Tensor
@@ -343,8 +343,7 @@ def count_crossings(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[d
     know count as host memory, as in the runtime.
     """
     root = graph.get_root_subgraph()
-    memory = {c: _memory(str(c.get_attr("device")) if c.has_attr("device") else "", devices)
-              for c in root.get_children()}
+    memory = {c: memory_of(c, devices) for c in root.get_children()}
     edges = []
     for child in root.toposort_child_subgraph():
         for t in child.get_output_tensors():

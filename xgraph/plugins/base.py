@@ -60,6 +60,10 @@ class Plugin:
         """Mode -> registered runner name for its subgraphs: by default the CPU runner for every mode."""
         return {mode: DEFAULT_RUNNER for mode in RUNNER_MODES}
 
+    def get_memory(self) -> str:
+        """Where its buffers live: "device" (shared with AI Core/AI CPU/DVPP, no copies) or "host"."""
+        return "device"
+
     def partition(self, graph: "Graph") -> "set[Subgraph]":
         """The unassigned depth-1 subgraphs this plugin takes; by default none."""
         return set()

@@ -113,6 +113,10 @@ def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
     if not isinstance(device, str) or not device.strip():
         raise call.error(f"get_device() returned {device!r}; return a non-empty str such as 'SMFC'")
     runner = _check_runner(call, call("get_runner()", plugin.get_runner))
+    memory = call("get_memory()", plugin.get_memory) if hasattr(plugin, "get_memory") else "device"
+    if memory not in ("device", "host"):
+        raise call.error(f"get_memory() returned {memory!r}; return 'device' (buffers shared with AI Core/AI CPU/DVPP) "
+                         "or 'host' (every tensor in or out is copied)")
 
     before = GraphSnapshot(graph)
     try:
@@ -133,10 +137,11 @@ def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
         for sg in subgraphs:
             sg.set_attr("device", device)
             sg.set_attr("runner", dict(runner))
+            sg.set_attr("memory", memory)
     except BaseException:
         before.restore()
         raise
-    return {"name": name, "device": device, "runner": dict(runner),
+    return {"name": name, "device": device, "runner": dict(runner), "memory": memory,
             "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source}
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
+from xgraph.plugins.devices import memory_of
 from xgraph.runners.jobs import Job, JobStatus, JobTable
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -29,13 +30,6 @@ if TYPE_CHECKING:
 
 HOST, DEVICE = "host", "device"
 COPY_STREAMS = {(HOST, DEVICE): "H2D", (DEVICE, HOST): "D2H"}
-
-
-def memory_kind(device: str) -> str:
-    """'host' or 'device' for a registered device; devices the table does not know count as host."""
-    from xgraph.plugins.devices import get_devices
-    spec = get_devices().get(device)
-    return DEVICE if spec is not None and getattr(spec, "memory", HOST) == DEVICE else HOST
 
 
 def device_subgraphs(graph: "Graph") -> "list[Subgraph]":
@@ -95,7 +89,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
 
     for subgraph, runner in runners.items():
         device = str(subgraph.get_attr("device"))
-        memory = memory_kind(device)
+        memory = memory_of(subgraph)
         inputs = tuple(need(t.name, memory) for t in runner.get_input_tensors())
         outputs = []
         for t in runner.get_output_tensors():

@@ -198,6 +198,18 @@ def register_device(spec: DeviceSpec) -> DeviceSpec:
     return spec
 
 
+def memory_of(subgraph: Any, devices: Mapping[str, DeviceSpec] | None = None) -> str:
+    """"host" or "device" for a device subgraph: its "memory" attr (a plugin device says where its
+    buffers live), else its device's table entry, else "host" (an unknown device is not trusted
+    to share device memory, so tensors to and from it are copied)."""
+    if subgraph.has_attr("memory") and subgraph.get_attr("memory") in MEMORY_KINDS:
+        return subgraph.get_attr("memory")
+    if not subgraph.has_attr("device"):
+        return "host"
+    spec = (get_devices() if devices is None else devices).get(str(subgraph.get_attr("device")))
+    return spec.memory if spec is not None else "host"
+
+
 def unregister_device(name: str) -> None:
     """Remove a device added with `register_device` (tests, interactive sessions)."""
     with _lock:
