@@ -73,6 +73,27 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec]) -> None:
             op.set_attr("kernel", choose_kernel(op, device) if built_in else "plugin", onnx_type=None)
 
 
+def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
+    """Mark ops that compute in float16 only because precision_mode allowed it ("precision" annotation).
+
+    ATC's allow_fp32_to_fp16: an op keeps float32 where its device supports float32, and drops
+    to float16 where the device takes float32 data only as float16 (`needs_fp16` in the op-info
+    library). The sim runner rounds exactly those ops to float16. Under force_fp16 every float
+    op of an fp16 device runs in float16, which the runner applies to whole subgraphs.
+    """
+    if precision_mode != "allow_fp32_to_fp16":
+        return
+    for child in graph.get_root_subgraph().get_children():
+        spec = devices.get(str(child.get_attr("device"))) if child.has_attr("device") else None
+        if spec is None:
+            continue
+        for op in child.get_ops():
+            rule = spec.ops.rule_for(op.type, op.domain)
+            dtype = next((t.dtype for t in op.get_input_tensors() if t is not None and t.dtype is not None), None)
+            if rule is not None and dtype is not None and dtype in rule.needs_fp16 and dtype not in rule.dtypes:
+                op.set_attr("precision", "float16", onnx_type=None)
+
+
 def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
     root = graph.get_root_subgraph()
     for run in runs:
@@ -119,6 +140,7 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     apply_placement(graph, propose_placement(graph, devices, opts), devices)
     stage("kernels")
     annotate_kernels(graph, devices)
+    annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)
     graph.set_attr("prepare_summary", summary)

@@ -96,19 +96,20 @@ class SubgraphExecutor:
     """
 
     def __init__(self, subgraph: "Subgraph", device: str, kernels: str = "numpy",
-                 storage_dtype: np.dtype | None = None) -> None:
+                 storage_dtype: np.dtype | None = None, fp16_ops: frozenset[str] = frozenset()) -> None:
         self.subgraph = subgraph
         self.device = device
         self.where = f"subgraph {subgraph.name!r} on {device}"
         self.inputs: list[Tensor] = subgraph.get_input_tensors()
         self.outputs: list[Tensor] = subgraph.get_output_tensors()
         self.storage_dtype = None if storage_dtype is None else np.dtype(storage_dtype)
+        self.fp16_ops = frozenset(fp16_ops)  # ops computed in float16 (allow_fp32_to_fp16), the rest as declared
         self.backend = "numpy"
         self.backend_reason = ""
         self.kernel_sources: dict[str, str] = {}
         self._session = None
         self.steps: list[Step] = []
-        if kernels in ("onnxruntime", "auto") and self.storage_dtype is None:
+        if kernels in ("onnxruntime", "auto") and self.storage_dtype is None and not self.fp16_ops:
             self._try_onnxruntime(kernels == "onnxruntime")
         if self._session is None:
             self._plan()
@@ -196,6 +197,8 @@ class SubgraphExecutor:
             in_slots += [slot_of[by_name[n]] for n in outer]
         if self.storage_dtype is not None:
             fn = _fp16_storage(fn, self.storage_dtype)
+        elif op.name in self.fp16_ops:
+            fn = _fp16_rounding(fn)
         self.kernel_sources[op.name] = source
         return Step(op, fn, tuple(in_slots), out_slots, attrs, needed, source=source)
 
@@ -329,6 +332,23 @@ def _fp16_storage(fn: Callable, storage: np.dtype) -> Callable:
         if isinstance(result, (tuple, list)):
             return [r.astype(storage) if isinstance(r, np.ndarray) and r.dtype == np.float32 else r for r in result]
         return result
+    return call
+
+
+def _to_fp16_grid(a: Any) -> Any:
+    """A float32 array's values rounded to the nearest float16, kept as float32."""
+    if isinstance(a, np.ndarray) and a.dtype == np.float32:
+        return a.astype(np.float16).astype(np.float32)
+    return a
+
+
+def _fp16_rounding(fn: Callable) -> Callable:
+    """`fn` as a float16 unit computes it: float32 inputs and results rounded to float16 values."""
+    def call(*args, **attrs):
+        result = fn(*[_to_fp16_grid(a) for a in args], **attrs)
+        if isinstance(result, (tuple, list)):
+            return [_to_fp16_grid(r) for r in result]
+        return _to_fp16_grid(result)
     return call
 
 

@@ -20,7 +20,7 @@ from xgraph.runners.runner import KERNEL_CHOICES, MODES, Runner, describe
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph
 
-#: precision_mode values (ATC's) under which AI Core computes float32 work in float16.
+#: precision_mode values (ATC's) under which AI Core computes (some) float32 work in float16.
 FP16_PRECISION_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
 
 
@@ -61,8 +61,12 @@ class DeviceRunner(Runner):
         if mode == "ref":
             self._executor: Any = ReferenceExecutor(subgraph, device)
         elif mode == "sim":
-            fp16 = self.fp16_in_sim and precision_mode(subgraph) in FP16_PRECISION_MODES
-            self._executor = SubgraphExecutor(subgraph, device, "numpy", np.float16 if fp16 else None)
+            # force_fp16: the whole subgraph in float16; allow_fp32_to_fp16: only the ops compile marked
+            precision = precision_mode(subgraph)
+            fp16 = self.fp16_in_sim and precision == "force_fp16"
+            fp16_ops = frozenset(op.name for op in subgraph.get_ops() if op.has_attr("precision")
+                                 and op.get_attr("precision") == "float16") if self.fp16_in_sim else frozenset()
+            self._executor = SubgraphExecutor(subgraph, device, "numpy", np.float16 if fp16 else None, fp16_ops)
             cost = device_cost(device)
             if cost is not None:
                 self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")
