@@ -62,3 +62,12 @@ def test_damaged_jpeg_fails_its_job_and_the_runner_keeps_serving(compiled):
         again = runner.run({"jpeg": good})
     np.testing.assert_array_equal(expected[0], again[0])
     assert list(expected[1][0]) == list(again[1][0])
+
+
+def test_ref_mode_runs_dvpp_subgraphs_through_their_kernels(compiled):
+    encoded = np.frombuffer((SAMPLE / "images" / "sample2.jpg").read_bytes(), np.uint8)
+    with xgraph.create_graph_runner(compiled, mode="ref") as ref, xgraph.create_graph_runner(compiled) as run:
+        (ref_scores, ref_labels), (scores, labels) = ref.run({"jpeg": encoded}), run.run({"jpeg": encoded})
+    assert {r.backend for r in ref.runners.values()} == {"reference"}
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
+    assert labels.dtype == ref_labels.dtype == object and list(labels[0]) == list(ref_labels[0])

@@ -353,18 +353,23 @@ def _fp16_rounding(fn: Callable) -> Callable:
 
 
 class ReferenceExecutor:
-    """The golden path: the ONNX ReferenceEvaluator on the whole subgraph model."""
+    """The golden path: the ONNX ReferenceEvaluator on the whole subgraph model.
+
+    Ops of custom domains the evaluator does not know (xgraph.dvpp, plugin domains) run
+    through xgraph's registered kernels inside the evaluator.
+    """
 
     def __init__(self, subgraph: "Subgraph", device: str) -> None:
         from onnx.reference import ReferenceEvaluator
 
-        from xgraph.runners.kernels.reference import evaluator_fixes
+        from xgraph.runners.kernels.reference import evaluator_fixes, registry_ops
         self.where = f"subgraph {subgraph.name!r} on {device}"
         self.backend = "reference"
         self._inputs = [t.name for t in subgraph.get_input_tensors()]
         self._outputs = [t.name for t in subgraph.get_output_tensors()]
         try:
-            self._evaluator = ReferenceEvaluator(subgraph.to_onnx(), new_ops=evaluator_fixes())
+            custom = registry_ops((op.domain, op.type) for op in subgraph.get_ops())
+            self._evaluator = ReferenceEvaluator(subgraph.to_onnx(), new_ops=evaluator_fixes() + custom)
         except Exception as e:  # the evaluator raises many types; all mean "cannot run this model"
             raise RunnerError(f"{self.where}: the ONNX reference evaluator cannot load it: {e}") from e
         self._lock = threading.Lock()
@@ -376,7 +381,8 @@ class ReferenceExecutor:
                 results = self._evaluator.run(self._outputs, dict(zip(self._inputs, inputs)))
             except Exception as e:  # numpy and evaluator errors alike
                 raise KernelError(f"{self.where}: reference evaluator failed: {type(e).__name__}: {e}") from e
-        return [np.asarray(r) for r in results]
+        from xgraph.runners.kernels.reference import plain_value
+        return [plain_value(r if isinstance(r, list) or r is None else np.asarray(r)) for r in results]
 
     def release(self) -> None:
         """Nothing to free beyond the evaluator itself."""

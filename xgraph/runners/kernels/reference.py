@@ -98,16 +98,49 @@ def _value_info(name: str, type_proto: onnx.TypeProto | None) -> onnx.ValueInfoP
     return info
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """Evaluator output in xgraph's conventions: numpy str arrays become object arrays."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "US":
         return value.astype(object)
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value
 
 
 _fixed_ops: list | None = None
+
+
+#: Domains the ONNX reference evaluator implements itself.
+EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+
+def registry_ops(op_keys: Iterable[tuple[str, str]]) -> list:
+    """Evaluator op classes (pass as `new_ops=`) for custom-domain ops, backed by xgraph's own kernels.
+
+    The evaluator knows only the standard domains; for the others (xgraph.dvpp, plugin
+    domains) xgraph's registered kernel is the reference implementation. `op_keys` holds
+    (domain, op type) pairs; pairs without a registered kernel are skipped (the evaluator
+    then reports them as unknown).
+    """
+    from onnx.reference.op_run import OpRun
+
+    from xgraph.ir.attributes import node_attributes
+    from xgraph.runners.kernels import load_builtin_kernels
+    registry = load_builtin_kernels()
+    classes = []
+    for domain, op_type in sorted(set(op_keys)):
+        if domain in EVALUATOR_DOMAINS:
+            continue
+        k = registry.find(op_type, domain)
+        if k is None:
+            continue
+
+        def _run(self, *inputs, _kernel=k, **_evaluator_attrs):  # attributes are read from the node, typed as xgraph does
+            return tuple(_kernel.invoke(list(inputs), node_attributes(self.onnx_node), len(self.onnx_node.output)))
+
+        classes.append(type(op_type, (OpRun,), {"op_domain": domain, "_run": _run,
+                                                 "__doc__": f"{domain}:{op_type} through xgraph's kernel"}))
+    return classes
 
 
 def evaluator_fixes() -> list:
@@ -260,7 +293,7 @@ class ReferenceKernel:
             except Exception as e:  # numpy and evaluator errors alike: report the op that failed
                 raise KernelError(f"{self.op_type}: reference evaluator failed: {e}") from e
         results = iter(results)
-        return [_plain(next(results)) if n else None for n in self._outputs]
+        return [plain_value(next(results)) if n else None for n in self._outputs]
 
     def _evaluator(self, values: list, outer_values: list, present: frozenset[int]):
         """The evaluator built at creation when it was fully typed, else the one for these values' types."""
