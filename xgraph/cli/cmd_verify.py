@@ -1,0 +1,210 @@
+"""`xgraph verify`: compile and run a model, and compare every output against an independent reference.
+
+    xgraph verify MODEL.onnx [--options JSON] [--plugin-path DIR] [--mode run|sim]
+                  [--kernels ...] [--input NAME=FILE ...] [--seed N] [--rtol R] [--atol A]
+
+Inputs not given are seeded random values. The reference is onnxruntime on the original
+model (the ONNX reference evaluator when onnxruntime cannot load or run it). Each output
+passes when max|err| <= rtol * max|ref| + atol; the defaults are rtol 1e-4, atol 1e-6, and
+rtol 1e-2, atol 1e-3 in "sim" mode when the precision_mode makes AI Core compute in float16.
+Strings must match exactly; sequences are compared element by element. Exit code 0 when
+every output passes, 1 when one differs, 2 for a user error.
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from xgraph.cli.cmd_run import (add_compile_arguments, add_input_argument, add_kernels_argument, complete_inputs,
+                                load_compiled, read_inputs)
+from xgraph.errors import XGraphError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from xgraph.ir import Graph
+
+#: Tolerances: (rtol, atol) by numerics.
+EXACT_TOLERANCE = (1e-4, 1e-6)
+FP16_TOLERANCE = (1e-2, 1e-3)
+FP16_PRECISION_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
+EXIT_MISMATCH = 1
+
+
+@dataclass
+class OutputCheck:
+    """The comparison of one output against the reference."""
+
+    name: str
+    dtype: str
+    shape: str
+    max_err: float
+    max_ref: float
+    limit: float
+    ok: bool
+    note: str = ""
+
+
+def _describe(value: Any) -> tuple[str, str]:
+    if value is None:
+        return "optional", "None"
+    if isinstance(value, list):
+        return "sequence", f"[{len(value)}]"
+    a = np.asarray(value)
+    return str(a.dtype), "x".join(str(d) for d in a.shape) or "scalar"
+
+
+def _errors(got: Any, ref: Any) -> tuple[float, float, str]:
+    """(max |got - ref|, max |ref|, a note when they cannot be compared as numbers)."""
+    if ref is None or got is None:
+        return (0.0, 0.0, "") if ref is None and got is None else \
+            (float("inf"), 0.0, f"{'reference' if ref is None else 'xgraph'} gave an empty optional")
+    if isinstance(ref, list) or isinstance(got, list):
+        if not (isinstance(ref, list) and isinstance(got, list)):
+            return float("inf"), 0.0, "one side is a sequence, the other is not"
+        if len(ref) != len(got):
+            return float("inf"), 0.0, f"sequence of {len(got)} tensors, reference has {len(ref)}"
+        worst_err, worst_ref, notes = 0.0, 0.0, ""
+        for g, r in zip(got, ref):
+            err, mag, note = _errors(g, r)
+            worst_err, worst_ref, notes = max(worst_err, err), max(worst_ref, mag), notes or note
+        return worst_err, worst_ref, notes
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return float("inf"), 0.0, f"shape {got.shape}, reference {ref.shape}"
+    if ref.dtype.kind in "OUS" or got.dtype.kind in "OUS":
+        differ = int(sum(1 for a, b in zip(got.ravel().tolist(), ref.ravel().tolist()) if str(a) != str(b)))
+        return (0.0 if not differ else float("inf")), float("nan"), f"{differ} strings differ" if differ else ""
+    if got.dtype != ref.dtype:
+        return float("inf"), 0.0, f"dtype {got.dtype}, reference {ref.dtype}"
+    if ref.size == 0:
+        return 0.0, 0.0, ""
+    kind = np.complex128 if ref.dtype.kind == "c" else np.float64
+    g, r = got.astype(kind), ref.astype(kind)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(g - r)
+        both_nan = np.isnan(g) & np.isnan(r)
+        same_inf = np.isinf(g) & np.isinf(r) & (g == r)
+        diff = np.where(both_nan | same_inf, 0.0, np.where(np.isnan(diff), np.inf, diff))
+        finite = np.abs(r)[np.isfinite(r)]
+    note = ""
+    if not np.isfinite(g).all() and np.isfinite(r).all():
+        note = "inf/NaN where the reference is finite (float16 overflow?)"
+    return float(diff.max()), float(finite.max()) if finite.size else 0.0, note
+
+
+def check_output(name: str, got: Any, ref: Any, rtol: float, atol: float) -> OutputCheck:
+    """Compare one output: ok when max|err| <= rtol * max|ref| + atol and nothing structural differs."""
+    err, mag, note = _errors(got, ref)
+    limit = rtol * (0.0 if np.isnan(mag) else mag) + atol
+    dtype, shape = _describe(got)
+    return OutputCheck(name, dtype, shape, err, mag, limit, err <= limit and (not note or err == 0.0), note)
+
+
+def reference_model(path: Path, graph: "Graph") -> "onnx.ModelProto":
+    """The model as ONNX, asked for every output of the compiled graph (output_ops may cut elsewhere)."""
+    from onnx import helper
+
+    if path.suffix.lower() == ".xmodel":
+        import xgraph
+        model = xgraph.load(path).to_onnx()
+    else:
+        from xgraph.ir.model_file import read_model
+        model = read_model(path)[0]
+    declared = {o.name for o in model.graph.output}
+    for t in graph.get_output_tensors():
+        if t.name not in declared and t.dtype is not None:
+            code = helper.np_dtype_to_tensor_dtype(t.dtype)
+            model.graph.output.append(helper.make_tensor_value_info(t.name, code, None))
+    return model
+
+
+def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequence[str],
+                  label: str) -> tuple[str, list[Any]]:
+    """(which reference ran, its outputs): onnxruntime, else the ONNX reference evaluator."""
+    problems = []
+    try:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in session.get_inputs()}
+        return "onnxruntime", session.run(list(names), {k: v for k, v in feeds.items() if k in wanted})
+    except ImportError:
+        problems.append("onnxruntime: not installed")
+    except Exception as e:  # onnxruntime raises its own exception types for models it cannot run
+        problems.append(f"onnxruntime: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        from xgraph.runners.kernels.reference import evaluator_fixes
+        evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
+        return "ONNX reference evaluator", evaluator.run(list(names), feeds)
+    except Exception as e:  # the evaluator raises many types; all mean it cannot run this model
+        problems.append(f"reference evaluator: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+    raise XGraphError(f"{label}: no reference can run this model, so it cannot be verified ({'; '.join(problems)})")
+
+
+def tolerances(args: argparse.Namespace, graph: "Graph") -> tuple[float, float]:
+    """(rtol, atol): the flags, else the defaults for the mode and precision."""
+    precision = str(graph.get_attr("precision_mode")) if graph.has_attr("precision_mode") else ""
+    rtol, atol = FP16_TOLERANCE if args.mode == "sim" and precision in FP16_PRECISION_MODES else EXACT_TOLERANCE
+    return (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
+
+
+def add_parser(subparsers) -> None:
+    """Register the `verify` sub-command."""
+    p = subparsers.add_parser("verify", help="compile + run a model and compare its outputs with onnxruntime",
+                              description="Compile a model, run it through the graph runner on seeded random "
+                              "inputs (or --input files), and compare every output with onnxruntime on the "
+                              "original model (the ONNX reference evaluator when onnxruntime cannot run it). "
+                              "Prints max|err| and max|ref| per output; exit code 1 on a mismatch.")
+    p.add_argument("model", metavar="MODEL", help="the model: an .onnx (or an .xmodel, whose graph is the reference)")
+    add_compile_arguments(p)
+    p.add_argument("--mode", choices=("run", "sim"), default="run",
+                   help="run: fastest on this host (default); sim: device numerics (fp16 on AI Core when asked)")
+    add_kernels_argument(p)
+    add_input_argument(p, "Inputs not given get seeded random values.")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--rtol", type=float, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-6; 1e-3 for sim fp16)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compile, run, compare, print; 0 when every output is within tolerance, 1 otherwise."""
+    import xgraph
+    graph = load_compiled(args)
+    inputs = graph.get_input_tensors()
+    feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
+    rtol, atol = tolerances(args, graph)
+    names = [t.name for t in graph.get_output_tensors()]
+    reference, expected = run_reference(reference_model(Path(args.model), graph), feeds, names, args.model)
+    with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, args.kernels) as runner:
+        warnings.simplefilter("ignore", RuntimeWarning)  # overflow shows in the table as inf, not as noise
+        got = runner.run(feeds)
+        backends = sorted({getattr(r, "backend", type(r).__name__) for r in runner.runners.values()})
+    given = [n for n in feeds if n not in filled]
+    source = ", ".join(filter(None, [f"{len(filled)} random (seed {args.seed})" if filled else "",
+                                     f"{len(given)} from files" if given else ""])) or "none"
+    print(f"verify {args.model}: mode {args.mode}, kernels {args.kernels} ({', '.join(backends)}); "
+          f"reference {reference}; inputs: {source}")
+    checks = [check_output(n, g, e, rtol, atol) for n, g, e in zip(names, got, expected)]
+    width = max([len(c.name) for c in checks] + [6])
+    print(f"  {'output':<{width}}  {'dtype':<9} {'shape':<16} {'max|err|':>10} {'max|ref|':>10} {'limit':>10}  result")
+    for c in checks:
+        result = "ok" if c.ok else "MISMATCH" + (f" ({c.note})" if c.note else "")
+        print(f"  {c.name:<{width}}  {c.dtype:<9} {c.shape:<16} {c.max_err:>10.3g} {c.max_ref:>10.3g} "
+              f"{c.limit:>10.3g}  {result}")
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        print(f"verify: FAIL: {len(bad)} of {len(checks)} outputs differ from {reference} "
+              f"({', '.join(bad)}); tolerance max|err| <= {rtol:g} * max|ref| + {atol:g}")
+        return EXIT_MISMATCH
+    print(f"verify: PASS: {len(checks)} outputs match {reference} within max|err| <= {rtol:g} * max|ref| + {atol:g}")
+    return 0
