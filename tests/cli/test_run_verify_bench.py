@@ -244,3 +244,14 @@ def test_bench_exit_code_in_a_process(model, tmp_path):
     done = xgraph_process("bench", str(model), "--runs", "3", "--warmup", "1", "--trace", str(trace))
     assert done.returncode == 0, done.stderr
     check_trace(trace, {"AICORE", "AICPU", "CPU"})
+
+
+def test_run_xmodel_compiled_with_a_plugin_loads_it_from_the_plugin_path(tmp_path):
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    zoo = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+    xgraph.compile(zoo, {"plugins": "smfc"}, [str(plugins)]).serialize(tmp_path / "sq.xmodel")
+    cmd = [sys.executable, "-m", "xgraph.cli.main", "run", str(tmp_path / "sq.xmodel"), "--random"]
+    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # a fresh process: smfc not loaded
+    assert alone.returncode == 2 and "smfc" in alone.stderr and "Traceback" not in alone.stderr
+    loaded = subprocess.run(cmd + ["--plugin-path", str(plugins)], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and "SMFC" in loaded.stdout

@@ -40,7 +40,8 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--options", metavar="JSON", help="compile options as for xcompile --options (used when MODEL "
                    "is an .onnx or an uncompiled .xmodel)")
     p.add_argument("--plugin-path", action="append", default=[], metavar="DIR",
-                   help=f"directory to find plugins in when compiling (repeatable, or {os.pathsep!r}-separated)")
+                   help=f"directory to find plugins in (repeatable, or {os.pathsep!r}-separated): when compiling, "
+                        "and for an .xmodel compiled with plugins, to load them so their runners exist")
 
 
 def add_input_argument(p: argparse.ArgumentParser, missing: str) -> None:
@@ -62,6 +63,15 @@ def plugin_path_of(args: argparse.Namespace) -> list[str] | None:
     return [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d] or None
 
 
+def load_plugins_of(graph: "Graph", plugin_path: list[str] | None) -> None:
+    """Import the plugins a compiled graph was made with, so the runners they register exist."""
+    from xgraph.plugins import load_plugin
+    runs = graph.get_attr("plugin_runs") if graph.has_attr("plugin_runs") else []
+    for run in runs if isinstance(runs, list) else []:
+        if isinstance(run, dict) and isinstance(run.get("name"), str):
+            load_plugin(run["name"], plugin_path)
+
+
 def load_compiled(args: argparse.Namespace) -> "Graph":
     """The model of `args.model`, compiled (an .xmodel that already has device subgraphs is used as is)."""
     import xgraph
@@ -71,6 +81,7 @@ def load_compiled(args: argparse.Namespace) -> "Graph":
     if path.suffix.lower() == ".xmodel" and not args.options:
         graph = xgraph.load(path)
         if not graph.get_root_subgraph().is_leaf:
+            load_plugins_of(graph, plugin_path_of(args))
             return graph
     return xgraph.compile(path, args.options, plugin_path_of(args))
 
@@ -226,6 +237,8 @@ def summarize(value: Any) -> str:
         return f"{head} max|x| {np.abs(numeric).max():.6g}"
     with np.errstate(all="ignore"):
         flat = numeric.ravel()
+        if np.isnan(flat).all():
+            return f"{head} all NaN"
         extra = ""
         if a.ndim == 2 and a.shape[-1] > 1 and a.dtype.kind == "f":  # (batch, classes): the top class
             extra = f" argmax(last axis)[0] {int(np.nanargmax(numeric.reshape(-1, a.shape[-1])[0]))}"
