@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
+from xgraph.runners.blas import configure_blas_once
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Subgraph, Tensor
@@ -136,6 +137,7 @@ class SubgraphExecutor:
             self.backend_reason = reason
 
     def _plan(self) -> None:
+        configure_blas_once()
         registry = kernel_registry()
         ops = self.subgraph.toposort()
         slot_of: dict[Tensor, int] = {}
