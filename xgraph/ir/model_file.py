@@ -3,6 +3,7 @@ and tensor sizes checked against the bytes they carry before anything is allocat
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -17,6 +18,9 @@ from xgraph.errors import ModelFileError
 MAX_TENSOR_BYTES = 1 << 40
 #: Nested graphs (If/Loop/Scan bodies) deeper than this are refused.
 MAX_GRAPH_DEPTH = 64
+#: Sparse tensors are expanded to dense arrays, so a few bytes of indices could ask for gigabytes:
+#: the dense sizes of all sparse tensors in one model may add up to at most this (1 GiB).
+MAX_SPARSE_DENSE_BYTES = 1 << 30
 
 _BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
 if hasattr(TensorProto, "FLOAT4E2M1"):
@@ -43,33 +47,56 @@ def iter_graphs(graph: onnx.GraphProto, label: str, depth: int = 0) -> Iterator[
     if depth > MAX_GRAPH_DEPTH:
         raise ModelFileError(f"{label}: graphs nested more than {MAX_GRAPH_DEPTH} levels deep (If/Loop/Scan bodies)")
     yield graph
-    for node in graph.node:
+    yield from _nested_graphs(graph.node, label, depth + 1)
+
+
+def _nested_graphs(nodes, label: str, depth: int) -> Iterator[onnx.GraphProto]:
+    # Fields are read whatever the attribute's declared type says: a graph hidden behind a
+    # wrong type tag is still checked.
+    for node in nodes:
         for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs(a.g, label, depth + 1)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from iter_graphs(g, label, depth + 1)
+            if a.HasField("g"):
+                yield from iter_graphs(a.g, label, depth)
+            for g in a.graphs:
+                yield from iter_graphs(g, label, depth)
+
+
+def _scopes(model: onnx.ModelProto, label: str) -> Iterator[tuple[onnx.GraphProto | None, object]]:
+    """(graph or None, its nodes) for the main graph, every nested graph and every function body."""
+    for g in iter_graphs(model.graph, label):
+        yield g, g.node
+    for f in model.functions:
+        yield None, f.node
+        for g in _nested_graphs(f.node, label, 1):
+            yield g, g.node
+
+
+def iter_sparse_tensors(model: onnx.ModelProto, label: str) -> Iterator[onnx.SparseTensorProto]:
+    """Every SparseTensorProto: sparse initializers and sparse attribute values, in every scope."""
+    for g, nodes in _scopes(model, label):
+        if g is not None:
+            yield from g.sparse_initializer
+        for node in nodes:
+            for a in node.attribute:
+                if a.HasField("sparse_tensor"):
+                    yield a.sparse_tensor
+                yield from a.sparse_tensors
 
 
 def iter_tensors(model: onnx.ModelProto, label: str) -> Iterator[onnx.TensorProto]:
-    """Every TensorProto in the model: initializers, sparse initializers, attribute tensors, nested graphs."""
-    for g in iter_graphs(model.graph, label):
-        yield from g.initializer
-        for s in g.sparse_initializer:
-            yield s.values
-            yield s.indices
-        for node in g.node:
+    """Every TensorProto in the model: initializers, sparse tensors' parts and attribute tensors, in
+    the main graph, nested graphs and function bodies."""
+    for g, nodes in _scopes(model, label):
+        if g is not None:
+            yield from g.initializer
+        for node in nodes:
             for a in node.attribute:
-                if a.type == onnx.AttributeProto.TENSOR:
+                if a.HasField("t"):
                     yield a.t
-                elif a.type == onnx.AttributeProto.TENSORS:
-                    yield from a.tensors
-    for f in model.functions:
-        for node in f.node:
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.TENSOR:
-                    yield a.t
+                yield from a.tensors
+    for s in iter_sparse_tensors(model, label):
+        yield s.values
+        yield s.indices
 
 
 def declared_bytes(t: onnx.TensorProto, label: str) -> int | None:
@@ -94,8 +121,20 @@ _TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint6
 
 def check_inline_tensor(t: onnx.TensorProto, label: str) -> None:
     """Refuse a tensor whose inline data does not match its declared shape."""
+    if t.data_type not in _KNOWN_TYPES:
+        raise ModelFileError(f"{label}: tensor {t.name!r} has data type {t.data_type}, which is not an ONNX "
+                             "tensor element type")
     nbytes = declared_bytes(t, label)
-    if t.data_location == TensorProto.EXTERNAL or nbytes is None:
+    if t.data_location == TensorProto.EXTERNAL:
+        if nbytes is None:
+            raise ModelFileError(f"{label}: tensor {t.name!r} of type {_type_name(t.data_type)} cannot use external "
+                                 "data (only fixed-size element types can)")
+        return
+    if t.data_type == TensorProto.STRING:
+        numel = int(np.prod(t.dims, dtype=object)) if t.dims else 1
+        if len(t.string_data) != numel:
+            raise ModelFileError(f"{label}: tensor {t.name!r} declares dims {list(t.dims)} ({numel} strings) "
+                                 f"but carries {len(t.string_data)} strings")
         return
     if t.HasField("raw_data") or t.raw_data:
         if len(t.raw_data) != nbytes:
@@ -117,9 +156,72 @@ def check_inline_tensor(t: onnx.TensorProto, label: str) -> None:
                              f"but carries {count} values")
 
 
+_KNOWN_TYPES = frozenset(v for v in TensorProto.DataType.values() if v != TensorProto.UNDEFINED)
+
+
+def _type_name(data_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(data_type)
+    except ValueError:
+        return str(data_type)
+
+
+def check_sparse_tensor(s: onnx.SparseTensorProto, label: str) -> tuple[int, np.ndarray]:
+    """Refuse a malformed sparse tensor before it is expanded: (dense size in bytes, flat indices).
+
+    Its values and indices must already be inline and size-checked (`check_inline_tensor`).
+    """
+    from onnx import numpy_helper
+
+    name = s.values.name or s.indices.name
+    for d in s.dims:
+        if d < 0:
+            raise ModelFileError(f"{label}: sparse tensor {name!r} has a negative dimension {d}")
+    shape = tuple(int(d) for d in s.dims)
+    numel = int(np.prod(shape, dtype=object)) if shape else 1
+    nnz = s.values.dims[0] if len(s.values.dims) == 1 else None
+    if nnz is None:
+        raise ModelFileError(f"{label}: sparse tensor {name!r} has values of dims {list(s.values.dims)}; "
+                             "values must be 1-D [NNZ]")
+    if s.indices.data_type != TensorProto.INT64 or list(s.indices.dims) not in ([nnz], [nnz, len(shape)]):
+        raise ModelFileError(f"{label}: sparse tensor {name!r} has indices of type "
+                             f"{_type_name(s.indices.data_type)} and dims {list(s.indices.dims)}; they must be "
+                             f"INT64 of dims [{nnz}] or [{nnz}, {len(shape)}]")
+    if nnz > numel:
+        raise ModelFileError(f"{label}: sparse tensor {name!r} has {nnz} values for {numel} elements")
+    dense_bytes = (numel * (element_bits(s.values.data_type) or 64) + 7) // 8
+    if dense_bytes > MAX_SPARSE_DENSE_BYTES:
+        raise ModelFileError(f"{label}: sparse tensor {name!r} would expand to {dense_bytes} bytes, over the "
+                             f"{MAX_SPARSE_DENSE_BYTES}-byte limit for sparse data")
+    indices = numpy_helper.to_array(s.indices)
+    if indices.ndim == 2:
+        if ((indices < 0) | (indices >= np.array(shape, dtype=np.int64))).any():
+            raise ModelFileError(f"{label}: sparse tensor {name!r} has an index outside its shape {list(shape)}")
+        flat = np.ravel_multi_index(tuple(indices.T), shape) if indices.size else np.zeros(0, np.int64)
+    else:
+        flat = indices.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= numel):
+            raise ModelFileError(f"{label}: sparse tensor {name!r} has an index outside its {numel} elements")
+    return dense_bytes, flat
+
+
+def sparse_to_dense(s: onnx.SparseTensorProto, label: str) -> np.ndarray:
+    """The dense array of a sparse tensor, after `check_sparse_tensor`."""
+    from onnx import numpy_helper
+
+    _, flat = check_sparse_tensor(s, label)
+    values = numpy_helper.to_array(s.values)
+    shape = tuple(int(d) for d in s.dims)
+    dense = np.zeros(int(np.prod(shape, dtype=object)) if shape else 1, dtype=values.dtype)
+    dense[flat] = values
+    return dense.reshape(shape)
+
+
 def _safe_external_path(base_dir: Path, location: str, label: str, tensor: str) -> Path:
     if not location:
         raise ModelFileError(f"{label}: tensor {tensor!r} has external data with no location")
+    if "\0" in location:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} contains a NUL byte")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
         raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} is absolute; "
                              "external data must stay inside the model's folder")
@@ -127,47 +229,101 @@ def _safe_external_path(base_dir: Path, location: str, label: str, tensor: str) 
     if ".." in parts:
         raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} contains '..'; "
                              "external data must stay inside the model's folder")
-    root = base_dir.resolve()
-    path = (base_dir / location)
-    resolved = path.resolve()
+    try:
+        root = base_dir.resolve()
+        resolved = (base_dir / location).resolve()
+        is_file = resolved.is_file()
+    except (OSError, RuntimeError) as e:  # name too long, symlink loop, unreadable folder
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} cannot be "
+                             f"resolved ({getattr(e, 'strerror', None) or e})") from None
     if root != resolved and root not in resolved.parents:
         raise ModelFileError(f"{label}: tensor {tensor!r} external data {location!r} resolves outside the "
                              f"model's folder ({resolved}); symlinks out of the folder are refused")
-    if not resolved.is_file():
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} does not exist")
-    if resolved.stat().st_nlink > 1:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} has several hard links; "
-                             "refusing a file that may alias one outside the model's folder")
+    if not is_file:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} does not exist "
+                             "or is not a regular file")
     return resolved
 
 
+def _check_range(location: str, offset: int, length: int | None, nbytes: int, size: int,
+                 label: str, tensor: str) -> int:
+    """The number of bytes to read, after checking the range against the file size and the declared size."""
+    if length is None:
+        length = nbytes
+    if offset < 0 or length < 0 or offset + length > size:
+        raise ModelFileError(f"{label}: tensor {tensor!r} reads bytes {offset}..{offset + length} of "
+                             f"{location!r}, which has only {size}")
+    if length != nbytes:
+        raise ModelFileError(f"{label}: tensor {tensor!r} declares {nbytes} bytes but its external data is "
+                             f"{length} bytes")
+    return length
+
+
+def _read_external(path: Path, location: str, offset: int, length: int, nbytes: int, label: str, tensor: str) -> bytes:
+    """The checked byte range of an external data file, read through one descriptor.
+
+    The descriptor is opened without following a final symlink and checked with fstat, so a
+    file swapped for a link or a hard link after the path checks is still refused.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as e:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be opened "
+                             f"({e.strerror}); it may have been replaced by a link") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelFileError(f"{label}: tensor {tensor!r} external data {location!r} is not a regular file")
+        if st.st_nlink > 1:
+            raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} has several hard "
+                                 "links; refusing a file that may alias one outside the model's folder")
+        _check_range(location, offset, length, nbytes, st.st_size, label, tensor)
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} changed while being read")
+    return data
+
+
 def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str) -> None:
-    """Pull external tensor data into the model after checking every location and length."""
+    """Pull external tensor data into the model after checking every location and length.
+
+    Everything is checked before the first byte is read. Byte ranges of one file may not
+    overlap: otherwise many tensors could read the same bytes and a small file on disk would
+    become far more memory.
+    """
+    plan = []
+    ranges: dict[Path, list[tuple[int, int, str]]] = {}
     for t in iter_tensors(model, label):
         if t.data_location != TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
+        if not all(type(k) is str and type(v) is str for k, v in info.items()):  # protobuf gives bytes for bad UTF-8
+            raise ModelFileError(f"{label}: tensor {t.name!r} has external data entries that are not valid UTF-8")
         if base_dir is None:
             raise ModelFileError(f"{label}: tensor {t.name!r} uses external data, which needs the model loaded from a path")
-        path = _safe_external_path(base_dir, info.get("location", ""), label, t.name)
+        location = info.get("location", "")
+        path = _safe_external_path(base_dir, location, label, t.name)
         try:
             offset = int(info.get("offset", 0) or 0)
             length = int(info["length"]) if info.get("length") not in (None, "") else None
         except ValueError:
             raise ModelFileError(f"{label}: tensor {t.name!r} has a non-integer external data offset/length") from None
         nbytes = declared_bytes(t, label)
-        size = path.stat().st_size
-        if length is None:
-            length = nbytes if nbytes is not None else size - offset
-        if offset < 0 or length < 0 or offset + length > size:
-            raise ModelFileError(f"{label}: tensor {t.name!r} reads bytes {offset}..{offset + length} of "
-                                 f"{info.get('location')!r}, which has only {size}")
-        if nbytes is not None and length != nbytes:
-            raise ModelFileError(f"{label}: tensor {t.name!r} declares dims {list(t.dims)} ({nbytes} bytes) "
-                                 f"but its external data is {length} bytes")
-        with open(path, "rb") as f:
-            f.seek(offset)
-            t.raw_data = f.read(length)
+        if nbytes is None:  # check_inline_tensor refuses these first; kept for direct callers
+            raise ModelFileError(f"{label}: tensor {t.name!r} has no fixed size and cannot use external data")
+        length = _check_range(location, offset, length, nbytes, path.stat().st_size, label, t.name)
+        if length:
+            ranges.setdefault(path, []).append((offset, offset + length, t.name))
+        plan.append((t, path, location, offset, length, nbytes))
+    for path, spans in ranges.items():
+        spans.sort()
+        for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+            if start < end:
+                raise ModelFileError(f"{label}: tensors {first!r} and {second!r} read overlapping bytes of "
+                                     f"external data file {path.name!r}; each tensor needs its own bytes")
+    for t, path, location, offset, length, nbytes in plan:
+        t.raw_data = _read_external(path, location, offset, length, nbytes, label, t.name)
         del t.external_data[:]
         t.data_location = TensorProto.DEFAULT
 
@@ -178,21 +334,24 @@ def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | N
     if isinstance(src, onnx.ModelProto):
         label = label or f"model {src.graph.name!r}"
         model = onnx.ModelProto()
-        model.CopyFrom(src)
+        try:
+            model.CopyFrom(src)
+        except (DecodeError, RuntimeError, ValueError) as e:  # e.g. nesting beyond protobuf's depth limit
+            raise ModelFileError(f"{label}: cannot be copied ({e})") from None
     elif isinstance(src, (bytes, bytearray, memoryview)):
         label = label or "model bytes"
         model = parse_model_bytes(bytes(src), label)
     elif isinstance(src, (str, os.PathLike)):
         path = Path(src)
         label = label or str(path)
-        if not path.exists():
-            raise ModelFileError(f"{label}: no such file")
-        if path.is_dir():
-            raise ModelFileError(f"{label}: is a folder, not a model file")
         try:
+            if not path.exists():
+                raise ModelFileError(f"{label}: no such file")
+            if path.is_dir():
+                raise ModelFileError(f"{label}: is a folder, not a model file")
             data = path.read_bytes()
-        except OSError as e:
-            raise ModelFileError(f"{label}: cannot read ({e.strerror})") from None
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+            raise ModelFileError(f"{label}: cannot read ({getattr(e, 'strerror', None) or e})") from None
         model = parse_model_bytes(data, label)
         base_dir = path.parent
     else:
@@ -203,6 +362,10 @@ def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | N
         external = external or t.data_location == TensorProto.EXTERNAL
     if external:
         load_external_data(model, base_dir, label)
+    sparse_bytes = sum(check_sparse_tensor(s, label)[0] for s in iter_sparse_tensors(model, label))
+    if sparse_bytes > MAX_SPARSE_DENSE_BYTES:
+        raise ModelFileError(f"{label}: sparse tensors expand to {sparse_bytes} bytes, over the "
+                             f"{MAX_SPARSE_DENSE_BYTES}-byte limit for sparse data")
     return model, base_dir, label
 
 

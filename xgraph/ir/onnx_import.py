@@ -10,7 +10,8 @@ from onnx import helper, numpy_helper
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.attributes import attribute_to_python
 from xgraph.ir.graph import Graph
-from xgraph.ir.model_file import read_model
+from xgraph.ir.model_file import iter_graphs, read_model, sparse_to_dense
+from xgraph.ir.nested import GRAPH_TYPES, free_names, graphs_of
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
 
@@ -51,9 +52,33 @@ def type_to_shape_dtype(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | No
     return tuple(dims), dtype, True
 
 
+#: onnx's data propagation (which resolves Shape -> Gather -> Reshape chains) spends time and
+#: memory linear in the length of the 1-D tensors it meets: about 150 bytes per element in
+#: onnx 1.23, so a 200-byte model declaring a [2**32] input asks for hundreds of GiB. Models
+#: declaring a dimension longer than this get shape inference without data propagation.
+DATA_PROP_MAX_DIM = 1 << 20
+
+
+def _largest_declared_dim(model: onnx.ModelProto, label: str) -> int:
+    """The largest dimension written in the model: value infos, initializers and attribute tensors, all graphs."""
+    largest = 0
+    for g in iter_graphs(model.graph, label):
+        for vi in (*g.input, *g.output, *g.value_info):
+            if vi.type.WhichOneof("value") == "tensor_type":
+                largest = max(largest, max((d.dim_value for d in vi.type.tensor_type.shape.dim), default=0))
+        for t in g.initializer:
+            largest = max(largest, max(t.dims, default=0))
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    largest = max(largest, max(a.t.dims, default=0))
+    return largest
+
+
 def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    data_prop = _largest_declared_dim(model, label) <= DATA_PROP_MAX_DIM
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only
         try:
             return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -72,18 +97,58 @@ def _value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
 class _Node:
     """A NodeProto's fields read once into Python objects (protobuf field access is slow)."""
 
-    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "proto")
+    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "implicit", "proto")
 
-    def __init__(self, n: onnx.NodeProto):
+    def __init__(self, n: onnx.NodeProto, label: str):
         self.name = n.name
         self.op_type = n.op_type
         self.domain = n.domain
         self.inputs = list(n.input)
         self.outputs = list(n.output)
         self.proto = n
+        if not (_is_text(self.name, self.op_type, self.domain, n.doc_string) and _is_text(*self.inputs)
+                and _is_text(*self.outputs) and _is_text(*(a.name for a in n.attribute))):
+            raise ModelFileError(f"{label}: node {self.name!r} ({self.op_type!r}) has a name, input, output or "
+                                 "attribute name that is not valid UTF-8")
+        # outer tensors its If/Loop/Scan bodies read by name: dependencies like inputs
+        self.implicit: list[str] = []
+        graphs = graphs_of(helper.get_attribute_value(a) for a in n.attribute if a.type in GRAPH_TYPES)
+        if graphs:
+            outer = set().union(*(free_names(g) for g in graphs))
+            if not _is_text(*outer):
+                raise ModelFileError(f"{label}: node {self.name!r} ({self.op_type!r}) has a nested graph whose "
+                                     "names are not valid UTF-8")
+            self.implicit = sorted(outer - set(self.outputs))
 
     def label(self) -> str:
         return self.name or self.op_type
+
+
+def _is_text(*values: Any) -> bool:
+    # protobuf hands over a string field that is not valid UTF-8 as bytes
+    return all(type(v) is str for v in values)
+
+
+def check_text(model: onnx.ModelProto, label: str) -> None:
+    """Refuse model-level and graph-level strings that are not valid UTF-8 (nodes check their own)."""
+    g = model.graph
+    texts = [model.producer_name, model.producer_version, model.domain, model.doc_string, g.name, g.doc_string]
+    texts += [p.key for p in model.metadata_props] + [p.value for p in model.metadata_props]
+    texts += [o.domain for o in model.opset_import]
+    texts += [t.name for t in g.initializer] + [s.values.name for s in g.sparse_initializer]
+    for vi in (*g.input, *g.output, *g.value_info):
+        texts.append(vi.name)
+        if vi.type.WhichOneof("value") == "tensor_type":
+            texts += [d.dim_param for d in vi.type.tensor_type.shape.dim]
+    for f in model.functions:  # kept as protos, but their names and domains are read
+        texts += [f.name, f.domain, getattr(f, "overload", ""), *f.input, *f.output, *f.attribute]
+        texts += [o.domain for o in f.opset_import]
+        for n in f.node:
+            texts += [n.name, n.op_type, n.domain, *n.input, *n.output]
+    if not _is_text(*texts):
+        bad = next(t for t in texts if type(t) is not str)
+        raise ModelFileError(f"{label}: the string {bad[:40]!r} (a name, doc string or metadata entry) is not "
+                             "valid UTF-8")
 
 
 def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
@@ -99,12 +164,13 @@ def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
             produced_by[o] = i
     in_file_order = True
     for i, n in enumerate(nodes):
-        for x in n.inputs:
+        for x in n.inputs + n.implicit:
             if not x or x in known:
                 continue
             j = produced_by.get(x)
             if j is None:
-                raise ModelFileError(f"{label}: node {n.label()!r} reads tensor {x!r}, which no node, "
+                how = "reads" if x in n.inputs else "has a nested graph that reads"
+                raise ModelFileError(f"{label}: node {n.label()!r} {how} tensor {x!r}, which no node, "
                                      "initializer or graph input defines")
             if j >= i:
                 in_file_order = False
@@ -113,7 +179,7 @@ def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
     indeg = [0] * len(nodes)
     users: dict[int, list[int]] = {}
     for i, n in enumerate(nodes):
-        deps = {produced_by[x] for x in n.inputs if x and x in produced_by}
+        deps = {produced_by[x] for x in n.inputs + n.implicit if x and x in produced_by}
         indeg[i] = len(deps)
         for d in deps:
             users.setdefault(d, []).append(i)
@@ -180,6 +246,7 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
     """Build a Graph from a ModelProto whose data is inline and already checked."""
     if infer_shapes:
         model = _infer(model, label)
+    check_text(model, label)
     g = model.graph
     graph = Graph(g.name or "graph")
     graph.ir_version = int(model.ir_version)
@@ -214,31 +281,28 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
         except Exception as e:  # numpy_helper raises assorted errors for malformed tensors
             raise ModelFileError(f"{label}: initializer {init.name!r} cannot be read: {e}") from None
     for sp in g.sparse_initializer:
+        if not sp.values.name:
+            raise ModelFileError(f"{label}: a sparse initializer has no name")
         try:
-            dense = numpy_helper.to_array(onnx.helper.make_tensor(
-                sp.values.name, sp.values.data_type, list(sp.dims), np.zeros(int(np.prod(sp.dims))).tolist()))
-            values = numpy_helper.to_array(sp.values)
-            idx = numpy_helper.to_array(sp.indices)
-            flat = dense.reshape(-1)
-            if idx.ndim == 2:
-                idx = np.ravel_multi_index(tuple(idx.T), tuple(sp.dims))
-            flat[idx] = values
-            add_const(sp.values.name, flat.reshape(tuple(sp.dims)))
+            add_const(sp.values.name, sparse_to_dense(sp, label))
         except ModelFileError:
             raise
         except Exception as e:  # malformed sparse tensors raise from numpy
             raise ModelFileError(f"{label}: sparse initializer {sp.values.name!r} cannot be read: {e}") from None
     for vi in g.input:
         if vi.name in tensors:
-            continue  # an initializer listed as input (IR < 4): a weight
+            if tensors[vi.name]._data is not None and tensors[vi.name] not in graph._inputs:
+                continue  # an initializer listed as input (IR < 4): a weight
+            raise ModelFileError(f"{label}: graph input {vi.name!r} is listed twice; names must be unique")
         if not vi.name:
             raise ModelFileError(f"{label}: a graph input has no name")
         t = Tensor(graph, vi.name)
         _set_tensor_type(t, vi.type)
         tensors[vi.name] = t
         graph._inputs.append(t)
-    nodes = [_Node(n) for n in g.node]
+    nodes = [_Node(n, label) for n in g.node]
     order = _node_order(nodes, set(tensors), label)
+    declared = {o for n in nodes for o in n.outputs if o}
     names = _unique_op_names(nodes, order)
     root_ops, leaf_of, ops = graph._root._ops, graph._leaf_of, graph._ops
     for i in order:
@@ -251,13 +315,25 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
         for a in proto.attribute:
             if a.name in op._attrs:
                 raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
-            value, attr_type = attribute_to_python(a)
+            if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
+                raise ModelFileError(f"{label}: node {op.name!r} has an attribute without a name or type "
+                                     f"(name {a.name!r}, type {a.type})")
+            try:
+                value, attr_type = attribute_to_python(a)
+            except Exception as e:  # onnx/numpy raise assorted errors for malformed attributes
+                raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: "
+                                     f"{type(e).__name__}: {e}") from None
             op._set_onnx_attr(a.name, value, attr_type)
         op._link_inputs([tensors[x] if x else None for x in n.inputs])
         for o in n.outputs:
             if not o:
-                # an omitted optional output: give it a private name so positions are kept
-                o = f"{op.name}:unused:{len(op._outputs)}"
+                # an omitted optional output: give it a private name so positions are kept,
+                # one that no tensor of the model uses
+                o = base = f"{op.name}:unused:{len(op._outputs)}"
+                k = 0
+                while o in tensors or o in declared:
+                    k += 1
+                    o = f"{base}_{k}"
             t = Tensor(graph, o)
             t._producer = op
             _set_tensor_type(t, types.get(o))

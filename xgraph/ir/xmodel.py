@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from xgraph.errors import GraphError, ModelFileError, XGraphError
 from xgraph.ir.attributes import array_to_tensor
 from xgraph.ir.graph import Graph
 from xgraph.ir.model_file import read_model
-from xgraph.ir.onnx_import import graph_from_model_proto
+from xgraph.ir.onnx_import import check_text, graph_from_model_proto
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
@@ -101,8 +101,8 @@ class _Decoder:
         if tag == "f":
             try:
                 return float(x)
-            except ValueError:
-                self.fail(f"{x!r} is not a float")
+            except (ValueError, OverflowError):
+                self.fail(f"{str(x)[:60]!r} is not a float")
         if tag == "y":
             try:
                 return base64.b64decode(x, validate=True)
@@ -137,6 +137,10 @@ def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
 
 def to_model_proto(graph: Graph) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto."""
+    clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
+    if clash is not None:
+        raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
+                         ".xmodel files reserve for attribute arrays; rename the tensor before saving")
     model = graph.to_onnx()
     enc = _Encoder()
     meta = {
@@ -156,26 +160,57 @@ def to_model_proto(graph: Graph) -> onnx.ModelProto:
     return model
 
 
+def _create_temp(folder: Path, name: str) -> tuple[int, str]:
+    """A new, exclusively created file beside the target, with the mode open() would give.
+
+    Created with mode 0o666 so the kernel applies the process umask (mkstemp's 0600 would stick
+    to the final file, and changing the umask to learn it is not thread-safe).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {folder}")
+
+
 def serialize(graph: Graph, path: str | os.PathLike) -> None:
-    """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched."""
+    """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
+
+    Only `path` itself (and a temporary file beside it) is ever written: all data is inline,
+    so no name from the graph becomes a path. A `path` that is a symbolic link is refused
+    rather than replaced or written through.
+    """
     path = Path(path)
-    data = to_model_proto(graph).SerializeToString()
+    try:
+        data = to_model_proto(graph).SerializeToString()
+    except (ValueError, RuntimeError) as e:  # e.g. over protobuf's 2 GiB message limit
+        raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e})") from None
     folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ModelFileError(f"{path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        if not folder.is_dir():
+            raise ModelFileError(f"{path}: folder {folder} does not exist")
+        if path.is_symlink():
+            raise ModelFileError(f"{path}: is a symbolic link (to {os.readlink(path)}); xgraph does not write "
+                                 "through links: write to the real path, or remove the link first")
+        if path.is_dir():
+            raise ModelFileError(f"{path}: is a folder; give a file name such as {path / 'model.xmodel'}")
+        fd, tmp = _create_temp(folder, path.name)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise ModelFileError(f"{path}: cannot write ({getattr(e, 'strerror', None) or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # what open() would have given, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
+        os.replace(tmp, path)  # renames over `path`; never follows a link created meanwhile
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            raise ModelFileError(f"{path}: cannot write ({e.strerror or e})") from None
         raise
 
 
@@ -188,8 +223,8 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
         raise ModelFileError(f"{label}: {META_KEY!r} metadata appears {len(entries)} times")
     try:
         meta = json.loads(entries[0])
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ModelFileError(f"{label}: xgraph metadata is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, or an int of too many digits
+        raise ModelFileError(f"{label}: xgraph metadata is not valid JSON ({str(e)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ModelFileError(f"{label}: xgraph metadata does not declare format {FORMAT!r}")
     if meta.get("version") != VERSION:
@@ -205,12 +240,17 @@ def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
     root = graph._root
     root._attrs = dec.attrs(node.get("attrs", {}), "the root subgraph")
     claimed: dict[str, str] = {}
+    child_names: dict[Subgraph, set[str]] = {}
 
     def build(parent: Subgraph, spec: Any, depth: int) -> set:
         if depth > MAX_JSON_DEPTH:
             dec.fail(f"subgraph tree deeper than {MAX_JSON_DEPTH}")
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             dec.fail(f"a subgraph under {parent.name!r} has no name")
+        siblings = child_names.setdefault(parent, set())
+        if spec["name"] in siblings:
+            dec.fail(f"two subgraphs under {parent.name!r} are named {spec['name']!r}")
+        siblings.add(spec["name"])
         sg = Subgraph(graph, spec["name"], parent)
         sg._attrs = dec.attrs(spec.get("attrs", {}), f"subgraph {spec['name']!r}")
         if "children" in spec:
@@ -249,6 +289,7 @@ def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
 
 def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
     """Rebuild a Graph from an .xmodel ModelProto (data inline and checked)."""
+    check_text(model, label)
     meta = _read_meta(model, label)
     arrays: dict[str, np.ndarray] = {}
     reserved = frozenset(i.name for i in model.graph.initializer if i.name.startswith(ARRAY_PREFIX))
@@ -274,7 +315,8 @@ def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
     graph.name = g["name"]
     graph._attrs = dec.attrs(g.get("attrs", {}), "the graph")
     order = meta["op_order"]
-    if sorted(order) != sorted(graph._ops):
+    if (not all(isinstance(n, str) for n in order) or len(order) != len(graph._ops)
+            or set(order) != set(graph._ops)):
         dec.fail("op order does not list exactly the graph's ops")
     graph._ops = {n: graph._ops[n] for n in order}
     for i, op in enumerate(graph._ops.values()):

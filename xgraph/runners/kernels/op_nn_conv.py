@@ -5,7 +5,8 @@ Everything is lowered to matrix products so BLAS does the arithmetic:
 
 * a 1x1 kernel is one matmul on the input viewed as (C, H*W), without copying it;
 * a larger kernel gathers an im2col matrix (C*kH*kW, OH*OW) from a strided view of the padded
-  input, then does one matmul per image (grouped convolutions batch the per-group products);
+  input into a reused per-thread buffer, then does one matmul per image (grouped convolutions
+  batch the per-group products);
 * a depthwise kernel (one input channel per group) accumulates kH*kW shifted, scaled slices;
 * ConvTranspose is a matmul to columns followed by a col2im scatter-add, one slice per kernel tap.
 
@@ -15,6 +16,7 @@ shared with the pooling family.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -143,6 +145,25 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 # --------------------------------------------------------------------------- Conv core
 
+#: im2col matrices up to this size are built in a reused per-thread buffer: a fresh multi-megabyte
+#: array costs a page fault per 4 KiB on first touch, as much as the copy into it. Larger ones are
+#: allocated per call so an occasional huge convolution does not pin its memory.
+SCRATCH_LIMIT_BYTES = 64 << 20
+_scratch = threading.local()
+
+
+def _im2col(view: np.ndarray, rows: int, length: int) -> np.ndarray:
+    """The (rows, length) matrix of a (C, *K, *O) window view, valid until this thread's next call."""
+    nbytes = rows * length * view.dtype.itemsize
+    if nbytes > SCRATCH_LIMIT_BYTES:
+        return view.reshape(rows, length)
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = _scratch.buffer = np.empty(nbytes, dtype=np.uint8)
+    col = buffer[:nbytes].view(view.dtype).reshape(rows, length)
+    np.copyto(col.reshape(view.shape), view)
+    return col
+
 
 def _check_conv_shapes(op: str, x: np.ndarray, w: np.ndarray, group: int, kernel_shape) -> tuple[int, ...]:
     if x.ndim < 3:
@@ -190,9 +211,10 @@ def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_s
 
     if group == 1:
         wm = w.reshape(m, c * taps)
-        if n == 1:
-            return np.matmul(wm, view[0].reshape(c * taps, length)).reshape((1, m) + tuple(out))
-        return np.matmul(wm, view.reshape(n, c * taps, length)).reshape((n, m) + tuple(out))
+        y = np.empty((n, m, length), dtype=np.result_type(x.dtype, w.dtype))
+        for i in range(n):
+            np.matmul(wm, _im2col(view[i], c * taps, length), out=y[i])
+        return y.reshape((n, m) + tuple(out))
     cols = view.reshape(n, group, (c // group) * taps, length)
     y = np.matmul(w.reshape(group, m // group, (c // group) * taps), cols)
     return y.reshape((n, m) + tuple(out))

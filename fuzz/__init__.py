@@ -1,0 +1,1 @@
+"""Fuzzing and soak harnesses for xgraph (see README.md here and docs/security.md)."""

@@ -1,0 +1,9 @@
+"""Security tests use the fuzz harness in fuzz/ (outside the package): make the repo root importable."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
