@@ -42,59 +42,79 @@ def element_bits(elem_type: int) -> int | None:
         return None
 
 
-def iter_graphs(graph: onnx.GraphProto, label: str, depth: int = 0) -> Iterator[onnx.GraphProto]:
-    """The graph and every graph nested in node attributes, refusing absurd nesting."""
-    if depth > MAX_GRAPH_DEPTH:
-        raise ModelFileError(f"{label}: graphs nested more than {MAX_GRAPH_DEPTH} levels deep (If/Loop/Scan bodies)")
-    yield graph
-    yield from _nested_graphs(graph.node, label, depth + 1)
+class Inventory:
+    """Everything a model carries in nested places, found in one walk over its nodes.
 
+    Protobuf field access from Python is slow, and hostile-file checks need the graphs,
+    tensors and sparse tensors of every scope: one walk collects them all.
+    """
 
-def _nested_graphs(nodes, label: str, depth: int) -> Iterator[onnx.GraphProto]:
-    # Fields are read whatever the attribute's declared type says: a graph hidden behind a
-    # wrong type tag is still checked.
-    for node in nodes:
-        for a in node.attribute:
-            if a.HasField("g"):
-                yield from iter_graphs(a.g, label, depth)
-            for g in a.graphs:
-                yield from iter_graphs(g, label, depth)
+    __slots__ = ("graphs", "tensors", "sparse")
 
+    def __init__(self) -> None:
+        self.graphs: list[onnx.GraphProto] = []
+        self.tensors: list[onnx.TensorProto] = []
+        self.sparse: list[onnx.SparseTensorProto] = []
 
-def _scopes(model: onnx.ModelProto, label: str) -> Iterator[tuple[onnx.GraphProto | None, object]]:
-    """(graph or None, its nodes) for the main graph, every nested graph and every function body."""
-    for g in iter_graphs(model.graph, label):
-        yield g, g.node
-    for f in model.functions:
-        yield None, f.node
-        for g in _nested_graphs(f.node, label, 1):
-            yield g, g.node
+    def add_graph(self, graph: onnx.GraphProto, label: str, depth: int) -> None:
+        """Record `graph` (refusing absurd nesting), its initializers and everything in its nodes."""
+        if depth > MAX_GRAPH_DEPTH:
+            raise ModelFileError(f"{label}: graphs nested more than {MAX_GRAPH_DEPTH} levels deep (If/Loop/Scan bodies)")
+        self.graphs.append(graph)
+        self.tensors.extend(graph.initializer)
+        self.sparse.extend(graph.sparse_initializer)
+        self.add_nodes(graph.node, label, depth)
 
+    def add_nodes(self, nodes, label: str, depth: int) -> None:
+        """Record the attribute contents of `nodes`.
 
-def iter_sparse_tensors(model: onnx.ModelProto, label: str) -> Iterator[onnx.SparseTensorProto]:
-    """Every SparseTensorProto: sparse initializers and sparse attribute values, in every scope."""
-    for g, nodes in _scopes(model, label):
-        if g is not None:
-            yield from g.sparse_initializer
+        Fields are read whatever an attribute's declared type says: a graph or tensor hidden
+        behind a wrong type tag is still checked.
+        """
         for node in nodes:
-            for a in node.attribute:
+            attributes = node.attribute
+            if not attributes:
+                continue
+            for a in attributes:
+                if a.HasField("t"):
+                    self.tensors.append(a.t)
+                self.tensors.extend(a.tensors)
                 if a.HasField("sparse_tensor"):
-                    yield a.sparse_tensor
-                yield from a.sparse_tensors
+                    self.sparse.append(a.sparse_tensor)
+                self.sparse.extend(a.sparse_tensors)
+                if a.HasField("g"):
+                    self.add_graph(a.g, label, depth + 1)
+                for g in a.graphs:
+                    self.add_graph(g, label, depth + 1)
 
 
-def iter_tensors(model: onnx.ModelProto, label: str) -> Iterator[onnx.TensorProto]:
+def inventory(model: onnx.ModelProto, label: str) -> Inventory:
+    """The graphs (main first), tensors and sparse tensors of the model, function bodies included."""
+    inv = Inventory()
+    inv.add_graph(model.graph, label, 0)
+    for f in model.functions:
+        inv.add_nodes(f.node, label, 1)
+    return inv
+
+
+def iter_graphs(graph: onnx.GraphProto, label: str) -> Iterator[onnx.GraphProto]:
+    """The graph and every graph nested in node attributes, refusing absurd nesting."""
+    inv = Inventory()
+    inv.add_graph(graph, label, 0)
+    yield from inv.graphs
+
+
+def iter_sparse_tensors(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> Iterator[onnx.SparseTensorProto]:
+    """Every SparseTensorProto: sparse initializers and sparse attribute values, in every scope."""
+    yield from (inv or inventory(model, label)).sparse
+
+
+def iter_tensors(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> Iterator[onnx.TensorProto]:
     """Every TensorProto in the model: initializers, sparse tensors' parts and attribute tensors, in
     the main graph, nested graphs and function bodies."""
-    for g, nodes in _scopes(model, label):
-        if g is not None:
-            yield from g.initializer
-        for node in nodes:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    yield a.t
-                yield from a.tensors
-    for s in iter_sparse_tensors(model, label):
+    inv = inv or inventory(model, label)
+    yield from inv.tensors
+    for s in inv.sparse:
         yield s.values
         yield s.indices
 
@@ -356,13 +376,14 @@ def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | N
         base_dir = path.parent
     else:
         raise ModelFileError(f"cannot load a model from {type(src).__name__}; give a path, bytes or onnx.ModelProto")
+    inv = inventory(model, label)
     external = False
-    for t in iter_tensors(model, label):
+    for t in iter_tensors(model, label, inv):
         check_inline_tensor(t, label)
         external = external or t.data_location == TensorProto.EXTERNAL
     if external:
         load_external_data(model, base_dir, label)
-    sparse_bytes = sum(check_sparse_tensor(s, label)[0] for s in iter_sparse_tensors(model, label))
+    sparse_bytes = sum(check_sparse_tensor(s, label)[0] for s in iter_sparse_tensors(model, label, inv))
     if sparse_bytes > MAX_SPARSE_DENSE_BYTES:
         raise ModelFileError(f"{label}: sparse tensors expand to {sparse_bytes} bytes, over the "
                              f"{MAX_SPARSE_DENSE_BYTES}-byte limit for sparse data")
