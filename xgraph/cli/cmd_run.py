@@ -64,12 +64,16 @@ def plugin_path_of(args: argparse.Namespace) -> list[str] | None:
 
 
 def load_plugins_of(graph: "Graph", plugin_path: list[str] | None) -> None:
-    """Import the plugins a compiled graph was made with, so the runners they register exist."""
+    """Import the plugins a compiled graph was made with, so the runners they register exist.
+
+    The names come from the file, so they resolve only through installed entry points and the
+    user's plugin path, never as arbitrary importable modules.
+    """
     from xgraph.plugins import load_plugin
     runs = graph.get_attr("plugin_runs") if graph.has_attr("plugin_runs") else []
     for run in runs if isinstance(runs, list) else []:
         if isinstance(run, dict) and isinstance(run.get("name"), str):
-            load_plugin(run["name"], plugin_path)
+            load_plugin(run["name"], plugin_path, importable=False)
 
 
 def load_compiled(args: argparse.Namespace) -> "Graph":

@@ -26,6 +26,24 @@ def _attr(graph: Graph, key: str, default: Any) -> Any:
     return graph.get_attr(key) if graph.has_attr(key) else default
 
 
+def _runner_attr(subgraph) -> dict[str, str]:
+    runner = subgraph.get_attr("runner") if subgraph.has_attr("runner") else {}
+    if not isinstance(runner, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in runner.items()):
+        raise PartitionError(f"subgraph {subgraph.name!r}: its 'runner' attr {runner!r:.80} is not a dict of mode -> "
+                             "runner name; the compiled graph is damaged, compile the model again")
+    return dict(runner)
+
+
+def _options_attr(graph_name: str, options: Any) -> Any:
+    if not isinstance(options, str):
+        return options
+    try:
+        return json.loads(options)
+    except json.JSONDecodeError as e:
+        raise PartitionError(f"graph {graph_name!r}: its 'compile_options' attr is not JSON ({e}); the compiled "
+                             "graph is damaged, compile the model again") from None
+
+
 def report(compiled: Graph) -> dict[str, Any]:
     """The placement report of a compiled graph (see the module docstring for the keys)."""
     root = compiled.get_root_subgraph()
@@ -43,7 +61,7 @@ def report(compiled: Graph) -> dict[str, Any]:
                     "subgraph": child.name, "reason": _annotation(op, "placement_reason") or "",
                     "kernel": _annotation(op, "kernel") or ""})
     subgraphs = [{"name": c.name, "device": str(c.get_attr("device")) if c.has_attr("device") else "",
-                  "runner": dict(c.get_attr("runner")) if c.has_attr("runner") else {},
+                  "runner": _runner_attr(c),
                   "ops": [op.name for op in c.toposort()],
                   "inputs": [t.name for t in c.get_input_tensors()],
                   "outputs": [t.name for t in c.get_output_tensors()]} for c in children]
@@ -66,7 +84,7 @@ def report(compiled: Graph) -> dict[str, Any]:
                           for o in ops if o["kernel"] == "reference"],
         "unrunnable_ops": [{"name": o["name"], "type": o["type"], "device": o["device"]}
                            for o in ops if o["kernel"] == "none"],
-        "options": json.loads(options) if isinstance(options, str) else options,
+        "options": _options_attr(compiled.name, options),
         "prepare": _attr(compiled, "prepare_summary", {}),
         "plugins": _attr(compiled, "plugin_runs", []),
     }

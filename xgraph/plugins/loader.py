@@ -60,8 +60,12 @@ def plugin_search_path(plugin_path: list[str] | None = None) -> list[str]:
     return dirs
 
 
-def load_plugin(name: str, plugin_path: list[str] | None = None) -> LoadedPlugin:
-    """Resolve `name` (entry point, then plugin path, then importable module) and import it."""
+def load_plugin(name: str, plugin_path: list[str] | None = None, *, importable: bool = True) -> LoadedPlugin:
+    """Resolve `name` (entry point, then plugin path, then importable module) and import it.
+
+    `importable=False` skips the last step: a name read from a model file must only find
+    plugins the user installed or put on the plugin path, never an arbitrary module.
+    """
     if not isinstance(name, str) or not name.strip():
         raise PluginError(f"a plugin name must be a non-empty str, got {name!r}; "
                           'list plugins as {"plugins": "a,b"}')
@@ -71,7 +75,7 @@ def load_plugin(name: str, plugin_path: list[str] | None = None) -> LoadedPlugin
         found = _from_entry_point(name, looked)
         if found is None:
             found = _from_plugin_path(name, plugin_search_path(plugin_path), looked)
-        if found is None:
+        if found is None and importable:
             found = _from_module(name, looked)
         if found is None:
             raise PluginError(f"no plugin named {name!r}: looked for " + "; ".join(looked) +

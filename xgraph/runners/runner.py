@@ -71,6 +71,9 @@ def registered_runners() -> dict[str, type["Runner"]]:
 
 def get_runner_class(name: str, where: str = "") -> type["Runner"]:
     """The class registered as `name`; RunnerError listing the registered names otherwise."""
+    if not isinstance(name, str):
+        raise RunnerError(f"{where}runner name {name!r} is not a str; a subgraph's 'runner' attr maps modes to "
+                          "registered runner names")
     runners = registered_runners()
     if name in runners:
         return runners[name]
