@@ -1,16 +1,15 @@
 """ONNX -> Graph: nodes become ops, initializers become weights, shapes come from onnx shape inference."""
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from xgraph.errors import GraphError, ModelFileError
+from xgraph.errors import ModelFileError
 from xgraph.ir.attributes import attribute_to_python
+from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph import Graph
 from xgraph.ir.model_file import iter_graphs, read_model, sparse_to_dense
 from xgraph.ir.nested import GRAPH_TYPES, free_names, graphs_of
@@ -269,26 +268,10 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
     return graph_from_model_proto(model, label, infer_shapes=infer_shapes)
 
 
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector while a graph is built.
-
-    Building 100k linked ops and tensors otherwise triggers full collections whose cost grows
-    with everything already built (about a quarter of the import time at 100k ops).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
                            skip_initializers: frozenset[str] = frozenset()) -> Graph:
     """Build a Graph from a ModelProto whose data is inline and already checked."""
-    with gc_paused():
+    with collector_paused():
         return _build_graph(model, label, infer_shapes, skip_initializers)
 
 

@@ -18,13 +18,12 @@ own cycle check.
 """
 from __future__ import annotations
 
-import gc
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
 from xgraph.ir import Subgraph
 from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
@@ -419,7 +418,7 @@ def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list
     [['subgraph_a', 'subgraph_d'], ['subgraph_b'], ['subgraph_c']]
     """
     _check_plan_input(root, labels)
-    with _collector_paused():
+    with collector_paused():
         return _plan(root, labels)
 
 
@@ -480,7 +479,7 @@ def merge_subgraph(subgraphs: Iterable[Subgraph]) -> set[Subgraph]:
         return set()
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
-    with _collector_paused():
+    with collector_paused():
         groups = _plan(root, dict.fromkeys(members, _MERGE_LABEL))
         return set(graph._apply_merges(root, groups, check_cycles=False))
 
@@ -511,19 +510,3 @@ def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:
     return members
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a plan.
-
-    Planning keeps about one small list per subgraph alive. Each allocation burst makes the
-    collector run full passes over every object of the graph (ops, tensors, subgraphs),
-    which on a 100k-op graph costs more than the plan itself. Reference counting still frees
-    everything; the collector resumes (if it was on) as soon as the plan is done.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

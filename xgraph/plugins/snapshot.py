@@ -20,31 +20,14 @@ about two `Graph.toposort()`s; on a 100k-op graph the chain spends ~1 s per plug
 """
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from xgraph.ir.collector import collector_paused
+
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph, Tensor
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while capturing.
-
-    A capture allocates a few containers per op; with the collector on, that many
-    allocations trigger full collections that walk the whole (large) graph again and
-    again, which is most of the capture time on big graphs. Nothing captured forms cycles.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _copy_value(value: Any) -> Any:
@@ -100,7 +83,7 @@ class GraphSnapshot:
     def __init__(self, graph: "Graph"):
         g = graph
         self.graph = g
-        with _collector_paused():
+        with collector_paused():
             self.version = g._version
             self.name = g.name
             self.attrs = _copy_attrs(g._attrs)
