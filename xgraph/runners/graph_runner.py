@@ -188,6 +188,8 @@ class GraphRunner:
             with self._stats_lock:
                 self._job_counts[job.status.name] += 1
             self._slots.release()
+        if status in (JobStatus.TIMED_OUT, JobStatus.CANCELLED):
+            self._scheduler.abandon(job)  # free its feeds and values now, not when a stuck stream gets to them
 
     def _job_done(self, job: Job, results: list | None, error: BaseException | None) -> None:
         """Scheduler callback (on a stream thread): hand over results or record the failure."""

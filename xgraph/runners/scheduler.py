@@ -106,6 +106,8 @@ class ThreadScheduler:
         self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
                          for s in self._queues]
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
+        self._runs: dict[int, _JobRun] = {}  # job id -> state, while the job runs
+        self._runs_lock = threading.Lock()
         for thread in self._threads:
             thread.start()
 
@@ -116,8 +118,27 @@ class ThreadScheduler:
         if run.left == 0:
             done(job, [run.values[k] for k in self.plan.results], None)
             return
+        with self._runs_lock:
+            self._runs[job.id] = run
         for task in self._roots:
             self._queues[task.stream].put((run, task))
+
+    def abandon(self, job: Job) -> None:
+        """Free what a job that ended early (timed out, cancelled) still holds; its queued tasks are skipped.
+
+        Tasks of the job may sit in a stream's queue behind a kernel that is stuck; without
+        this, each such job would keep its feeds and intermediate values alive until then.
+        """
+        with self._runs_lock:
+            run = self._runs.pop(job.id, None)
+        if run is not None:
+            with run.lock:
+                run.values.clear()
+                run.readers.clear()
+
+    def _forget(self, run: _JobRun) -> None:
+        with self._runs_lock:
+            self._runs.pop(run.job.id, None)
 
     def _work(self, stream: str) -> None:
         inbox = self._queues[stream]
@@ -138,10 +159,13 @@ class ThreadScheduler:
                 if self._observer is not None:
                     self._observer(run.job, task, start, end, outs)
             except Exception as e:  # reported through the job; the stream keeps serving other jobs
+                self._forget(run)
                 run.done(run.job, None, e)
                 continue
             ready = []
             with run.lock:
+                if run.job.done:  # ended while this task ran (timed out, cancelled): keep nothing
+                    continue
                 values = run.values
                 for k, v in zip(task.outputs, outs):
                     values[k] = v
@@ -165,6 +189,7 @@ class ThreadScheduler:
                 else:
                     self._queues[t.stream].put((run, t))
             if finished:
+                self._forget(run)
                 try:
                     results = [run.values[k] for k in self.plan.results]
                 except KeyError as e:
