@@ -52,6 +52,10 @@ def type_to_shape_dtype(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | No
     return hit
 
 
+class _NotText(ValueError):
+    """A string field of a type that is not valid UTF-8 (turned into a ModelFileError with the file's label)."""
+
+
 def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, bool]:
     which = tp.WhichOneof("value")
     if which not in ("tensor_type", "sparse_tensor_type"):
@@ -66,6 +70,8 @@ def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, boo
         if kind == "dim_value":
             dims.append(d.dim_value)
         elif kind == "dim_param" and d.dim_param:
+            if type(d.dim_param) is not str:  # protobuf hands over non-UTF-8 text as bytes
+                raise _NotText(d.dim_param)
             dims.append(d.dim_param)
         else:
             dims.append(None)
@@ -163,10 +169,7 @@ def check_text(model: onnx.ModelProto, label: str) -> None:
     texts += [p.key for p in model.metadata_props] + [p.value for p in model.metadata_props]
     texts += [o.domain for o in model.opset_import]
     texts += [t.name for t in g.initializer] + [s.values.name for s in g.sparse_initializer]
-    for vi in (*g.input, *g.output, *g.value_info):
-        texts.append(vi.name)
-        if vi.type.WhichOneof("value") == "tensor_type":
-            texts += [d.dim_param for d in vi.type.tensor_type.shape.dim]
+    # value_info names are checked where the type map is built, dim names where types are decoded
     for f in model.functions:  # kept as protos, but their names and domains are read
         texts += [f.name, f.domain, getattr(f, "overload", ""), *f.input, *f.output, *f.attribute]
         texts += [o.domain for o in f.opset_import]
@@ -272,7 +275,10 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
                            skip_initializers: frozenset[str] = frozenset()) -> Graph:
     """Build a Graph from a ModelProto whose data is inline and already checked."""
     with collector_paused():
-        return _build_graph(model, label, infer_shapes, skip_initializers)
+        try:
+            return _build_graph(model, label, infer_shapes, skip_initializers)
+        except _NotText as e:
+            raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str]) -> Graph:
@@ -294,6 +300,9 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         copy.CopyFrom(f)
         graph.functions.append(copy)
     types = _value_types(g)
+    if not _is_text(*types):
+        bad = next(n for n in types if type(n) is not str)
+        raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
     tensors = graph._tensors
 
     def add_const(name: str, array: np.ndarray) -> None:
