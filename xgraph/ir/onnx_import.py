@@ -11,7 +11,7 @@ from xgraph.errors import ModelFileError
 from xgraph.ir.attributes import attribute_to_python
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph import Graph
-from xgraph.ir.model_file import iter_graphs, read_model, sparse_to_dense
+from xgraph.ir.model_file import inventory, read_model, sparse_to_dense
 from xgraph.ir.nested import GRAPH_TYPES, free_names, graphs_of
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
@@ -87,17 +87,12 @@ DATA_PROP_MAX_DIM = 1 << 20
 
 def _largest_declared_dim(model: onnx.ModelProto, label: str) -> int:
     """The largest dimension written in the model: value infos, initializers and attribute tensors, all graphs."""
-    largest = 0
-    for g in iter_graphs(model.graph, label):
+    inv = inventory(model, label)
+    largest = max((max(t.dims, default=0) for t in inv.tensors), default=0)
+    for g in inv.graphs:
         for vi in (*g.input, *g.output, *g.value_info):
             if vi.type.WhichOneof("value") == "tensor_type":
                 largest = max(largest, max((d.dim_value for d in vi.type.tensor_type.shape.dim), default=0))
-        for t in g.initializer:
-            largest = max(largest, max(t.dims, default=0))
-        for node in g.node:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    largest = max(largest, max(a.t.dims, default=0))
     return largest
 
 
