@@ -225,6 +225,9 @@ def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
 
 
 def _unique_op_names(nodes: list[_Node], order: list[int]) -> dict[int, str]:
+    given = [n.name for n in nodes]
+    if "" not in given and len(set(given)) == len(given):  # the usual case: every node named, no clashes
+        return dict(enumerate(given))
     counts: dict[str, int] = {}
     for n in nodes:
         counts[n.name] = counts.get(n.name, 0) + 1
