@@ -10,10 +10,10 @@ import onnx
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.testing import opset_of, run_node
+from xgraph.runners.kernels.testing import check_node_case, run_node
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 POOL_OPS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool",
@@ -60,21 +60,6 @@ def _single_node_cases():
                   key=lambda c: c.name)
 
 
-def _array(value) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
-
-
-def assert_matches(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-7, atol: float = 0.0) -> None:
-    """Same dtype and shape, values within tolerance (NaN equals NaN), integers and booleans exactly."""
-    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
-    if expected.dtype.kind in "biu":
-        np.testing.assert_array_equal(actual, expected)
-    else:  # numpy and ml_dtypes floats compare as float64
-        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
-                                   rtol=rtol, atol=atol, equal_nan=True)
-
-
 CASES = _single_node_cases()
 
 
@@ -82,16 +67,7 @@ CASES = _single_node_cases()
     pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=XFAIL[c.name], strict=True)] if c.name in XFAIL else [])
     for c in CASES])
 def test_conformance(case):
-    node = case.model.graph.node[0]
-    opset = opset_of(case.model)
-    graph_inputs = [i.name for i in case.model.graph.input]
-    for inputs, outputs in case.data_sets:
-        by_name = dict(zip(graph_inputs, (_array(v) for v in inputs)))
-        args = [by_name[name] if name else None for name in node.input]
-        results = run_node(node, args, opset)
-        assert len(results) == len(outputs)
-        for actual, expected in zip(results, outputs):
-            assert_matches(actual, _array(expected), rtol=case.rtol, atol=case.atol)
+    check_node_case(case)
 
 
 def test_every_op_has_conformance_cases():

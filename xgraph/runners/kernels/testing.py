@@ -26,3 +26,34 @@ def run_node(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opset: i
     k = registry.lookup(node.op_type, node.domain, opset, device, dtype)
     result = k.invoke(inputs, node_attributes(node), len(node.output))
     return [r if r is None or isinstance(r, list) else np.asarray(r) for r in result]
+
+
+def case_array(value) -> np.ndarray:
+    """A conformance-case value (TensorProto or array-like) as a numpy array."""
+    return onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+
+def assert_matches(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-7, atol: float = 0.0) -> None:
+    """Same dtype and shape, values within tolerance (NaN equals NaN); integers, booleans and strings exactly."""
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    if expected.dtype == object:
+        assert actual.tolist() == expected.tolist()
+    elif expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected)
+    else:  # numpy and ml_dtypes floats (and ml_dtypes small ints) compare as float64
+        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
+                                   rtol=rtol, atol=atol, equal_nan=True)
+
+
+def check_node_case(case) -> None:
+    """Run a one-node ONNX conformance case through the registered kernel; assert every data set matches."""
+    node = case.model.graph.node[0]
+    opset = opset_of(case.model, node.domain)
+    graph_inputs = [i.name for i in case.model.graph.input]
+    for inputs, outputs in case.data_sets:
+        by_name = dict(zip(graph_inputs, (case_array(v) for v in inputs)))
+        results = run_node(node, [by_name[name] if name else None for name in node.input], opset)
+        assert len(results) == len(outputs)
+        for actual, expected in zip(results, outputs):
+            assert_matches(actual, case_array(expected), rtol=case.rtol, atol=case.atol)
