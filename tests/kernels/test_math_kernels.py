@@ -17,7 +17,7 @@ from onnx import helper
 
 from xgraph.errors import KernelError
 from xgraph.runners.kernels import load_builtin_kernels
-from xgraph.runners.kernels.testing import assert_matches, check_node_case, run_node
+from xgraph.runners.kernels.testing import assert_matches, check_node_case, run_node, single_node_cases
 
 ELEMENTWISE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
@@ -46,9 +46,7 @@ def _single_node_cases():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators divide by zero on purpose
         cases = collect_testcases()
-    return sorted((c for c in cases if c.model is not None and len(c.model.graph.node) == 1
-                   and c.model.graph.node[0].op_type in OPS and c.model.graph.node[0].domain in ("", "ai.onnx")),
-                  key=lambda c: c.name)
+    return single_node_cases(cases, OPS)
 
 
 CASES = _single_node_cases()

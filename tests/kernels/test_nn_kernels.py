@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.testing import check_node_case, run_node
+from xgraph.runners.kernels.testing import check_node_case, run_node, single_node_cases
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 POOL_OPS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool",
@@ -55,9 +55,7 @@ def _single_node_cases():
     cases = getattr(node_cases, "_NodeTestCases", None)
     if cases is None:  # the private list moved: fall back to generating everything
         cases = node_cases.collect_testcases()
-    return sorted((c for c in cases if c.model is not None and len(c.model.graph.node) == 1
-                   and c.model.graph.node[0].op_type in OPS and c.model.graph.node[0].domain in ("", "ai.onnx")),
-                  key=lambda c: c.name)
+    return single_node_cases(cases, OPS)
 
 
 CASES = _single_node_cases()

@@ -57,3 +57,10 @@ def check_node_case(case) -> None:
         assert len(results) == len(outputs)
         for actual, expected in zip(results, outputs):
             assert_matches(actual, case_array(expected), rtol=case.rtol, atol=case.atol)
+
+
+def single_node_cases(cases, op_types) -> list:
+    """The one-node standard-domain cases among `cases` whose op type is in `op_types`, sorted by name."""
+    return sorted((c for c in cases if c.model is not None and len(c.model.graph.node) == 1
+                   and c.model.graph.node[0].op_type in op_types
+                   and c.model.graph.node[0].domain in ("", "ai.onnx")), key=lambda c: c.name)
