@@ -21,7 +21,7 @@ import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.plugins.devices import memory_of
-from xgraph.runners.jobs import Job, JobStatus, JobTable
+from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -164,7 +164,8 @@ class GraphRunner:
             raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
         feeds = check_inputs(self._owner, self._inputs, inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
-        self._acquire_slot()
+        acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
+                     is_closed=lambda: self._closed, owner=self._owner)
         job = self._jobs.new(feeds, buffers, self.job_timeout)
         job.started = time.perf_counter()
         self._scheduler.submit(job, feeds, self._job_done)
@@ -172,16 +173,6 @@ class GraphRunner:
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
         return job.id, 0
-
-    def _acquire_slot(self) -> None:
-        if self._slots.acquire(blocking=False):
-            return
-        if not self.block_when_full:
-            raise RunnerError(f"{self._owner}: {self.max_jobs_in_flight} jobs are already in flight; wait for one "
-                              f"first, or create the runner with a larger max_jobs_in_flight")
-        while not self._slots.acquire(timeout=0.1):
-            if self._closed:
-                raise RunnerError(f"{self._owner}: the runner was closed while waiting for a free job slot")
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._jobs.finish(job, status, error):

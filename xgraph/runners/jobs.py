@@ -136,3 +136,15 @@ def job_error_message(job: Job) -> str:
     if job.status is JobStatus.OK:
         return ""
     return str(job.error) if job.error is not None else job.status.name.lower()
+
+
+def acquire_slot(slots: threading.Semaphore, *, limit: int, block: bool, is_closed, owner: str) -> None:
+    """Take one of `limit` job slots: wait (re-checking `is_closed()` every 0.1 s) or refuse at once."""
+    if slots.acquire(blocking=False):
+        return
+    if not block:
+        raise RunnerError(f"{owner}: {limit} jobs are already in flight; wait for one before submitting more, "
+                          f"or raise max_jobs_in_flight")
+    while not slots.acquire(timeout=0.1):
+        if is_closed():
+            raise RunnerError(f"{owner}: the runner was closed while waiting for a free job slot")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
-from xgraph.runners.jobs import Job, JobStatus, JobTable
+from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
@@ -294,7 +294,8 @@ class Runner:
         input_tensors, output_tensors = self._io()
         arrays = check_inputs(owner, input_tensors, inputs)
         buffers = check_outputs(owner, output_tensors, outputs)
-        self._acquire_slot(rt, owner)
+        acquire_slot(rt.slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
+                     is_closed=lambda: rt.closed, owner=owner)
         job = rt.jobs.new(arrays, buffers)
         if rt.worker is None:
             with Runner._rt_init_lock:
@@ -306,16 +307,6 @@ class Runner:
             self._finish(job, JobStatus.CANCELLED,
                          RunnerError(f"{owner}: job {job.id} cancelled: the runner was closed"))
         return job.id, 0
-
-    def _acquire_slot(self, rt: _Runtime, owner: str) -> None:
-        if rt.slots.acquire(blocking=False):
-            return
-        if not self.block_when_full:
-            raise RunnerError(f"{owner}: {self.max_jobs_in_flight} jobs are already in flight; wait for one "
-                              f"before submitting more (or raise max_jobs_in_flight)")
-        while not rt.slots.acquire(timeout=0.1):
-            if rt.closed:
-                raise RunnerError(f"{owner}: the runner was closed while waiting for a free job slot")
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._rt.jobs.finish(job, status, error):
