@@ -7,7 +7,7 @@ import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attributes as onnx_attrs
-from xgraph.ir.attrs import check_attr_value
+from xgraph.ir.attrs import AttrsMixin, check_attr_value
 
 if TYPE_CHECKING:
     from xgraph.ir.graph import Graph
@@ -26,7 +26,7 @@ def _schema(op_type: str, domain: str, opset: int | None):
         return None
 
 
-class Op:
+class Op(AttrsMixin):
     """An operation. Attributes are ONNX attributes (typed) plus xgraph annotations.
 
     Only Op and Graph methods change tensor links (one owner per link), so producer and
@@ -138,21 +138,15 @@ class Op:
             t._consumers[self] = n
 
     # -- attributes ---------------------------------------------------------------------------
-    def has_attr(self, key: str) -> bool:
-        """True when attribute `key` is set (ONNX attribute or annotation)."""
-        return key in self._attrs
+    def _owner(self) -> str:
+        return f"op {self.name!r} ({self.type})"
 
-    def get_attr(self, key: str) -> Any:
-        """The value of attribute `key`; GraphError listing the op's attributes if absent."""
-        try:
-            return self._attrs[key]
-        except KeyError:
-            have = ", ".join(sorted(self._attrs)) or "none"
-            raise GraphError(f"op {self.name!r} ({self.type}) has no attribute {key!r} (it has: {have})") from None
-
-    def get_attrs(self) -> dict[str, Any]:
-        """A copy of all attributes (ONNX attributes and annotations)."""
-        return dict(self._attrs)
+    def del_attr(self, key: str) -> None:
+        """Remove attribute `key` (ONNX attribute or annotation) if present."""
+        if key in self._attrs:
+            del self._attrs[key]
+            kind = self._attr_types.pop(key, None)
+            self._note_nested(kind)
 
     def get_onnx_attrs(self) -> dict[str, Any]:
         """Only the ONNX attributes (what a kernel receives as keyword arguments)."""
