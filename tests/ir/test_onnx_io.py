@@ -197,3 +197,20 @@ def test_dangling_edge_and_cycle_refused():
         [mk("Relu", ["x"], ["y"]), mk("Neg", ["x"], ["y"])], "g", [vi("x", 1, [1])], [vi("y", 1, [1])]))
     with pytest.raises(XGraphError, match="defined twice"):
         Graph.from_onnx(dup)
+    # out of file order first (a forward read), then a read of nothing: still refused
+    late = onnx.helper.make_model(onnx.helper.make_graph(
+        [mk("Relu", ["a"], ["y"]), mk("Neg", ["x"], ["a"]), mk("Add", ["y", "nowhere"], ["z"])], "g",
+        [vi("x", 1, [1])], [vi("z", 1, [1])]))
+    with pytest.raises(XGraphError, match="'Add'.*reads tensor 'nowhere'|reads tensor 'nowhere'"):
+        Graph.from_onnx(late)
+
+
+def test_nodes_out_of_file_order_are_sorted():
+    mk = onnx.helper.make_node
+    vi = onnx.helper.make_tensor_value_info
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [mk("Relu", ["a"], ["y"], name="second"), mk("Neg", ["x"], ["a"], name="first")], "g",
+        [vi("x", 1, [2])], [vi("y", 1, [2])]))
+    g = Graph.from_onnx(model)
+    assert [op.name for op in g.toposort()] == ["first", "second"]
+    assert g.get_op("second").get_input_ops() == [g.get_op("first")]

@@ -350,6 +350,12 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
 
 def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
     """(ModelProto with all data inline and checked, its folder, a label for messages) from a path, bytes or proto."""
+    model, base_dir, label, _ = read_model_inventory(src, label)
+    return model, base_dir, label
+
+
+def read_model_inventory(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | None, str, Inventory]:
+    """read_model, plus the inventory of the model's nested graphs and tensors that its checks walked."""
     base_dir = None
     if isinstance(src, onnx.ModelProto):
         label = label or f"model {src.graph.name!r}"
@@ -387,7 +393,7 @@ def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | N
     if sparse_bytes > MAX_SPARSE_DENSE_BYTES:
         raise ModelFileError(f"{label}: sparse tensors expand to {sparse_bytes} bytes, over the "
                              f"{MAX_SPARSE_DENSE_BYTES}-byte limit for sparse data")
-    return model, base_dir, label
+    return model, base_dir, label, inv
 
 
 def parse_model_bytes(data: bytes, label: str) -> onnx.ModelProto:

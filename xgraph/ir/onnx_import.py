@@ -1,6 +1,7 @@
 """ONNX -> Graph: nodes become ops, initializers become weights, shapes come from onnx shape inference."""
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from xgraph.errors import ModelFileError
 from xgraph.ir.attributes import attribute_to_python
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph import Graph
-from xgraph.ir.model_file import inventory, read_model, sparse_to_dense
+from xgraph.ir.model_file import Inventory, inventory, read_model_inventory, sparse_to_dense
 from xgraph.ir.nested import GRAPH_TYPES, free_names, graphs_of
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
@@ -85,9 +86,9 @@ def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, boo
 DATA_PROP_MAX_DIM = 1 << 20
 
 
-def _largest_declared_dim(model: onnx.ModelProto, label: str) -> int:
+def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | None) -> int:
     """The largest dimension written in the model: value infos, initializers and attribute tensors, all graphs."""
-    inv = inventory(model, label)
+    inv = inv or inventory(model, label)
     largest = max((max(t.dims, default=0) for t in inv.tensors), default=0)
     for g in inv.graphs:
         for vi in (*g.input, *g.output, *g.value_info):
@@ -96,8 +97,8 @@ def _largest_declared_dim(model: onnx.ModelProto, label: str) -> int:
     return largest
 
 
-def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    data_prop = _largest_declared_dim(model, label) <= DATA_PROP_MAX_DIM
+def _infer(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> onnx.ModelProto:
+    data_prop = _largest_declared_dim(model, label, inv) <= DATA_PROP_MAX_DIM
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only
@@ -108,43 +109,67 @@ def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
 
 
 def _value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    """Declared or inferred types by value name (graph inputs and outputs win over value_info)."""
     types = {}
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        if vi.name and vi.type.WhichOneof("value") is not None:
-            types[vi.name] = vi.type
+    for infos in (g.value_info, g.input, g.output):
+        for vi in infos:
+            tp = vi.type
+            if tp.WhichOneof("value") is not None:
+                types[vi.name] = tp
+    types.pop("", None)
     return types
 
 
-class _Node:
-    """A NodeProto's fields read once into Python objects (protobuf field access is slow)."""
+class _Nodes:
+    """The fields of a graph's NodeProtos read once into Python columns (protobuf field access is slow).
 
-    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "implicit", "attributes", "doc_string")
+    One comprehension reads every node; the columns are checked for non-UTF-8 text with
+    str.join over whole columns (C speed); only nodes with attributes are looked at one by one.
+    """
 
-    def __init__(self, n: onnx.NodeProto, label: str):
-        self.name = n.name
-        self.op_type = n.op_type
-        self.domain = n.domain
-        self.inputs = list(n.input)
-        self.outputs = list(n.output)
-        attributes = self.attributes = list(n.attribute)
-        self.doc_string = n.doc_string
-        if not _is_text(self.name, self.op_type, self.domain, self.doc_string, *self.inputs, *self.outputs,
-                        *(a.name for a in attributes)):
-            raise ModelFileError(f"{label}: node {self.name!r} ({self.op_type!r}) has a name, input, output or "
-                                 "attribute name that is not valid UTF-8")
-        # outer tensors its If/Loop/Scan bodies read by name: dependencies like inputs
-        self.implicit: list[str] = []
-        graphs = graphs_of(helper.get_attribute_value(a) for a in attributes if a.type in GRAPH_TYPES) \
-            if attributes else []
+    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit")
+
+    def __init__(self, protos, label: str):
+        # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
+        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], n.attribute[:] if n.attribute else None,
+                 n.doc_string) for n in protos]
+        columns = list(zip(*rows)) if rows else [()] * 7
+        self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
+        #: node index -> outer tensors its If/Loop/Scan bodies read by name (dependencies like inputs)
+        self.implicit: dict[int, list[str]] = {}
+        if not _is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
+                        *chain.from_iterable(self.outputs)):
+            bad = next(i for i in range(len(rows)) if not _is_text(*rows[i][:3], rows[i][6], *rows[i][3], *rows[i][4]))
+            self._refuse_text(bad, label)
+        for i, attributes in enumerate(self.attributes):
+            if attributes:
+                self._scan_attributes(i, attributes, label)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def label(self, i: int) -> str:
+        return self.names[i] or self.op_types[i]
+
+    def _refuse_text(self, i: int, label: str) -> None:
+        raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a name, input, output "
+                             "or attribute name that is not valid UTF-8")
+
+    def _scan_attributes(self, i: int, attributes: list[onnx.AttributeProto], label: str) -> None:
+        if not _is_text(*(a.name for a in attributes)):
+            self._refuse_text(i, label)
+        graphs = graphs_of(helper.get_attribute_value(a) for a in attributes if a.type in GRAPH_TYPES)
         if graphs:
             outer = set().union(*(free_names(g) for g in graphs))
             if not _is_text(*outer):
-                raise ModelFileError(f"{label}: node {self.name!r} ({self.op_type!r}) has a nested graph whose "
-                                     "names are not valid UTF-8")
-            self.implicit = sorted(outer - set(self.outputs))
+                raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a nested graph "
+                                     "whose names are not valid UTF-8")
+            self.implicit[i] = sorted(outer - set(self.outputs[i]))
 
-    def label(self) -> str:
-        return self.name or self.op_type
+    def dependencies(self, i: int) -> list[str]:
+        """Inputs then implicit inputs of node `i` (omitted optionals included as "")."""
+        extra = self.implicit.get(i)
+        return self.inputs[i] + extra if extra else self.inputs[i]
 
 
 def _is_text(*values: Any) -> bool:
@@ -176,35 +201,36 @@ def check_text(model: onnx.ModelProto, label: str) -> None:
                              "valid UTF-8")
 
 
-def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
+def _node_order(nodes: _Nodes, known: set[str], label: str) -> list[int]:
     """Indices of nodes in a topological order (file order when it already is one)."""
     produced_by: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for o in n.outputs:
+    for i, outputs in enumerate(nodes.outputs):
+        for o in outputs:
             if not o:
                 continue
             if o in produced_by or o in known:
-                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {n.label()!r} "
+                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
                                      "and an earlier node, initializer or input); names must be unique")
             produced_by[o] = i
     in_file_order = True
-    for i, n in enumerate(nodes):
-        for x in n.inputs + n.implicit:
-            if not x or x in known:
-                continue
-            j = produced_by.get(x)
-            if j is None:
-                how = "reads" if x in n.inputs else "has a nested graph that reads"
-                raise ModelFileError(f"{label}: node {n.label()!r} {how} tensor {x!r}, which no node, "
-                                     "initializer or graph input defines")
-            if j >= i:
-                in_file_order = False
+    get = produced_by.get
+    for i, inputs in enumerate(nodes.inputs):
+        for x in inputs:
+            if x:
+                j = get(x, -1)
+                if j >= i or (j < 0 and x not in known):
+                    in_file_order = _check_defined(nodes, i, x, j, label) and in_file_order
+    for i, extra in nodes.implicit.items():
+        for x in extra:
+            j = get(x, -1)
+            if j >= i or (j < 0 and x not in known):
+                in_file_order = _check_defined(nodes, i, x, j, label) and in_file_order
     if in_file_order:
         return list(range(len(nodes)))
     indeg = [0] * len(nodes)
     users: dict[int, list[int]] = {}
-    for i, n in enumerate(nodes):
-        deps = {produced_by[x] for x in n.inputs + n.implicit if x and x in produced_by}
+    for i in range(len(nodes)):
+        deps = {produced_by[x] for x in nodes.dependencies(i) if x and x in produced_by}
         indeg[i] = len(deps)
         for d in deps:
             users.setdefault(d, []).append(i)
@@ -219,29 +245,37 @@ def _node_order(nodes: list[_Node], known: set[str], label: str) -> list[int]:
             if indeg[u] == 0:
                 ready.append(u)
     if len(order) != len(nodes):
-        stuck = [nodes[i].label() for i in range(len(nodes)) if indeg[i] > 0][:5]
+        stuck = [nodes.label(i) for i in range(len(nodes)) if indeg[i] > 0][:5]
         raise ModelFileError(f"{label}: the graph has a cycle through nodes {stuck}")
     return order
 
 
-def _unique_op_names(nodes: list[_Node], order: list[int]) -> dict[int, str]:
-    given = [n.name for n in nodes]
+def _check_defined(nodes: _Nodes, i: int, x: str, j: int, label: str) -> bool:
+    """False for a tensor produced later in the file (the file is not in topological order); refuses an undefined one."""
+    if j >= 0:
+        return False
+    how = "reads" if x in nodes.inputs[i] else "has a nested graph that reads"
+    raise ModelFileError(f"{label}: node {nodes.label(i)!r} {how} tensor {x!r}, which no node, "
+                         "initializer or graph input defines")
+
+
+def _unique_op_names(nodes: _Nodes, order: list[int]) -> list[str]:
+    given = nodes.names
     if "" not in given and len(set(given)) == len(given):  # the usual case: every node named, no clashes
-        return dict(enumerate(given))
+        return list(given)
     counts: dict[str, int] = {}
-    for n in nodes:
-        counts[n.name] = counts.get(n.name, 0) + 1
+    for name in given:
+        counts[name] = counts.get(name, 0) + 1
     taken: set[str] = set()
-    names = {}
+    names = list(given)
     for i in order:
-        n = nodes[i]
-        if n.name and counts[n.name] == 1:
-            names[i] = n.name
-            taken.add(n.name)
+        given_name = given[i]
+        if given_name and counts[given_name] == 1:
+            taken.add(given_name)
             continue
-        base = n.name or n.op_type or "op"
+        base = given_name or nodes.op_types[i] or "op"
         name, k = base, 0
-        while name in taken or (name != n.name and name in counts):
+        while name in taken or (name != given_name and name in counts):
             k += 1
             name = f"{base}_{k}"
         taken.add(name)
@@ -263,25 +297,52 @@ def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
         t._type_proto = copy
 
 
+def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) -> None:
+    for a in attributes:
+        if a.name in op._attrs:
+            raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
+        if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
+            raise ModelFileError(f"{label}: node {op.name!r} has an attribute without a name or type "
+                                 f"(name {a.name!r}, type {a.type})")
+        try:
+            value, attr_type = attribute_to_python(a)
+        except Exception as e:  # onnx/numpy raise assorted errors for malformed attributes
+            raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: "
+                                 f"{type(e).__name__}: {e}") from None
+        op._set_onnx_attr(a.name, value, attr_type)
+
+
+def _unused_output_name(op: Op, declared: set[str], tensors: dict[str, Tensor]) -> str:
+    """A private name for an omitted optional output (positions are kept), used by no tensor of the model."""
+    name = base = f"{op.name}:unused:{len(op._outputs)}"
+    k = 0
+    while name in tensors or name in declared:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
 def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = None) -> Graph:
     """Build a Graph from an ONNX model (path, bytes, or ModelProto)."""
-    model, _, label = read_model(src, label)
-    return graph_from_model_proto(model, label, infer_shapes=infer_shapes)
+    model, _, label, inv = read_model_inventory(src, label)
+    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
-                           skip_initializers: frozenset[str] = frozenset()) -> Graph:
-    """Build a Graph from a ModelProto whose data is inline and already checked."""
+                           skip_initializers: frozenset[str] = frozenset(),
+                           inventory: Inventory | None = None) -> Graph:
+    """Build a Graph from a ModelProto whose data is inline and already checked (`inventory`: its checks' walk)."""
     with collector_paused():
         try:
-            return _build_graph(model, label, infer_shapes, skip_initializers)
+            return _build_graph(model, label, infer_shapes, skip_initializers, inventory)
         except _NotText as e:
             raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
-def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str]) -> Graph:
+def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
+                 inv: Inventory | None) -> Graph:
     if infer_shapes:
-        model = _infer(model, label)
+        model = _infer(model, label, inv)
     check_text(model, label)
     g = model.graph
     graph = Graph(g.name or "graph")
@@ -339,47 +400,52 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         _set_tensor_type(t, vi.type)
         tensors[vi.name] = t
         graph._inputs.append(t)
-    nodes = [_Node(n, label) for n in g.node]
+    nodes = _Nodes(g.node, label)
     order = _node_order(nodes, set(tensors), label)
-    declared = {o for n in nodes for o in n.outputs if o}
     names = _unique_op_names(nodes, order)
-    root_ops, leaf_of, ops = graph._root._ops, graph._leaf_of, graph._ops
+    declared = {o for outs in nodes.outputs for o in outs if o} \
+        if any("" in outs for outs in nodes.outputs) else set()
+    root, root_ops, leaf_of, ops = graph._root, graph._root._ops, graph._leaf_of, graph._ops
+    seq = graph._seq
+    get_type = types.get
+    decoded_types = _TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
+    op_types, domains, inputs, outputs, attributes, docs = \
+        nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
     for i in order:
-        n = nodes[i]
-        op = Op(graph, names[i], n.op_type, n.domain, graph._seq)
-        graph._seq += 1
-        if n.doc_string:
-            op.doc_string = n.doc_string
-        for a in n.attributes:
-            if a.name in op._attrs:
-                raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
-            if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
-                raise ModelFileError(f"{label}: node {op.name!r} has an attribute without a name or type "
-                                     f"(name {a.name!r}, type {a.type})")
-            try:
-                value, attr_type = attribute_to_python(a)
-            except Exception as e:  # onnx/numpy raise assorted errors for malformed attributes
-                raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: "
-                                     f"{type(e).__name__}: {e}") from None
-            op._set_onnx_attr(a.name, value, attr_type)
-        op._link_inputs([tensors[x] if x else None for x in n.inputs])
-        for o in n.outputs:
+        op = Op(graph, names[i], op_types[i], domains[i], seq)
+        seq += 1
+        if docs[i]:
+            op.doc_string = docs[i]
+        if attributes[i]:
+            _read_attributes(op, attributes[i], label)
+        op_inputs = op._inputs
+        for x in inputs[i]:
+            if x:
+                t = tensors[x]
+                consumers = t._consumers
+                consumers[op] = consumers.get(op, 0) + 1
+                op_inputs.append(t)
+            else:
+                op_inputs.append(None)
+        op_outputs = op._outputs
+        for o in outputs[i]:
             if not o:
-                # an omitted optional output: give it a private name so positions are kept,
-                # one that no tensor of the model uses
-                o = base = f"{op.name}:unused:{len(op._outputs)}"
-                k = 0
-                while o in tensors or o in declared:
-                    k += 1
-                    o = f"{base}_{k}"
+                o = _unused_output_name(op, declared, tensors)
             t = Tensor(graph, o)
             t._producer = op
-            _set_tensor_type(t, types.get(o))
+            tp = get_type(o)
+            if tp is not None:
+                decoded = decoded_types.get(tp.SerializeToString())
+                if decoded is not None and decoded[2]:
+                    t._shape, t._dtype = decoded[0], decoded[1]
+                else:
+                    _set_tensor_type(t, tp)
             tensors[o] = t
-            op._outputs.append(t)
+            op_outputs.append(t)
         ops[op.name] = op
         root_ops.add(op)
-        leaf_of[op] = graph._root
+        leaf_of[op] = root
+    graph._seq = seq
     for vi in g.output:
         if vi.name not in tensors:
             raise ModelFileError(f"{label}: graph output {vi.name!r} is not defined by any node, initializer or input")
