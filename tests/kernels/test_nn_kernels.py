@@ -1,6 +1,7 @@
 """NN kernels (conv, pool, norm, activation, image) against the ONNX node conformance cases and numpy oracles."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import warnings
@@ -729,3 +730,65 @@ def test_batch_norm_folded_into_fused_conv_equals_conv_batch_norm_relu():
                             pads=[1, 1, 1, 1])
     (fused,) = run_node(node, [x, (w * a[:, None, None, None]).astype(np.float32), b.astype(np.float32)], 1)
     np.testing.assert_allclose(fused, expected, rtol=1e-4, atol=1e-5)
+
+
+@contextlib.contextmanager
+def intra_op_blocks(threads: int):
+    """Every kernel cut into `threads` blocks, however small its work (restored afterwards)."""
+    from xgraph.runners.kernels import parallel
+
+    old_threads, old_min = parallel.intra_op_threads(), parallel.MIN_PARALLEL_MACS
+    parallel.set_intra_op_threads(threads)
+    parallel.MIN_PARALLEL_MACS = 0
+    try:
+        yield
+    finally:
+        parallel.MIN_PARALLEL_MACS = old_min
+        parallel.set_intra_op_threads(old_threads)
+
+
+@settings(max_examples=40, deadline=None)
+@given(conv_cases(), st.sampled_from([2, 3]))
+def test_conv_cut_into_blocks_matches_direct_convolution(case, threads):
+    x, w, b, strides, dilations, pads, group = case
+    with intra_op_blocks(threads):
+        (y,) = run("Conv", [x, w, b], strides=strides, dilations=dilations, pads=pads, group=group)
+    np.testing.assert_allclose(y, naive_conv(x, w, b, strides, dilations, pads, group), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,pads,strides", [
+    ((2, 8, 9, 7), (5, 8, 3, 3), [1, 1, 1, 1], [1, 1]),   # more positions than channels: blocks of rows
+    ((1, 16, 3, 3), (32, 16, 3, 3), [1, 1, 1, 1], [1, 1]),  # more channels than positions: blocks of channels
+    ((1, 6, 8, 8), (12, 6, 1, 1), [0, 0, 0, 0], [2, 2]),  # 1x1 with a stride
+    ((2, 6, 5, 5), (40, 6, 1, 1), [0, 0, 0, 0], [1, 1]),
+])
+def test_fused_conv_epilogue_per_block_matches_whole_output(x_shape, w_shape, pads, strides):
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    expected_conv = naive_conv(x, w, b, strides, [1, 1], pads, 1)
+    z = rng.standard_normal(expected_conv.shape).astype(np.float32)
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.microsoft", activation="Relu",
+                            pads=pads, strides=strides)
+    for threads in (1, 2, 3):
+        with intra_op_blocks(threads):
+            (y,) = run_node(node, [x, w, b, z], 1)
+        np.testing.assert_allclose(y, np.maximum(expected_conv + z, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_failing_block_raises_after_every_block_is_done():
+    from xgraph.runners.kernels import parallel
+
+    done = []
+
+    def ok(i):
+        return lambda: done.append(i)
+
+    def bad():
+        raise ValueError("block 1 failed")
+    with intra_op_blocks(3), pytest.raises(ValueError, match="block 1 failed"):
+        parallel.run_parallel([ok(0), bad, ok(2)])
+    assert sorted(done) == [0, 2]
+    assert parallel.chunks(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert parallel.chunks(2, 4) == [(0, 1), (1, 2)]

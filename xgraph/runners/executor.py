@@ -22,6 +22,7 @@ import numpy as np
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
+from xgraph.runners.fusion import fuse_convolutions
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Subgraph, Tensor
@@ -67,6 +68,14 @@ class Step:
     needed: int  # how many of the kernel's results something reads
     release: tuple[int, ...] = ()
     source: str = "numpy"
+    fused: tuple["Op", ...] = ()  # the ops this one call computes, when the run-mode fusion made it
+
+    def describe(self) -> str:
+        """How error messages name the step: its op, or the chain of ops fused into it."""
+        if self.fused:
+            return (f"ops {', '.join(repr(op.name) for op in self.fused)} "
+                    f"({'+'.join(op.type for op in self.fused)} fused, {self.source} kernel)")
+        return f"op {self.op.name!r} ({self.op.type}, {self.source} kernel)"
 
 
 def onnxruntime_available() -> bool:
@@ -97,7 +106,8 @@ class SubgraphExecutor:
     """
 
     def __init__(self, subgraph: "Subgraph", device: str, kernels: str = "numpy",
-                 storage_dtype: np.dtype | None = None, fp16_ops: frozenset[str] = frozenset()) -> None:
+                 storage_dtype: np.dtype | None = None, fp16_ops: frozenset[str] = frozenset(),
+                 fuse: bool = False) -> None:
         self.subgraph = subgraph
         self.device = device
         self.where = f"subgraph {subgraph.name!r} on {device}"
@@ -105,6 +115,10 @@ class SubgraphExecutor:
         self.outputs: list[Tensor] = subgraph.get_output_tensors()
         self.storage_dtype = None if storage_dtype is None else np.dtype(storage_dtype)
         self.fp16_ops = frozenset(fp16_ops)  # ops computed in float16 (allow_fp32_to_fp16), the rest as declared
+        # run-mode fusion of Conv chains (see xgraph.runners.fusion); never with float16 numerics
+        self.fuse = fuse and self.storage_dtype is None and not self.fp16_ops
+        #: op name -> name of the op whose fused step computes it (ops not fused are absent)
+        self.fused_into: dict[str, str] = {}
         self.backend = "numpy"
         self.backend_reason = ""
         self.kernel_sources: dict[str, str] = {}
@@ -157,6 +171,9 @@ class SubgraphExecutor:
         self._template = template
         self._input_slots = tuple(slot_of[t] for t in self.inputs)
         self._output_slots = tuple(slot_of[t] for t in self.outputs)
+        if self.fuse:
+            steps = fuse_convolutions(steps, template, {s: t for t, s in slot_of.items()}, set(self._output_slots))
+            self.fused_into = {op.name: step.op.name for step in steps for op in step.fused}
         # values that are not known to be tensors may be sequences (lists) and stay as the kernel made them
         self._untyped_slots = frozenset(s for t, s in slot_of.items() if t.dtype is None)
         self._output_casts = tuple(self._output_cast(t) for t in self.outputs)
@@ -268,10 +285,8 @@ class SubgraphExecutor:
         except Exception as e:
             if step is None:
                 raise
-            op = step.op
             detail = str(e) if isinstance(e, XGraphError) else f"{type(e).__name__}: {e}"
-            raise KernelError(f"{self.where}: op {op.name!r} ({op.type}, {step.source} kernel) failed: "
-                              f"{detail}") from e
+            raise KernelError(f"{self.where}: {step.describe()} failed: {detail}") from e
         results = [values[s] for s in self._output_slots]
         if self.storage_dtype is not None:
             results = [r if c is None else r.astype(c) for r, c in zip(results, self._output_casts)]

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from xgraph.ir import Graph, Op
 
@@ -84,6 +84,8 @@ def randomize_zoo_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelPr
     del out.graph.initializer[:]
     out.graph.initializer.extend(inits)
     kept = [vi for vi in out.graph.input if vi.name not in replaced and vi.name in read]
+    if out.ir_version < 4:  # before IR 4 every initializer is also a graph input (shape inference needs its type)
+        kept += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits if t.name in replaced]
     del out.graph.input[:]
     out.graph.input.extend(kept)
     return out

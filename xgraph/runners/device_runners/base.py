@@ -15,6 +15,7 @@ import numpy as np
 from xgraph.errors import RunnerError
 from xgraph.runners.cost import DeviceTimeEstimate, Roofline
 from xgraph.runners.executor import ReferenceExecutor, SubgraphExecutor
+from xgraph.runners.fusion import fusion_enabled
 from xgraph.runners.runner import KERNEL_CHOICES, MODES, Runner, describe
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class DeviceRunner(Runner):
             if cost is not None:
                 self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")
         else:
-            self._executor = SubgraphExecutor(subgraph, device, kernels)
+            self._executor = SubgraphExecutor(subgraph, device, kernels, fuse=fusion_enabled())
 
     @property
     def backend(self) -> str:

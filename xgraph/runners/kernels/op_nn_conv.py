@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from xgraph.errors import KernelError
+from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count
 from xgraph.runners.kernels.registry import kernel
 
 try:  # ml_dtypes ships with onnx; without it bfloat16 tensors cannot exist anyway
@@ -181,8 +183,16 @@ def _check_conv_shapes(op: str, x: np.ndarray, w: np.ndarray, group: int, kernel
 
 
 def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_shape=None,
-              strides=None, dilations=None, pads=None, auto_pad: str = "NOTSET") -> np.ndarray:
-    """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) in x's dtype; no bias."""
+              strides=None, dilations=None, pads=None, auto_pad: str = "NOTSET",
+              bias: np.ndarray | None = None, residual: np.ndarray | None = None,
+              activation: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
+    """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) in x's dtype, then the epilogue:
+    + bias (M values), + residual (the output's shape), then `activation(block)` in place.
+
+    With one group the output is cut into blocks (of output rows, or of output channels when
+    the image is small) that run on the intra-op threads; each block gets its epilogue while it
+    is still in cache, so a fused Conv + Add + Relu makes one pass over memory.
+    """
     ks = _check_conv_shapes(op, x, w, group, kernel_shape)
     group = int(group)
     n, c = x.shape[:2]
@@ -191,33 +201,145 @@ def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_s
         op, x.shape[2:], ks, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad)
     length = int(np.prod(out))
     taps = int(np.prod(ks))
+    dtype = np.result_type(x.dtype, w.dtype)
+    out_shape = (n, m) + tuple(out)
+    epilogue = _Epilogue(op, out_shape, dtype, bias, residual, activation)
 
-    if taps == 1 and not any(begin) and not any(end):
-        # 1x1: subsample for strides, then the input already is the (C, L) matrix.
-        sub = x[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
-        cols = sub.reshape(n, group, c // group, length)
-        wm = w.reshape(group, m // group, c // group)
-        if group == 1:
-            y = np.matmul(wm[0], cols[:, 0]) if n > 1 else np.matmul(wm[0], cols[0, 0])[None]
+    if group == 1:
+        y = np.empty((n, m, length), dtype=dtype)
+        wm = w.reshape(m, c * taps)
+        if taps == 1 and not any(begin) and not any(end):
+            # 1x1: subsample for strides, then the input already is the (C, L) matrix
+            sub = x[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
+            cols = np.ascontiguousarray(sub).reshape(n, c, length)
+            for i in range(n):
+                _matmul_blocks(wm, cols[i], y[i], epilogue, i)
         else:
-            y = np.matmul(wm, cols)
-        return y.reshape((n, m) + tuple(out))
+            view = windows(pad_spatial(x, begin, end), ks, strides, dilations, out)  # (N, C, *K, *O)
+            for i in range(n):
+                _im2col_matmul(view[i], wm, y[i], epilogue, i, out)
+        return y.reshape(out_shape)
 
     xp = pad_spatial(x, begin, end)
     view = windows(xp, ks, strides, dilations, out)  # (N, C, *K, *O)
+    if c // group == 1:
+        y = _depthwise(view, w, group, out)
+    elif taps == 1 and not any(begin) and not any(end):
+        cols = view.reshape(n, group, c // group, length)
+        y = np.matmul(w.reshape(group, m // group, c // group), cols)
+    else:
+        cols = view.reshape(n, group, (c // group) * taps, length)
+        y = np.matmul(w.reshape(group, m // group, (c // group) * taps), cols)
+    y = y.reshape(n, m, length)
+    for i in range(n):
+        epilogue(y[i], slice(None), slice(None), i)
+    return y.reshape(out_shape)
 
-    if c // group == 1 and group > 1:
-        return _depthwise(view, w, group, out)
 
-    if group == 1:
-        wm = w.reshape(m, c * taps)
-        y = np.empty((n, m, length), dtype=np.result_type(x.dtype, w.dtype))
-        for i in range(n):
-            np.matmul(wm, _im2col(view[i], c * taps, length), out=y[i])
-        return y.reshape((n, m) + tuple(out))
-    cols = view.reshape(n, group, (c // group) * taps, length)
-    y = np.matmul(w.reshape(group, m // group, (c // group) * taps), cols)
-    return y.reshape((n, m) + tuple(out))
+class ResidualNotInPlace(KernelError):
+    """A residual that cannot be added into the convolution's output in place (it would grow the shape)."""
+
+
+class _Epilogue:
+    """Bias, residual and activation applied in place to one (channels, positions) block of an output image."""
+
+    __slots__ = ("bias", "residual", "activation", "active")
+
+    def __init__(self, op: str, out_shape: tuple[int, ...], dtype: np.dtype, bias, residual, activation) -> None:
+        n, m = out_shape[:2]
+        self.bias = None
+        if bias is not None:
+            bias = np.asarray(bias)
+            if bias.size != m:
+                raise KernelError(f"{op}: bias B has {bias.size} values but the output has {m} channels")
+            self.bias = bias.astype(dtype, copy=False).reshape(m, 1)
+        self.residual = None
+        if residual is not None:
+            residual = np.asarray(residual)
+            if tuple(residual.shape) != tuple(out_shape):
+                try:
+                    grown = np.broadcast_shapes(residual.shape, out_shape)
+                except ValueError:
+                    grown = None
+                if grown != tuple(out_shape):
+                    raise ResidualNotInPlace(f"{op}: the residual input has shape {tuple(residual.shape)}, which "
+                                             f"does not broadcast to the convolution output {tuple(out_shape)}")
+                residual = np.broadcast_to(residual, out_shape)
+            self.residual = residual.astype(dtype, copy=False).reshape(n, m, -1)
+        self.activation = activation
+        self.active = self.bias is not None or self.residual is not None or activation is not None
+
+    def __call__(self, block: np.ndarray, rows: slice, cols: slice, image: int) -> None:
+        if self.bias is not None:
+            block += self.bias[rows]
+        if self.residual is not None:
+            block += self.residual[image, rows, cols]
+        if self.activation is not None:
+            self.activation(block)
+
+
+#: Each thread works through its share of an output in sub-blocks whose gathered input and
+#: output columns take at most this many bytes, so the epilogue finds them still in cache.
+SUB_BLOCK_BYTES = 1 << 20
+#: ...but never fewer output positions per matrix product than this (BLAS needs some width).
+MIN_SUB_BLOCK_COLUMNS = 128
+
+
+def _sub_blocks(a: int, b: int, unit_bytes: int, unit_columns: int) -> list[tuple[int, int]]:
+    """[a, b) cut into runs of units of `unit_bytes` each that fit SUB_BLOCK_BYTES (see above)."""
+    per = max(SUB_BLOCK_BYTES // max(unit_bytes, 1), -(-MIN_SUB_BLOCK_COLUMNS // max(unit_columns, 1)), 1)
+    return [(i, min(i + per, b)) for i in range(a, b, per)]
+
+
+def _matmul_blocks(wm: np.ndarray, cols: np.ndarray, y: np.ndarray, epilogue: _Epilogue, image: int) -> None:
+    """y = wm @ cols (+ epilogue), cut into blocks of columns (or of rows when there are few columns)."""
+    m, length = y.shape
+    k = wm.shape[1]
+    parts = split_count(m * k * length)
+    if length >= m:
+        def block(a: int, b: int) -> None:
+            for lo, hi in _sub_blocks(a, b, (m + k) * y.itemsize, 1):
+                np.matmul(wm, cols[:, lo:hi], out=y[:, lo:hi])
+                if epilogue.active:
+                    epilogue(y[:, lo:hi], slice(None), slice(lo, hi), image)
+    else:
+        def block(a: int, b: int) -> None:
+            np.matmul(wm[a:b], cols, out=y[a:b])
+            if epilogue.active:
+                epilogue(y[a:b], slice(a, b), slice(None), image)
+    run_parallel([partial(block, a, b) for a, b in chunks(length if length >= m else m, parts)])
+
+
+def _im2col_matmul(view: np.ndarray, wm: np.ndarray, y: np.ndarray, epilogue: _Epilogue, image: int,
+                   out: Sequence[int]) -> None:
+    """y = wm @ im2col(view) (+ epilogue) for one image; view is (C, *K, *O).
+
+    Large images are cut along the first output axis: each block gathers only its own columns
+    (into its thread's scratch buffer, a cache-sized piece at a time) and multiplies them. Small
+    images (fewer positions than output channels) gather once and cut the output channels instead.
+    """
+    m, length = y.shape
+    rows = wm.shape[1]
+    parts = split_count(m * rows * length)
+    if length < m or out[0] < parts:
+        col = _im2col(view, rows, length)
+        if parts == 1:
+            np.matmul(wm, col, out=y)
+            if epilogue.active:
+                epilogue(y, slice(None), slice(None), image)
+        else:
+            _matmul_blocks(wm, col, y, epilogue, image)
+        return
+    inner = length // out[0]  # positions per step of the first output axis
+    lead = (slice(None),) * (view.ndim - len(out))
+
+    def block(a: int, b: int) -> None:
+        for lo, hi in _sub_blocks(a, b, (m + rows) * inner * y.itemsize, inner):
+            cols = slice(lo * inner, hi * inner)
+            np.matmul(wm, _im2col(view[lead + (slice(lo, hi),)], rows, (hi - lo) * inner), out=y[:, cols])
+            if epilogue.active:
+                epilogue(y[:, cols], slice(None), cols, image)
+    run_parallel([partial(block, a, b) for a, b in chunks(out[0], parts)])
 
 
 def _depthwise(view: np.ndarray, w: np.ndarray, group: int, out: Sequence[int]) -> np.ndarray:
@@ -252,36 +374,46 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     """ONNX Conv-1/11/22 (same semantics, wider type lists): cross-correlation, optional bias, groups."""
     work = compute_dtype(x.dtype)
     y = conv_core("Conv", x.astype(work, copy=False), w.astype(work, copy=False), group=group,
-                  kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad)
-    return _add_bias("Conv", y, b).astype(x.dtype, copy=False)
+                  kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
+                  bias=b)
+    return y.astype(x.dtype, copy=False)
 
 
-def _activate_in_place(y: np.ndarray, activation: str, params: Sequence[float]) -> np.ndarray:
-    """Apply a FusedConv activation to the freshly computed output buffer without another allocation."""
+def activation_in_place(activation: str, params: Sequence[float] | None = None) -> Callable[[np.ndarray], None]:
+    """A FusedConv activation as a function updating an output block in place (no allocation)."""
     p = [float(v) for v in params or ()]
     if activation == "Relu":
-        np.maximum(y, 0, out=y)
-    elif activation == "LeakyRelu":
-        negative = np.minimum(y, 0)
-        negative *= (p[0] if p else 0.01) - 1
-        y += negative
-    elif activation == "Tanh":
-        np.tanh(y, out=y)
-    elif activation == "Sigmoid":
-        y *= 0.5
-        np.tanh(y, out=y)
-        y += 1
-        y *= 0.5
-    elif activation == "Clip":
-        np.clip(y, p[0] if p else -np.inf, p[1] if len(p) > 1 else np.inf, out=y)
-    elif activation == "HardSigmoid":
-        y *= p[0] if p else 0.2
-        y += p[1] if len(p) > 1 else 0.5
-        np.clip(y, 0, 1, out=y)
-    else:
-        raise KernelError(f"FusedConv: activation={activation!r} is not one of Relu, LeakyRelu, Tanh, Sigmoid, "
-                          f"Clip, HardSigmoid")
-    return y
+        return lambda y: np.maximum(y, 0, out=y)
+    if activation == "LeakyRelu":
+        alpha = p[0] if p else 0.01
+
+        def leaky(y):
+            negative = np.minimum(y, 0)
+            negative *= alpha - 1
+            y += negative
+        return leaky
+    if activation == "Tanh":
+        return lambda y: np.tanh(y, out=y)
+    if activation == "Sigmoid":
+        def sigmoid(y):
+            y *= 0.5
+            np.tanh(y, out=y)
+            y += 1
+            y *= 0.5
+        return sigmoid
+    if activation == "Clip":
+        low, high = (p[0] if p else -np.inf), (p[1] if len(p) > 1 else np.inf)
+        return lambda y: np.clip(y, low, high, out=y)
+    if activation == "HardSigmoid":
+        alpha, beta = (p[0] if p else 0.2), (p[1] if len(p) > 1 else 0.5)
+
+        def hard_sigmoid(y):
+            y *= alpha
+            y += beta
+            np.clip(y, 0, 1, out=y)
+        return hard_sigmoid
+    raise KernelError(f"FusedConv: activation={activation!r} is not one of Relu, LeakyRelu, Tanh, Sigmoid, "
+                      f"Clip, HardSigmoid")
 
 
 @kernel("FusedConv", domain="com.microsoft", since=1, dtypes=FLOAT_TYPES)
@@ -293,15 +425,10 @@ def fused_conv(x, w, b=None, z=None, *, activation="", activation_params=None, a
     graph pass can fuse Conv/Add/Relu chains into (with BatchNormalization folded into W and B).
     """
     work = compute_dtype(x.dtype)
+    act = activation_in_place(activation, activation_params) if activation else None
     y = conv_core("FusedConv", x.astype(work, copy=False), w.astype(work, copy=False), group=group,
-                  kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad)
-    y = _add_bias("FusedConv", y, b)
-    if z is not None:
-        if z.shape != y.shape:
-            raise KernelError(f"FusedConv: Z has shape {z.shape} but the convolution output is {y.shape}")
-        y += z.astype(work, copy=False)
-    if activation:
-        _activate_in_place(y, activation, activation_params)
+                  kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
+                  bias=b, residual=z, activation=act)
     return y.astype(x.dtype, copy=False)
 
 
@@ -311,7 +438,6 @@ def fused_conv(x, w, b=None, z=None, *, activation="", activation_params=None, a
 def col2im_add(cols: np.ndarray, canvas: np.ndarray, kernel_shape: Sequence[int], strides: Sequence[int],
                dilations: Sequence[int], positions: Sequence[int]) -> np.ndarray:
     """Scatter-add cols (N, C, *K, *P) into canvas (N, C, *F) at f = p*stride + k*dilation; one slice per tap."""
-    rank = len(kernel_shape)
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
         region = tuple(slice(t * d, t * d + (p - 1) * s + 1, s)
                        for t, d, p, s in zip(tap, dilations, positions, strides))

@@ -186,8 +186,14 @@ def max_pool_1(x, *, auto_pad="NOTSET", kernel_shape=None, pads=None, strides=No
 
 @kernel("MaxPool", since=8, dtypes=MAXPOOL_TYPES)
 def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None, storage_order=0,
-             strides=None):
-    """ONNX MaxPool-8..22: max over each window, plus Indices (flat, row- or column-major per storage_order)."""
+             strides=None, num_outputs=2):
+    """ONNX MaxPool-8..22: max over each window, plus Indices (flat, row- or column-major per storage_order).
+
+    `num_outputs` is the op's output count: a node without the Indices output skips the arg-max.
+    """
+    if num_outputs < 2:
+        return _max_pool("MaxPool", x, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
+                         kernel_shape=kernel_shape, pads=pads, strides=strides)
     return _max_pool_with_indices("MaxPool", x, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                                   kernel_shape=kernel_shape, pads=pads, storage_order=storage_order, strides=strides)
 
