@@ -4,7 +4,7 @@ Per zoo model (random weights, the zoo placement: AI Core / AI CPU / CPU subgrap
   ort          onnxruntime on the whole model (default session options)
   numpy        the graph runner with xgraph's numpy kernels
   ort-backed   the graph runner with each subgraph in its own onnxruntime session
-Times are the median of --runs runs after one warm-up (ms); ratios are against `ort`.
+Times are the median of --runs runs, taken in alternating blocks (ms); ratios are against `ort`.
 Then: dispatch overhead per subgraph hop (null runners, a chain of --hops subgraphs, on one
 device and alternating two devices), throughput with 4 jobs in flight vs 1, and peak Python
 heap of one numpy-kernel run (tracemalloc) beside the process's max RSS.
@@ -33,16 +33,28 @@ def median_time(fn, runs: int) -> float:
     return median_times({"fn": fn}, runs)["fn"]
 
 
+#: Runs of one contender back to back before the next takes over (see median_times).
+BLOCK = 3
+#: Pause between blocks: onnxruntime's pool keeps spinning after a run, which would slow the next contender.
+SETTLE_S = 0.1
+
+
 def median_times(fns: dict, runs: int) -> dict[str, float]:
-    """Median and minimum ("<name> best") wall time per function, interleaved so load hits all alike."""
-    for fn in fns.values():
-        fn()
+    """Median and minimum ("<name> best") wall time per function.
+
+    The contenders take turns in blocks of BLOCK runs, with a short pause between blocks, so a
+    slow spell of a shared machine hits all alike while none runs against another's spinning
+    threads. Each block starts with one untimed warm-up run.
+    """
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(runs):
+    while min(len(t) for t in times.values()) < runs:
         for name, fn in fns.items():
-            start = time.perf_counter()
+            time.sleep(SETTLE_S)
             fn()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(min(BLOCK, runs - len(times[name])) or 1):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
     result = {name: statistics.median(t) for name, t in times.items()}
     result.update({f"{name} best": min(t) for name, t in times.items()})
     return result

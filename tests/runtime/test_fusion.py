@@ -156,8 +156,9 @@ def test_run_mode_fuses_sim_mode_and_xgraph_fusion_0_do_not(monkeypatch):
     feeds = feeds_for(model)
     graph = place(Graph.from_onnx(model), lambda op: "AICORE")
     with xgraph.create_graph_runner(graph, kernels="numpy") as runner:
-        (executor,) = [r._executor for r in runner.runners.values()]
-        assert executor.fused_into and len(executor.steps) == 1
+        (device_runner,) = runner.runners.values()
+        assert device_runner.fused_into == {"conv": "conv", "bn": "conv", "add": "conv", "tail": "conv"}
+        assert len(device_runner._executor.steps) == 1
         fused_y = runner.run(feeds)[0]
     with xgraph.create_graph_runner(graph, mode="sim") as runner:
         (executor,) = [r._executor for r in runner.runners.values()]

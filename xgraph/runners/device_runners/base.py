@@ -84,6 +84,11 @@ class DeviceRunner(Runner):
         """op name -> where its kernel came from ("numpy:AICORE", "reference", "onnxruntime", ...)."""
         return dict(getattr(self._executor, "kernel_sources", {}))
 
+    @property
+    def fused_into(self) -> dict[str, str]:
+        """op name -> the op whose fused step computes it, for ops the run mode fused (docs/runtime.md)."""
+        return dict(getattr(self._executor, "fused_into", {}))
+
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run the planned subgraph once; in "sim" mode also update `last_estimate`."""
         if self._roofline is None:
