@@ -792,3 +792,28 @@ def test_a_failing_block_raises_after_every_block_is_done():
     assert sorted(done) == [0, 2]
     assert parallel.chunks(10, 3) == [(0, 3), (3, 6), (6, 10)]
     assert parallel.chunks(2, 4) == [(0, 1), (1, 2)]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_intra_op_pool():
+    import multiprocessing
+
+    from xgraph.runners.kernels import parallel
+
+    x = np.random.default_rng(3).standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal((3, 4, 3, 3)).astype(np.float32)
+    with intra_op_blocks(2):
+        (expected,) = run("Conv", [x, w], pads=[1, 1, 1, 1])  # the parent's pool now has a thread
+        assert parallel._pool is not None
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:  # would hang if the child reused the parent's (threadless) pool
+            result = pool.apply_async(_conv_in_child, (x, w))
+            got = result.get(timeout=60)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def _conv_in_child(x, w):
+    from xgraph.runners.kernels import parallel
+    parallel.MIN_PARALLEL_MACS = 0
+    (y,) = run("Conv", [x, w], pads=[1, 1, 1, 1])
+    return y

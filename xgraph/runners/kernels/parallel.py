@@ -78,6 +78,17 @@ def _get_pool(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's pool threads: it starts a fresh pool when it needs one."""
+    global _pool, _lock
+    _pool = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def chunks(total: int, parts: int) -> list[tuple[int, int]]:
     """`total` items cut into at most `parts` contiguous (start, stop) ranges of near-equal size."""
     parts = max(1, min(parts, total))
