@@ -737,14 +737,14 @@ def intra_op_blocks(threads: int):
     """Every kernel cut into `threads` blocks, however small its work (restored afterwards)."""
     from xgraph.runners.kernels import parallel
 
-    old_threads, old_min = parallel.intra_op_threads(), parallel.MIN_PARALLEL_MACS
+    old = parallel.intra_op_threads(), parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS
     parallel.set_intra_op_threads(threads)
-    parallel.MIN_PARALLEL_MACS = 0
+    parallel.MIN_PARALLEL_MACS = parallel.MIN_PARALLEL_ELEMENTS = 0
     try:
         yield
     finally:
-        parallel.MIN_PARALLEL_MACS = old_min
-        parallel.set_intra_op_threads(old_threads)
+        parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS = old[1], old[2]
+        parallel.set_intra_op_threads(old[0])
 
 
 @settings(max_examples=40, deadline=None)
@@ -817,3 +817,15 @@ def _conv_in_child(x, w):
     parallel.MIN_PARALLEL_MACS = 0
     (y,) = run("Conv", [x, w], pads=[1, 1, 1, 1])
     return y
+
+
+@settings(max_examples=30, deadline=None)
+@given(pool_cases(), st.sampled_from([2, 3]), st.sampled_from(["max", "avg"]))
+def test_pools_cut_into_channel_blocks_match_direct_loop(case, threads, kind):
+    x, ks, strides, dilations, pads, ceil_mode = case
+    op = "MaxPool" if kind == "max" else "AveragePool"
+    with intra_op_blocks(threads):
+        (y,) = run(op, [x], kernel_shape=ks, strides=strides, dilations=dilations, pads=pads, ceil_mode=ceil_mode)
+    expected, _ = naive_pool(x, kind, ks, strides, dilations, pads, ceil_mode)
+    assume(expected is not None)
+    np.testing.assert_allclose(y, expected, rtol=1e-5)

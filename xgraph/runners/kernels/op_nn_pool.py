@@ -9,12 +9,14 @@ tap (a small integer code) with its own tap index.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.runners.kernels.op_nn_conv import FLOAT_TYPES, compute_dtype, pad_spatial, window_geometry
+from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count_elements
 from xgraph.runners.kernels.registry import kernel
 
 MAXPOOL_TYPES = FLOAT_TYPES + (np.dtype(np.int8), np.dtype(np.uint8))
@@ -106,6 +108,21 @@ def _argmax_axis(a: np.ndarray, code: np.ndarray | None, axis: int, k: int, s: i
 
 
 def _separable(xp: np.ndarray, kernel_shape, strides, dilations, out, combine) -> np.ndarray:
+    """Pool every spatial axis of padded `xp` in turn; large inputs in blocks of channels on the intra-op threads."""
+    n, c = xp.shape[:2]
+    parts = min(split_count_elements(xp.size * len(kernel_shape)), n * c)
+    if parts == 1:
+        return _separable_block(xp, kernel_shape, strides, dilations, out, combine)
+    flat = xp.reshape((n * c,) + xp.shape[2:])
+    result = np.empty((n * c,) + tuple(out), dtype=xp.dtype)
+
+    def block(a: int, b: int) -> None:
+        result[a:b] = _separable_block(flat[None, a:b], kernel_shape, strides, dilations, out, combine)[0]
+    run_parallel([partial(block, a, b) for a, b in chunks(n * c, parts)])
+    return result.reshape((n, c) + tuple(out))
+
+
+def _separable_block(xp: np.ndarray, kernel_shape, strides, dilations, out, combine) -> np.ndarray:
     """Pool every spatial axis of padded `xp` in turn, the axis that shrinks most first."""
     rank = len(kernel_shape)
     order = sorted(range(rank), key=lambda i: out[i] / xp.shape[2 + i])

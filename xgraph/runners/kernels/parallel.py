@@ -25,6 +25,8 @@ ENV = "XGRAPH_INTRA_OP_THREADS"
 MAX_DEFAULT_THREADS = 8
 #: Work below this many multiply-adds runs on the calling thread: handing it over costs more.
 MIN_PARALLEL_MACS = 4_000_000
+#: Memory-bound work (pooling, element-wise passes) below this many element visits stays on the caller.
+MIN_PARALLEL_ELEMENTS = 1 << 19
 
 _lock = threading.Lock()
 _threads: int | None = None
@@ -123,5 +125,13 @@ def split_count(macs: int) -> int:
     """How many blocks an op of `macs` multiply-adds should be cut into."""
     threads = intra_op_threads()
     if threads <= 1 or macs < MIN_PARALLEL_MACS:
+        return 1
+    return threads
+
+
+def split_count_elements(visits: int) -> int:
+    """How many blocks memory-bound work touching `visits` elements should be cut into."""
+    threads = intra_op_threads()
+    if threads <= 1 or visits < MIN_PARALLEL_ELEMENTS:
         return 1
     return threads
