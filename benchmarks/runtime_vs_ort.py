@@ -1,6 +1,6 @@
 """Runtime speed against onnxruntime, measured in the same run.
 
-Per zoo model (random weights, the zoo placement: AI Core / AI CPU / CPU subgraphs):
+Per zoo model (random weights, compiled by `xgraph.compile` with default options):
   ort          onnxruntime on the whole model (default session options)
   numpy        the graph runner with xgraph's numpy kernels
   ort-backed   the graph runner with each subgraph in its own onnxruntime session
@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import place, zoo_device_of, zoo_model
+from xgraph.runners.testing import place, zoo_model
 
 
 def median_time(fn, runs: int) -> float:
@@ -68,7 +68,7 @@ def feeds_for(graph: Graph) -> dict[str, np.ndarray]:
 def bench_model(name: str, runs: int) -> dict[str, float]:
     """Latencies of onnxruntime and the graph runner's two kernel choices on one zoo model."""
     model = zoo_model(name)
-    graph = place(Graph.from_onnx(model), zoo_device_of)
+    graph = xgraph.compile(model)
     feeds = feeds_for(graph)
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -110,7 +110,7 @@ def bench_dispatch(hops: int, runs: int) -> dict[str, float]:
 
 def bench_throughput(name: str, kernels: str, jobs: int) -> dict[str, float]:
     """Jobs per second with 1 and with 4 jobs in flight."""
-    graph = place(Graph.from_onnx(zoo_model(name)), zoo_device_of)
+    graph = xgraph.compile(zoo_model(name))
     feeds = feeds_for(graph)
     result = {}
     for in_flight in (1, 4):

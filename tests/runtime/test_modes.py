@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -201,3 +203,28 @@ def test_sim_mode_estimates_device_time_with_the_roofline(make):
     assert stats["estimated_device_s"] == pytest.approx(2 * estimate.seconds)
     (gemm,) = fc_estimate.ops
     assert gemm.flops == 2 * 10 * 16 + 10
+
+
+def test_onnxruntime_sessions_see_weights_as_constants():
+    """An IR 3 model lists its initializers as graph inputs; the session model must not (so they can be fused)."""
+    from xgraph.runners.executor import weights_as_constants
+
+    rng = np.random.default_rng(5)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "ir3", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6]),
+                                             helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    fixed = weights_as_constants(onnx.ModelProto.FromString(model.SerializeToString()))
+    assert fixed.ir_version == 4 and [i.name for i in fixed.graph.input] == ["x"]
+    onnx.checker.check_model(fixed, full_check=True)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_array_equal(ort_outputs(fixed, {"x": x})[0], ort_outputs(model, {"x": x})[0])
+    graph = Graph.from_onnx(model)
+    assert graph.get_input_tensors()[0].name == "x"  # the weight stays a weight on import too
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])
+    newer = helper.make_model(helper.make_graph(nodes, "ir8", [x_info], [y_info], [w]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    assert weights_as_constants(newer) is newer and [i.name for i in newer.graph.input] == ["x"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
+import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
@@ -328,8 +329,25 @@ def _ort_session(subgraph: "Subgraph"):
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    model = subgraph.to_onnx()
+    model = weights_as_constants(subgraph.to_onnx())
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def weights_as_constants(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """`model` with its initializers no longer listed as graph inputs (IR version 4 at least).
+
+    Before IR 4 every initializer was also a graph input, a default a caller may override, so
+    onnxruntime may not fold or fuse anything that reads one (Conv + BatchNormalization, the
+    NCHWc layout). A subgraph's weights are constants in xgraph: nothing ever overrides them.
+    """
+    if model.ir_version >= 4:
+        return model
+    weights = {t.name for t in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    model.ir_version = 4
+    return model
 
 
 def _with_outer_scope(fn: Callable, num_inputs: int, names: Sequence[str]) -> Callable:
