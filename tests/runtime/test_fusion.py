@@ -169,3 +169,89 @@ def test_run_mode_fuses_sim_mode_and_xgraph_fusion_0_do_not(monkeypatch):
         (executor,) = [r._executor for r in runner.runners.values()]
         assert not executor.fused_into and len(executor.steps) == 4
     np.testing.assert_allclose(fused_y, sim_y, rtol=1e-5, atol=1e-6)
+
+
+def affine_model(ops, *, conv: bool, x_shape=(1, C, 5, 5)):
+    """x [-> Conv] -> ops... where each op is (type, constant or None); constants are initializers."""
+    nodes, inits, prev = [], [], "x"
+    if conv:
+        inits.append(numpy_helper.from_array(RNG.standard_normal((C, C, 3, 3)).astype(np.float32) / 5, "w"))
+        nodes.append(helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]))
+        prev = "c"
+    for i, (op_type, value) in enumerate(ops):
+        out = f"t{i}"
+        if op_type == "BatchNormalization":
+            names = [f"bn{i}_{k}" for k in "sbmv"]
+            for n, v in zip(names, (RNG.uniform(0.5, 1.5, C), RNG.standard_normal(C), RNG.standard_normal(C),
+                                    RNG.uniform(0.5, 1.5, C))):
+                inits.append(const(n, v))
+            nodes.append(helper.make_node(op_type, [prev] + names, [out], name=f"op{i}"))
+        elif value is None:
+            nodes.append(helper.make_node(op_type, [prev], [out], name=f"op{i}"))
+        else:
+            inits.append(const(f"k{i}", value))
+            nodes.append(helper.make_node(op_type, [f"k{i}", prev] if i % 2 else [prev, f"k{i}"], [out], name=f"op{i}"))
+        prev = out
+    graph = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+
+
+PER_CHANNEL = RNG.uniform(0.5, 1.5, (C, 1, 1))
+
+
+@pytest.mark.parametrize("conv", [True, False])
+@pytest.mark.parametrize("ops, fused", [
+    ([("BatchNormalization", None), ("Mul", PER_CHANNEL), ("Add", PER_CHANNEL - 1), ("Relu", None)], 4),
+    ([("Mul", np.float32(1.5)), ("Add", PER_CHANNEL.reshape(1, C, 1, 1)), ("Sigmoid", None)], 3),
+    ([("Add", PER_CHANNEL.reshape(C)[None, :, None, None]), ("Mul", PER_CHANNEL)], 2),
+])
+def test_per_channel_affine_ops_fold_into_one_step(conv, ops, fused):
+    model = affine_model(ops, conv=conv)
+    x = RNG.standard_normal((1, C, 5, 5)).astype(np.float32)
+    executor, got, plain, ref = run_both(model, {"x": x})
+    assert len(executor.steps) == 1 and len(executor.steps[0].fused) == fused + conv
+    np.testing.assert_allclose(got[0], plain[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("value", [
+    RNG.standard_normal((1, C, 5, 5)),  # one value per element, not per channel
+    RNG.standard_normal((C, 5, 1)),     # varies along a spatial axis
+    RNG.standard_normal((2, C, 1, 1)),  # grows the batch
+])
+def test_constants_that_are_not_per_channel_are_left_alone(value):
+    model = affine_model([("Mul", value), ("Add", PER_CHANNEL)], conv=False)
+    x = RNG.standard_normal((1, C, 5, 5)).astype(np.float32)
+    executor, got, plain, ref = run_both(model, {"x": x})
+    assert executor.steps[0].op.type == "Mul" and not executor.steps[0].fused
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_full_shape_constant_after_a_conv_is_added_as_a_residual():
+    model = affine_model([("Add", RNG.standard_normal((1, C, 5, 5))), ("Relu", None)], conv=True)
+    x = RNG.standard_normal((1, C, 5, 5)).astype(np.float32)
+    executor, got, plain, ref = run_both(model, {"x": x})
+    assert [op.type for op in executor.steps[0].fused] == ["Conv", "Add", "Relu"]
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_whose_kernel_was_replaced_runs_its_own_kernel():
+    import dataclasses
+
+    from xgraph.runners.executor import kernel_registry
+
+    originals = [k for k in kernel_registry() if k.op_type == "Relu"]
+    for k in originals:
+        kernel_registry().add(dataclasses.replace(k, fn=lambda x: -x))  # an obviously different "Relu"
+    try:
+        model = block_model()
+        feeds = feeds_for(model)
+        executor, got, plain, ref = run_both(model, feeds)
+    finally:
+        for k in originals:
+            kernel_registry().add(k)
+    assert [op.type for op in executor.steps[0].fused] == ["Conv", "BatchNormalization", "Add"]
+    assert executor.steps[-1].op.type == "Relu" and not executor.steps[-1].fused
+    np.testing.assert_allclose(got[0], plain[0], rtol=1e-5, atol=1e-6)  # both ran the replacement
+    np.testing.assert_allclose(np.maximum(-got[0], 0), ref[0], rtol=1e-5, atol=1e-5)  # got = -(Relu's input)

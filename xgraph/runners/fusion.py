@@ -1,12 +1,15 @@
 """Plan-time fusion for the `run` mode: a convolution and the ops that only post-process it become one call.
 
-    Conv [-> BatchNormalization] [-> Add/Sum with a residual] [-> Relu/LeakyRelu/Sigmoid/Tanh/Clip/HardSigmoid]
+    Conv [-> per-channel affine ops] [-> Add/Sum with a residual] [-> Relu/LeakyRelu/Sigmoid/Tanh/Clip/HardSigmoid]
+    per-channel affine ops (at least two, or one and an activation) [-> activation]
 
-BatchNormalization (inference, constant statistics) is folded into the convolution's weights
-and bias once, when the plan is made; the residual and the activation are applied to each
-output block in place, right after its matrix product, while it is still in cache. The graph
-is not changed: fusion only rewrites the executor's list of steps, so a subgraph keeps every
-op for partitioning, reports and the `sim`/`ref` modes (which run op by op).
+Per-channel affine ops are BatchNormalization (inference, constant statistics) and Mul or Add
+by a constant with one value per channel (or one value): after a convolution they are folded
+into its weights and bias once, when the plan is made; the residual and the activation are
+applied to each output block in place, right after its matrix product, while it is still in
+cache. Elsewhere a run of them becomes one multiply-add. The graph is not changed: fusion only
+rewrites the executor's list of steps, so a subgraph keeps every op for partitioning, reports
+and the `sim`/`ref` modes (which run op by op).
 
 A chain is only fused when nothing else can tell the difference: every intermediate value has
 exactly one reader and is not a subgraph output, all values are float32, and the weights and
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from xgraph.errors import KernelError
 from xgraph.runners.kernels.op_nn_conv import ResidualNotInPlace, activation_in_place, conv_core
 from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift
 
@@ -48,6 +52,18 @@ ENV = "XGRAPH_FUSION"
 def fusion_enabled() -> bool:
     """False when XGRAPH_FUSION=0 asks the run mode to execute every op on its own."""
     return os.environ.get(ENV, "1").strip() != "0"
+
+
+def builtin_kernel(step: "Step") -> bool:
+    """True when the step runs one of xgraph's own numpy kernels.
+
+    Fusion computes the absorbed ops itself, so an op whose kernel was replaced (a plugin's,
+    a package's, a test's) is never fused: its own kernel must run.
+    """
+    return step.source.startswith("numpy") and getattr(step.fn, "__module__", "").startswith(_KERNEL_MODULES)
+
+
+_KERNEL_MODULES = "xgraph.runners.kernels."
 
 
 class _Plan:
@@ -82,13 +98,15 @@ class _Plan:
 
 def fuse_convolutions(steps: list["Step"], template: list[Any], tensor_of: dict[int, "Tensor"],
                       keep: set[int]) -> list["Step"]:
-    """`steps` with every fusable Conv chain replaced by one step (the others unchanged, in order)."""
+    """`steps` with every fusable chain replaced by one step (the others unchanged, in order)."""
     plan = _Plan(steps, template, tensor_of, keep)
     absorbed: set[int] = set()
     replacement: dict[int, "Step"] = {}
-    for i, step in enumerate(steps):
-        if step.op.type == "Conv" and step.op.domain == "" and step.source.startswith("numpy") and i not in absorbed:
-            fused = _fuse_chain(plan, i, absorbed)
+    for head in (_conv_chain, _affine_chain):
+        for i, step in enumerate(steps):
+            if i in absorbed or not builtin_kernel(step):
+                continue
+            fused = head(plan, i, absorbed)
             if fused is not None:
                 new_step, members = fused
                 # the fused call takes the place of the chain's last op: by then its residual exists
@@ -97,76 +115,148 @@ def fuse_convolutions(steps: list["Step"], template: list[Any], tensor_of: dict[
     return [replacement.get(i, step) for i, step in enumerate(steps) if i not in absorbed or i in replacement]
 
 
-def _fuse_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
-    """The fused step for the chain starting at Conv step `head` and the indices of the steps it replaces."""
+class _Chain:
+    """A chain being grown from its head step along sole readers, with the ops it absorbed."""
+
+    def __init__(self, plan: _Plan, head: int, absorbed: set[int]) -> None:
+        self.plan, self.absorbed = plan, absorbed
+        self.members = [head]
+        self.ops = [plan.steps[head].op]
+        self.out = plan.steps[head].outputs[0]
+        self.affine = 0  # per-channel affine ops absorbed
+
+    def next(self) -> int | None:
+        """The index of the one step reading the chain's current output, if it may join."""
+        plan = self.plan
+        reader = plan.sole_reader(self.out) if plan.is_float32(self.out) else None
+        if reader is None or reader in self.absorbed:
+            return None
+        step = plan.steps[reader]
+        if not builtin_kernel(step) or step.op.domain != "" or not step.outputs \
+                or not plan.is_float32(step.outputs[0]):
+            return None
+        return reader
+
+    def take(self, index: int) -> None:
+        self.members.append(index)
+        self.ops.append(self.plan.steps[index].op)
+        self.out = self.plan.steps[index].outputs[0]
+
+    def grow_affine(self, scale: np.ndarray, shift: np.ndarray, rank: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Absorb the per-channel affine ops that follow into (scale, shift), float64 vectors."""
+        while True:
+            index = self.next()
+            found = None if index is None else \
+                _channel_affine(self.plan, self.plan.steps[index], self.out, scale.size, rank)
+            if found is None:
+                return scale, shift
+            a, b = found
+            if scale.size == 1 and a.size > 1:  # scalars so far meet per-channel values
+                scale, shift = np.broadcast_to(scale, a.shape), np.broadcast_to(shift, a.shape)
+            scale, shift = scale * a, shift * a + b
+            self.take(index)
+            self.affine += 1
+
+    def grow_activation(self) -> tuple[str, list[float]] | None:
+        index = self.next()
+        if index is None or self.plan.steps[index].op.type not in ACTIVATIONS:
+            return None
+        activation = _activation(self.plan, self.plan.steps[index])
+        if activation is not None:
+            self.take(index)
+        return activation
+
+
+def _conv_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
+    """The fused step for a chain starting at Conv step `head`, and the indices of the steps it replaces."""
     conv = plan.steps[head]
-    if len(conv.inputs) < 2 or len(conv.outputs) != 1 or not plan.is_float32(conv.inputs[0]):
+    if conv.op.type != "Conv" or conv.op.domain != "":
+        return None
+    if len(conv.inputs) < 2 or len(conv.outputs) != 1 or not plan.is_float32(conv.inputs[0]) \
+            or not plan.is_float32(conv.outputs[0]):
         return None
     w = plan.constant(conv.inputs[1])
-    b = plan.constant(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
-    if w is None or w.dtype != _FLOAT32 or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
+    has_bias = len(conv.inputs) > 2 and bool(conv.inputs[2])
+    b = plan.constant(conv.inputs[2]) if has_bias else None
+    if w is None or w.dtype != _FLOAT32 or w.ndim < 3 or (has_bias and (b is None or b.size != w.shape[0])):
         return None
-    members = [head]
-    ops = [conv.op]
-    out = conv.outputs[0]
-    if not plan.is_float32(out):
-        return None
+    m = w.shape[0]
+    chain = _Chain(plan, head, absorbed)
+    scale, shift = chain.grow_affine(np.ones(m), np.zeros(m) if b is None else b.astype(np.float64).reshape(m),
+                                     w.ndim)
     residual = 0
-    activation: tuple[str, list[float]] | None = None
-
-    def follower(slot: int) -> int | None:
-        reader = plan.sole_reader(slot) if plan.is_float32(slot) else None
-        return None if reader is None or reader in absorbed else reader
-
-    nxt = follower(out)
-    if nxt is not None and plan.steps[nxt].op.type == "BatchNormalization":
-        folded = _fold_batch_norm(plan, plan.steps[nxt], out, w, b)
-        if folded is not None:
-            w, b = folded
-            members.append(nxt)
-            ops.append(plan.steps[nxt].op)
-            out = plan.steps[nxt].outputs[0]
-            nxt = follower(out)
-    if nxt is not None and plan.steps[nxt].op.type in ("Add", "Sum") and plan.steps[nxt].op.domain == "":
-        add = plan.steps[nxt]
-        others = [s for s in add.inputs if s != out]
-        if len(add.inputs) == 2 and len(others) == 1 and others[0] and plan.is_float32(others[0]) \
-                and plan.is_float32(add.outputs[0]):
+    index = chain.next()
+    if index is not None and plan.steps[index].op.type in ("Add", "Sum") and len(plan.steps[index].inputs) == 2:
+        others = [s for s in plan.steps[index].inputs if s != chain.out]
+        if len(others) == 1 and others[0] and plan.is_float32(others[0]):
             residual = others[0]
-            members.append(nxt)
-            ops.append(add.op)
-            out = add.outputs[0]
-            nxt = follower(out)
-    if nxt is not None and plan.steps[nxt].op.domain == "" and plan.steps[nxt].op.type in ACTIVATIONS:
-        act = plan.steps[nxt]
-        activation = _activation(plan, act)
-        if activation is not None and plan.is_float32(act.outputs[0]):
-            members.append(nxt)
-            ops.append(act.op)
-            out = act.outputs[0]
-    if len(members) == 1:
+            chain.take(index)
+    activation = chain.grow_activation()
+    if len(chain.members) == 1:
         return None  # nothing to fuse
+    if chain.affine:
+        scale = np.broadcast_to(scale, (m,)).reshape((m,) + (1,) * (w.ndim - 1))
+        w, b = (w.astype(np.float64) * scale).astype(np.float32), np.broadcast_to(shift, (m,)).astype(np.float32)
     fn = _fused_conv(w, b, conv.attrs, activation)
     inputs = (conv.inputs[0], residual) if residual else (conv.inputs[0],)
-    return replace(conv, fn=fn, inputs=inputs, outputs=(out,), attrs={}, needed=1, fused=tuple(ops)), members
+    return replace(conv, fn=fn, inputs=inputs, outputs=(chain.out,), attrs={}, needed=1,
+                   fused=tuple(chain.ops)), chain.members
 
 
-def _fold_batch_norm(plan: _Plan, bn: "Step", conv_out: int, w: np.ndarray,
-                     b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """(W', B') with BatchNormalization(Conv(x, W, B)) == Conv(x, W', B'), or None when it cannot fold."""
-    if len(bn.inputs) != 5 or bn.inputs[0] != conv_out or bn.needed != 1:
+def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
+    """One multiply-add (and activation) for a run of per-channel affine ops starting at step `head`."""
+    step = plan.steps[head]
+    if not step.inputs or not plan.is_float32(step.inputs[0]) or not step.outputs \
+            or not plan.is_float32(step.outputs[0]):
         return None
-    attrs = bn.attrs
-    if attrs.get("training_mode", 0) or not attrs.get("spatial", 1):
+    x = step.inputs[0]
+    t = plan.tensor_of.get(x)
+    rank = len(t.shape) if t is not None and t.shape is not None else None
+    first = _channel_affine(plan, step, x, 1, rank)
+    if first is None:
         return None
-    params = [plan.constant(s) for s in bn.inputs[1:]]
-    m = w.shape[0]
-    if any(p is None or p.size != m or p.dtype != _FLOAT32 for p in params):
+    chain = _Chain(plan, head, absorbed)
+    scale, shift = chain.grow_affine(*first, rank)
+    activation = chain.grow_activation()
+    if len(chain.members) < 2:
         return None
-    a, shift = batch_norm_scale_shift(*(p.reshape(m) for p in params), attrs.get("epsilon", 1e-5))
-    w2 = (w.astype(np.float64) * a.reshape((m,) + (1,) * (w.ndim - 1))).astype(np.float32)
-    b2 = ((b.astype(np.float64).reshape(m) if b is not None else 0.0) * a + shift).astype(np.float32)
-    return w2, b2
+    fn = _fused_affine(scale.astype(np.float32), shift.astype(np.float32), rank, activation)
+    return replace(step, fn=fn, inputs=(x,), outputs=(chain.out,), attrs={}, needed=1,
+                   fused=tuple(chain.ops)), chain.members
+
+
+def _channel_affine(plan: _Plan, step: "Step", x: int, m: int,
+                    rank: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) float64 vectors (length m, or 1) when `step` computes scale * x + shift per channel of x."""
+    op = step.op
+    if op.domain != "" or step.needed != 1 or len(step.outputs) < 1:
+        return None
+    if op.type == "BatchNormalization":
+        if len(step.inputs) != 5 or step.inputs[0] != x:
+            return None
+        attrs = step.attrs
+        if attrs.get("training_mode", 0) or not attrs.get("spatial", 1):
+            return None
+        params = [plan.constant(s) for s in step.inputs[1:]]
+        size = params[0].size if params[0] is not None else 0
+        if any(p is None or p.dtype != _FLOAT32 or p.size != size for p in params) or (m > 1 and size != m):
+            return None
+        return batch_norm_scale_shift(*(p.reshape(size) for p in params), attrs.get("epsilon", 1e-5))
+    if op.type not in ("Mul", "Add") or len(step.inputs) != 2 or step.inputs.count(x) != 1 or rank is None:
+        return None
+    c = plan.constant(step.inputs[1] if step.inputs[0] == x else step.inputs[0])
+    if c is None or c.dtype != _FLOAT32 or c.ndim > rank:
+        return None
+    shape = (1,) * (rank - c.ndim) + c.shape
+    if rank < 2:
+        if c.size != 1:
+            return None
+    elif any(d != 1 for i, d in enumerate(shape) if i != 1) or (shape[1] != 1 and m > 1 and shape[1] != m):
+        return None
+    values = c.astype(np.float64).reshape(-1)
+    if op.type == "Mul":
+        return values, np.zeros_like(values)
+    return np.ones_like(values), values
 
 
 def _activation(plan: _Plan, act: "Step") -> tuple[str, list[float]] | None:
@@ -200,4 +290,28 @@ def _fused_conv(w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
             if act is not None:
                 act(y)
             return y
+    return fused
+
+
+def _fused_affine(scale: np.ndarray, shift: np.ndarray, rank: int | None,
+                  activation: tuple[str, list[float]] | None) -> Callable:
+    act = activation_in_place(*activation) if activation else None
+    channels = scale.size
+
+    def fused(x):
+        if rank is not None and x.ndim != rank:
+            raise KernelError(f"the input has rank {x.ndim}, but its declared shape has rank {rank}")
+        if channels > 1:
+            if x.ndim < 2 or x.shape[1] != channels:
+                raise KernelError(f"the input has shape {x.shape}, but the per-channel values are for "
+                                  f"{channels} channels")
+            shape = (1, channels) + (1,) * (x.ndim - 2)
+            y = np.multiply(x, scale.reshape(shape))
+            y += shift.reshape(shape)
+        else:
+            y = np.multiply(x, scale.reshape(()))
+            y += shift.reshape(())
+        if act is not None:
+            act(y)
+        return y
     return fused
