@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count
+from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count, split_count_elements
 from xgraph.runners.kernels.registry import kernel
 
 try:  # ml_dtypes ships with onnx; without it bfloat16 tensors cannot exist anyway
@@ -222,14 +222,12 @@ def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_s
 
     xp = pad_spatial(x, begin, end)
     view = windows(xp, ks, strides, dilations, out)  # (N, C, *K, *O)
-    if c // group == 1:
+    if c // group == 1 and m == group and len(ks) == 2 and tuple(strides) == (1, 1):
+        y = _depthwise_rows(xp, w, dilations, out)
+    elif c // group == 1:
         y = _depthwise(view, w, group, out)
-    elif taps == 1 and not any(begin) and not any(end):
-        cols = view.reshape(n, group, c // group, length)
-        y = np.matmul(w.reshape(group, m // group, c // group), cols)
     else:
-        cols = view.reshape(n, group, (c // group) * taps, length)
-        y = np.matmul(w.reshape(group, m // group, (c // group) * taps), cols)
+        y = _grouped(view, w, group, taps, length)
     y = y.reshape(n, m, length)
     for i in range(n):
         epilogue(y[i], slice(None), slice(None), i)
@@ -359,6 +357,59 @@ def _im2col_matmul(view: np.ndarray, wm: np.ndarray, y: np.ndarray, epilogue: _E
             epilogue(piece, slice(None), cols, image)
             y[:, cols] = piece
     run_parallel([partial(block, a, b) for a, b in chunks(out[0], parts)])
+
+
+def _grouped(view: np.ndarray, w: np.ndarray, group: int, taps: int, length: int) -> np.ndarray:
+    """Grouped convolution: one matrix product per group, the groups in blocks on the intra-op threads."""
+    n, c = view.shape[:2]
+    m = w.shape[0]
+    rows = (c // group) * taps
+    cols = view.reshape(n, group, rows, length)  # (N, g, C/g * K, L): a copy when the view has gaps
+    wg = w.reshape(group, m // group, rows)
+    y = np.empty((n, group, m // group, length), dtype=np.result_type(view.dtype, w.dtype))
+
+    def block(a: int, b: int) -> None:
+        np.matmul(wg[a:b], cols[:, a:b], out=y[:, a:b])
+    run_parallel([partial(block, a, b) for a, b in chunks(group, split_count(m * rows * length * n))])
+    return y
+
+
+def _depthwise_rows(xp: np.ndarray, w: np.ndarray, dilations: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """A 2-D depthwise convolution with stride 1 (one filter per channel), on flattened image rows.
+
+    Each padded channel is one flat row of Hp*Wp values, so every tap reads one contiguous run
+    of OH*Wp values per channel (long inner loops instead of OW-long ones); the Wp - OW extra
+    columns this computes per output row are dropped at the end. Channels are cut into blocks
+    on the intra-op threads.
+    """
+    n, c, hp, wp = xp.shape
+    kh, kw = w.shape[2:]
+    dh, dw = dilations
+    oh, ow = out
+    length = oh * wp
+    slack = (kw - 1) * dw  # the last tap's run reaches this far past the padded image
+    flat = np.empty((n, c, hp * wp + slack), dtype=np.result_type(xp.dtype, w.dtype))
+    flat[:, :, hp * wp:] = 0
+    flat[:, :, :hp * wp].reshape(n, c, hp, wp)[...] = xp
+    taps = w.reshape(c, kh * kw).astype(flat.dtype, copy=False)
+    y = np.empty((n, c, oh, ow), dtype=flat.dtype)
+
+    def block(i: int, a: int, b: int) -> None:
+        acc = np.empty((b - a, length), dtype=flat.dtype)
+        tmp = np.empty_like(acc)
+        for t in range(kh * kw):
+            r, q = divmod(t, kw)
+            offset = r * dh * wp + q * dw
+            run = flat[i, a:b, offset:offset + length]
+            if t == 0:
+                np.multiply(run, taps[a:b, t:t + 1], out=acc)
+            else:
+                np.multiply(run, taps[a:b, t:t + 1], out=tmp)
+                acc += tmp
+        y[i, a:b] = acc.reshape(b - a, oh, wp)[:, :, :ow]
+    parts = split_count_elements(c * length * kh * kw * 2)
+    run_parallel([partial(block, i, a, b) for i in range(n) for a, b in chunks(c, parts)])
+    return y
 
 
 def _depthwise(view: np.ndarray, w: np.ndarray, group: int, out: Sequence[int]) -> np.ndarray:
