@@ -829,3 +829,19 @@ def test_pools_cut_into_channel_blocks_match_direct_loop(case, threads, kind):
     expected, _ = naive_pool(x, kind, ks, strides, dilations, pads, ceil_mode)
     assume(expected is not None)
     np.testing.assert_allclose(y, expected, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 2), st.tuples(st.integers(1, 4), st.integers(1, 4)),
+       st.tuples(st.integers(1, 3), st.integers(1, 3)), st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       st.integers(4, 9), st.sampled_from([1, 2, 3]), st.integers(0, 2 ** 16))
+def test_depthwise_rows_match_direct_convolution(channels, n, kernel, dilations, pads, size, threads, seed):
+    """Stride-1 2-D depthwise convolutions (the flattened-rows path), with dilations, pads and blocks."""
+    assume(all(size + pads[i] + pads[i + 2] >= (k - 1) * d + 1 for i, (k, d) in enumerate(zip(kernel, dilations))))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, channels, size, size + 1)).astype(np.float32)
+    w = rng.standard_normal((channels, 1, *kernel)).astype(np.float32)
+    with intra_op_blocks(threads):
+        (y,) = run("Conv", [x, w], group=channels, dilations=list(dilations), pads=pads)
+    np.testing.assert_allclose(y, naive_conv(x, w, None, [1, 1], list(dilations), pads, channels),
+                               rtol=1e-4, atol=1e-4)
