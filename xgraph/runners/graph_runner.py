@@ -231,6 +231,8 @@ class GraphRunner:
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
+        if task.kind != "copy" and not self.profile:
+            return  # subgraph runs are counted by their runners
         nbytes = sum(getattr(o, "nbytes", 0) for o in outs)
         if task.kind == "copy":
             with self._stats_lock:

@@ -43,6 +43,7 @@ class Task:
     successors: tuple[int, ...] = ()
     num_deps: int = 0
     device: str = ""
+    distinct_inputs: tuple[Key, ...] = ()  # inputs without repeats, for reader counting
 
 
 @dataclass
@@ -66,7 +67,8 @@ class Plan:
             t.num_deps = len(deps)
             for d in deps:
                 successors[d].add(t.index)
-            for k in set(t.inputs):
+            t.distinct_inputs = tuple(dict.fromkeys(t.inputs))
+            for k in t.distinct_inputs:
                 if k not in keep:
                     self.readers[k] = self.readers.get(k, 0) + 1
         for t in self.tasks:
@@ -169,7 +171,7 @@ class ThreadScheduler:
                 values = run.values
                 for k, v in zip(task.outputs, outs):
                     values[k] = v
-                for k in set(task.inputs):
+                for k in task.distinct_inputs:
                     n = run.readers.get(k)
                     if n is not None:
                         if n <= 1:
