@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -324,3 +325,40 @@ def test_plugin_devices_use_their_registered_memory_kind(make):
     with xgraph.create_graph_runner(chain_graph(make, ["CPU", "UNKNOWN_DEV", "CPU"], runner="null")) as runner:
         runner.run({"x": x_of(1)})
         assert runner.get_stats()["copies"]["count"] == 0  # a device the table does not know runs in host memory
+
+
+@pytest.mark.parametrize("any_thread", [True, False])
+def test_an_idle_stream_task_runs_on_the_thread_that_made_it_ready_only_if_its_runner_allows(
+        make, pass_runner, any_thread):
+    seen: list[tuple[str, str]] = []
+    pass_runner.any_thread = any_thread
+    pass_runner.on_execute = lambda runner, inputs: seen.append(
+        (str(runner.subgraph.get_attr("device")), threading.current_thread().name))
+    devices = ["AICORE", "AICPU"] * 3
+    with xgraph.create_graph_runner(chain_graph(make, devices)) as runner:
+        np.testing.assert_array_equal(runner.run({"x": x_of(3)})[0], x_of(3))
+    assert [d for d, _ in seen] == devices
+    threads = {d: {t for dd, t in seen if dd == d} for d in ("AICORE", "AICPU")}
+    if any_thread:  # one thread ran the whole chain: no wake-up per hop
+        assert len({t for _, t in seen}) == 1
+    else:  # every task on its own device's stream thread
+        assert all(len(names) == 1 and d in next(iter(names)) for d, names in threads.items())
+
+
+def test_with_jobs_in_flight_each_stream_keeps_its_own_thread(make, pass_runner):
+    seen: list[tuple[str, str]] = []
+    pass_runner.any_thread = True
+    gate = threading.Event()
+
+    def hook(runner, inputs):
+        seen.append((str(runner.subgraph.get_attr("device")), threading.current_thread().name))
+        gate.wait(5)
+    pass_runner.on_execute = hook
+    with xgraph.create_graph_runner(chain_graph(make, ["AICORE", "AICPU"] * 2), max_jobs_in_flight=4) as runner:
+        jobs = [runner.execute_async({"x": x_of(i)}) for i in range(3)]
+        time.sleep(0.05)
+        gate.set()
+        for i, job in enumerate(jobs):
+            assert runner.wait(job, timeout=10) == 0
+            np.testing.assert_array_equal(runner.get_outputs(job)[0], x_of(i))
+    assert any("AICPU" in t for d, t in seen if d == "AICPU")

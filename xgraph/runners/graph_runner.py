@@ -83,7 +83,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
             raise RunnerError(f"graph {graph.name!r}: tensor {name!r} is read before any subgraph produces it")
         stream = COPY_STREAMS[(location[name], memory)]
         tasks.append(Task(len(tasks), f"copy {name} {stream}", stream, "copy", _copy,
-                          ((name, location[name]),), (key,), device=stream))
+                          ((name, location[name]),), (key,), device=stream, any_thread=True))
         have.add(key)
         return key
 
@@ -98,7 +98,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
             outputs.append((t.name, memory))
         where = f"subgraph {subgraph.name!r} on {device}"
         tasks.append(Task(len(tasks), subgraph.name, device, "subgraph", _subgraph_task(runner, where),
-                          inputs, tuple(outputs), device=device))
+                          inputs, tuple(outputs), device=device, any_thread=bool(getattr(runner, "any_thread", False))))
     results = [need(t.name, HOST) for t in graph.get_output_tensors()]
     plan = Plan(tasks, [(t.name, HOST) for t in graph.get_input_tensors()], results, constants)
     plan.link()

@@ -174,6 +174,10 @@ class Runner:
     block_when_full: bool = True
     #: Seconds `close()` waits for a job that is already executing before giving up on it.
     close_timeout: float = 5.0
+    #: True when `execute` may be called from any thread (one call at a time). The graph runner
+    #: then lets an idle stream's task run on the thread that made it ready, skipping a thread
+    #: wake-up. Leave False for runners bound to a thread (e.g. a device context per thread).
+    any_thread: bool = False
 
     _rt_init_lock = threading.Lock()
 

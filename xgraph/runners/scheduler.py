@@ -12,6 +12,11 @@ A task becomes ready when every value it reads exists; it then goes to its strea
 Streams work in FIFO order across jobs, so consecutive jobs overlap on different devices
 (pipelining) while each device still runs one task at a time. A job whose record is already
 final (failed, cancelled, timed out) has its remaining tasks skipped.
+
+One shortcut: when a thread makes a task of another stream ready, has nothing else to do, and
+that stream has nothing running or queued, it runs the task itself (holding the stream, so
+the stream still runs one task at a time) instead of waking the stream's thread. Only tasks
+whose runner says it may be called from any thread (`Runner.any_thread`) are taken over.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class Task:
     num_deps: int = 0
     device: str = ""
     distinct_inputs: tuple[Key, ...] = ()  # inputs without repeats, for reader counting
+    any_thread: bool = False  # may run on another stream's thread when its own stream is idle
 
 
 @dataclass
@@ -105,6 +111,8 @@ class ThreadScheduler:
         self.plan = plan
         self._observer = observer
         self._queues: dict[str, queue.SimpleQueue] = {s: queue.SimpleQueue() for s in plan.streams()}
+        # held while a task of the stream runs, by its own thread or by one that took it over
+        self._busy: dict[str, threading.Lock] = {s: threading.Lock() for s in self._queues}
         self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
                          for s in self._queues]
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
@@ -144,16 +152,22 @@ class ThreadScheduler:
 
     def _work(self, stream: str) -> None:
         inbox = self._queues[stream]
-        local: deque = deque()
+        local: deque = deque()  # (run, task, holds its stream) to run next on this thread
         tasks = self.plan.tasks
         while True:
-            item = local.popleft() if local else inbox.get()
-            if item is None:
-                return
-            run, task = item
-            if run.job.done:
-                continue
+            if local:
+                run, task, held = local.popleft()
+            else:
+                item = inbox.get()
+                if item is None:
+                    return
+                (run, task), held = item, False
+            busy = self._busy[task.stream]
+            if not held:
+                busy.acquire()
             try:
+                if run.job.done:
+                    continue
                 args = [run.values[k] for k in task.inputs]
                 start = time.perf_counter()
                 outs = task.fn(args)
@@ -164,6 +178,8 @@ class ThreadScheduler:
                 self._forget(run)
                 run.done(run.job, None, e)
                 continue
+            finally:
+                busy.release()
             ready = []
             with run.lock:
                 if run.job.done:  # ended while this task ran (timed out, cancelled): keep nothing
@@ -187,7 +203,9 @@ class ThreadScheduler:
                 finished = run.left == 0
             for t in ready:
                 if t.stream == stream:
-                    local.append((run, t))
+                    local.append((run, t, False))
+                elif self._take_idle(t, local, inbox):
+                    local.append((run, t, True))
                 else:
                     self._queues[t.stream].put((run, t))
             if finished:
@@ -198,6 +216,19 @@ class ThreadScheduler:
                     run.done(run.job, None, e)
                 else:
                     run.done(run.job, results, None)
+
+    def _take_idle(self, task: Task, local: deque, inbox: queue.SimpleQueue) -> bool:
+        """Claim `task`'s stream for this thread when nothing waits here and that stream is idle.
+
+        Handing a task to a sleeping thread costs a wake-up (tens of microseconds, more on a busy
+        host); when only one job is in flight, this thread has nothing else to do and the other
+        stream has nothing running or queued, running the task here is the same schedule without
+        it. Only for tasks whose runner may be called from any thread.
+        """
+        if not task.any_thread or local or len(self._runs) > 1 or not inbox.empty() \
+                or not self._queues[task.stream].empty():
+            return False  # with other jobs in flight, both threads have work: keep the pipeline
+        return self._busy[task.stream].acquire(blocking=False)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop every stream after its current task; waits up to `timeout` s; True if all stopped."""

@@ -43,6 +43,7 @@ class DeviceRunner(Runner):
 
     device: ClassVar[str] = "CPU"
     fp16_in_sim: ClassVar[bool] = False
+    any_thread = True  # numpy kernels, onnxruntime sessions and the reference evaluator run on any thread
 
     def __init__(self, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto") -> None:
         """Plan the subgraph for `mode` once (kernels, weights, buffers)."""

@@ -17,6 +17,7 @@ class NullRunner(Runner):
     """Returns zeros shaped like the subgraph's outputs (unknown dims count as 1)."""
 
     delay: float = 0.0
+    any_thread = True
 
     def __init__(self, subgraph, mode: str = "run") -> None:
         """Precompute the output shapes and dtypes."""
