@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.op_nn_conv import ResidualNotInPlace, activation_in_place, conv_core
+from xgraph.runners.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
 from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift
 
 if TYPE_CHECKING:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
 
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.op_nn_conv import FLOAT_TYPES, col2im_add, compute_dtype, window_geometry
+from xgraph.runners.kernels.op_nn_conv import col2im_add
+from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype, window_geometry
 from xgraph.runners.kernels.registry import kernel
 
 # --------------------------------------------------------------------------- Resize: coordinates and taps

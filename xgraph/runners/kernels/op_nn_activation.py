@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.op_nn_conv import FLOAT_TYPES, compute_dtype
+from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype
 from xgraph.runners.kernels.registry import kernel
 
 SIGNED_INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.op_nn_conv import FLOAT_TYPES, compute_dtype
+from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype
 from xgraph.runners.kernels.registry import kernel
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.op_nn_conv import FLOAT_TYPES, compute_dtype, pad_spatial, window_geometry
+from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype, pad_spatial, window_geometry
 from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count_elements
 from xgraph.runners.kernels.registry import kernel
 
