@@ -23,7 +23,7 @@ import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
-from xgraph.runners.fusion import fuse_convolutions
+from xgraph.runners.fusion import fuse_steps
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Subgraph, Tensor
@@ -173,7 +173,7 @@ class SubgraphExecutor:
         self._input_slots = tuple(slot_of[t] for t in self.inputs)
         self._output_slots = tuple(slot_of[t] for t in self.outputs)
         if self.fuse:
-            steps = fuse_convolutions(steps, template, {s: t for t, s in slot_of.items()}, set(self._output_slots))
+            steps = fuse_steps(steps, template, {s: t for t, s in slot_of.items()}, set(self._output_slots))
             self.fused_into = {op.name: step.op.name for step in steps for op in step.fused}
         # values that are not known to be tensors may be sequences (lists) and stay as the kernel made them
         self._untyped_slots = frozenset(s for t, s in slot_of.items() if t.dtype is None)

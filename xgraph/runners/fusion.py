@@ -96,7 +96,7 @@ class _Plan:
         return t is not None and t.dtype == _FLOAT32
 
 
-def fuse_convolutions(steps: list["Step"], template: list[Any], tensor_of: dict[int, "Tensor"],
+def fuse_steps(steps: list["Step"], template: list[Any], tensor_of: dict[int, "Tensor"],
                       keep: set[int]) -> list["Step"]:
     """`steps` with every fusable chain replaced by one step (the others unchanged, in order)."""
     plan = _Plan(steps, template, tensor_of, keep)
