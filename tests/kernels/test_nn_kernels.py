@@ -845,3 +845,33 @@ def test_depthwise_rows_match_direct_convolution(channels, n, kernel, dilations,
         (y,) = run("Conv", [x, w], group=channels, dilations=list(dilations), pads=pads)
     np.testing.assert_allclose(y, naive_conv(x, w, None, [1, 1], list(dilations), pads, channels),
                                rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 5), st.integers(1, 2), st.tuples(st.integers(2, 3), st.integers(1, 3)),
+       st.tuples(st.integers(1, 2), st.integers(1, 2)), st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       st.sampled_from([1, 2, 3]), st.booleans(), st.integers(0, 2 ** 16))
+def test_few_output_channels_shifted_products_match_direct_convolution(m, extra, n, kernel, dilations, pads,
+                                                                       threads, fused, seed):
+    """Stride-1 2-D convolutions with at most half as many output as input channels (no im2col)."""
+    c = 2 * m + extra
+    size = 7
+    assume(all(size + pads[i] + pads[i + 2] >= (k - 1) * d + 1 for i, (k, d) in enumerate(zip(kernel, dilations))))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, size, size + 2)).astype(np.float32)
+    w = rng.standard_normal((m, c, *kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    expected = naive_conv(x, w, b, [1, 1], list(dilations), pads, 1)
+    from xgraph.runners.kernels import conv_lowering
+
+    with intra_op_blocks(threads), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_lowering, "SHIFTED_MIN_POSITIONS", 0)  # small images take the path too
+        if fused:
+            z = rng.standard_normal(expected.shape).astype(np.float32)
+            node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.microsoft",
+                                    activation="Relu", pads=pads, dilations=list(dilations))
+            (y,) = run_node(node, [x, w, b, z], 1)
+            expected = np.maximum(expected + z, 0)
+        else:
+            (y,) = run("Conv", [x, w, b], dilations=list(dilations), pads=pads)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
