@@ -581,3 +581,21 @@ def test_matches_onnxruntime(op, inputs, opset, outputs, attrs):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for actual, expected in zip(ours, session.run(None, dict(zip(names, inputs)))):
         assert_matches(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 40), st.sampled_from([2, 3]), st.booleans(),
+       st.integers(0, 2 ** 16))
+def test_matrix_products_cut_into_blocks_match_numpy(m, k, n, threads, trans_b, seed):
+    from xgraph.runners.kernels.testing import intra_op_blocks
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32)
+    expected = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    with intra_op_blocks(threads):
+        (gemm_y,) = run("Gemm", a, b, c, transB=int(trans_b), alpha=0.5)
+        (matmul_y,) = run("MatMul", a, np.ascontiguousarray(b.T) if trans_b else b)
+    np.testing.assert_allclose(matmul_y, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gemm_y, 0.5 * expected + c, rtol=1e-4, atol=1e-4)

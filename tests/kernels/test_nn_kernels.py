@@ -1,7 +1,6 @@
 """NN kernels (conv, pool, norm, activation, image) against the ONNX node conformance cases and numpy oracles."""
 from __future__ import annotations
 
-import contextlib
 import importlib
 import itertools
 import warnings
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.testing import check_node_case, run_node, single_node_cases
+from xgraph.runners.kernels.testing import check_node_case, intra_op_blocks, run_node, single_node_cases
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 POOL_OPS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool",
@@ -730,21 +729,6 @@ def test_batch_norm_folded_into_fused_conv_equals_conv_batch_norm_relu():
                             pads=[1, 1, 1, 1])
     (fused,) = run_node(node, [x, (w * a[:, None, None, None]).astype(np.float32), b.astype(np.float32)], 1)
     np.testing.assert_allclose(fused, expected, rtol=1e-4, atol=1e-5)
-
-
-@contextlib.contextmanager
-def intra_op_blocks(threads: int):
-    """Every kernel cut into `threads` blocks, however small its work (restored afterwards)."""
-    from xgraph.runners.kernels import parallel
-
-    old = parallel.intra_op_threads(), parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS
-    parallel.set_intra_op_threads(threads)
-    parallel.MIN_PARALLEL_MACS = parallel.MIN_PARALLEL_ELEMENTS = 0
-    try:
-        yield
-    finally:
-        parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS = old[1], old[2]
-        parallel.set_intra_op_threads(old[0])
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,6 +7,8 @@ for 8-bit operands at any realistic inner dimension and still runs on BLAS.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import ml_dtypes
 import numpy as np
 from onnx import helper
@@ -15,6 +17,7 @@ from xgraph.errors import KernelError
 from xgraph.runners.kernels.op_elementwise import (
     BOOL, FLOAT8, FLOATS, NARROW_FLOATS, NUMERIC, STRING, normalize_axis, operands, widen,
 )
+from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count
 from xgraph.runners.kernels.registry import kernel
 
 MATMUL_TYPES = FLOATS + (np.int32, np.int64, np.uint32, np.uint64)
@@ -36,14 +39,34 @@ def _blas_ready(x: np.ndarray) -> np.ndarray:
 
 
 def _matmul(op: str, a: np.ndarray, b: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """np.matmul in `dtype`, with numpy's shape errors turned into a KernelError naming `op`."""
+    """np.matmul in `dtype`, with numpy's shape errors turned into a KernelError naming `op`.
+
+    A large 2-D product is cut into blocks of rows (or of columns, for few rows) that run on
+    the intra-op threads.
+    """
     if a.ndim == 0 or b.ndim == 0:
         raise KernelError(f"{op}: inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    a, b = _blas_ready(a.astype(dtype, copy=False)), _blas_ready(b.astype(dtype, copy=False))
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and dtype.kind == "f":
+        parts = split_count(a.shape[0] * a.shape[1] * b.shape[1])
+        if parts > 1:
+            return _matmul_blocks(a, b, parts)
     try:
-        return np.matmul(_blas_ready(a.astype(dtype, copy=False)), _blas_ready(b.astype(dtype, copy=False)))
+        return np.matmul(a, b)
     except ValueError:
         raise KernelError(f"{op}: cannot multiply shapes {a.shape} and {b.shape} "
                           f"(inner dimensions must agree, batch dimensions broadcast)") from None
+
+
+def _matmul_blocks(a: np.ndarray, b: np.ndarray, parts: int) -> np.ndarray:
+    m, n = a.shape[0], b.shape[1]
+    out = np.empty((m, n), dtype=np.result_type(a.dtype, b.dtype))
+    if m >= 8 * parts:
+        blocks = [partial(np.matmul, a[lo:hi], b, out=out[lo:hi]) for lo, hi in chunks(m, parts)]
+    else:
+        blocks = [partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in chunks(n, parts)]
+    run_parallel(blocks)
+    return out
 
 
 def _scalar_int(op: str, name: str, value) -> int:

@@ -1,7 +1,8 @@
 """Run one kernel on one ONNX node: the glue kernel tests and the conformance harness share."""
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -64,3 +65,18 @@ def single_node_cases(cases, op_types) -> list:
     return sorted((c for c in cases if c.model is not None and len(c.model.graph.node) == 1
                    and c.model.graph.node[0].op_type in op_types
                    and c.model.graph.node[0].domain in ("", "ai.onnx")), key=lambda c: c.name)
+
+
+@contextlib.contextmanager
+def intra_op_blocks(threads: int) -> Iterator[None]:
+    """Every parallel kernel cut into `threads` blocks, however small its work (restored afterwards)."""
+    from xgraph.runners.kernels import parallel
+
+    old = parallel.intra_op_threads(), parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS
+    parallel.set_intra_op_threads(threads)
+    parallel.MIN_PARALLEL_MACS = parallel.MIN_PARALLEL_ELEMENTS = 0
+    try:
+        yield
+    finally:
+        parallel.MIN_PARALLEL_MACS, parallel.MIN_PARALLEL_ELEMENTS = old[1], old[2]
+        parallel.set_intra_op_threads(old[0])
