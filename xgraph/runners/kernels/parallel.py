@@ -1,7 +1,7 @@
 """Intra-op parallelism for the heavy numpy kernels: split one op's work into independent chunks.
 
 BLAS runs single-threaded under the numpy kernels (see `xgraph.runners.blas`: its spinning
-threads collapse when the cores are shared). Large kernels (convolutions, matrix products)
+threads collapse when the cores are shared). Large kernels (convolutions, matrix products, pools)
 instead cut their output into as many disjoint blocks as there are intra-op threads and run
 one block per thread; numpy releases the GIL inside BLAS and its loops, so the blocks really
 run side by side. The workers block on a queue between ops, so an idle or oversubscribed
