@@ -23,6 +23,7 @@ import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
+from xgraph.runners.buffers import BufferPool
 from xgraph.runners.fusion import fuse_steps
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Step:
     release: tuple[int, ...] = ()
     source: str = "numpy"
     fused: tuple["Op", ...] = ()  # the ops this one call computes, when the run-mode fusion made it
+    output_buffer: tuple | None = None  # (shape, dtype): fn takes `into=`, a buffer reused across runs
 
     def describe(self) -> str:
         """How error messages name the step: its op, or the chain of ops fused into it."""
@@ -125,6 +127,7 @@ class SubgraphExecutor:
         self.kernel_sources: dict[str, str] = {}
         self._session = None
         self.steps: list[Step] = []
+        self._buffers = BufferPool()
         if kernels in ("onnxruntime", "auto") and self.storage_dtype is None and not self.fp16_ops:
             self._try_onnxruntime(kernels == "onnxruntime")
         if self._session is None:
@@ -265,7 +268,10 @@ class SubgraphExecutor:
         try:
             for step in self.steps:
                 args = [values[s] for s in step.inputs]
-                result = step.fn(*args, **step.attrs)
+                if step.output_buffer is None:
+                    result = step.fn(*args, **step.attrs)
+                else:
+                    result = step.fn(*args, into=self._buffers.take(*step.output_buffer), **step.attrs)
                 outs = step.outputs
                 if type(result) is np.ndarray:
                     values[outs[0]] = result
@@ -300,9 +306,10 @@ class SubgraphExecutor:
             raise KernelError(f"{self.where}: onnxruntime failed: {e}") from e
 
     def release(self) -> None:
-        """Drop the onnxruntime session and the planned steps."""
+        """Drop the onnxruntime session, the planned steps and the reused buffers."""
         self._session = None
         self.steps = []
+        self._buffers.clear()
 
 
 def _ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:

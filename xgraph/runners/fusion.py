@@ -200,7 +200,15 @@ def _conv_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", lis
     fn = _fused_conv(w, b, conv.attrs, activation)
     inputs = (conv.inputs[0], residual) if residual else (conv.inputs[0],)
     return replace(conv, fn=fn, inputs=inputs, outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops)), chain.members
+                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
+
+
+def _static_layout(plan: _Plan, slot: int) -> tuple[tuple[int, ...], np.dtype] | None:
+    """(shape, dtype) of an intermediate whose shape is fully known: its buffer can be reused across runs."""
+    t = plan.tensor_of.get(slot)
+    if slot in plan.keep or t is None or t.shape is None or not all(isinstance(d, int) for d in t.shape):
+        return None
+    return tuple(t.shape), t.dtype
 
 
 def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
@@ -282,9 +290,9 @@ def _fused_conv(w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
     geometry = {k: attrs[k] for k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
                 if k in attrs}
 
-    def fused(x, z=None):
+    def fused(x, z=None, into=None):
         try:
-            return conv_core("Conv", x, w, bias=b, residual=z, activation=act, **geometry)
+            return conv_core("Conv", x, w, bias=b, residual=z, activation=act, into=into, **geometry)
         except ResidualNotInPlace:  # the Add broadcasts the output to a larger shape: plain Add semantics
             y = conv_core("Conv", x, w, bias=b, **geometry) + z
             if act is not None:

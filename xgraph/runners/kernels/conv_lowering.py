@@ -64,9 +64,13 @@ def check_conv_shapes(op: str, x: np.ndarray, w: np.ndarray, group: int, kernel_
 def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_shape=None,
               strides=None, dilations=None, pads=None, auto_pad: str = "NOTSET",
               bias: np.ndarray | None = None, residual: np.ndarray | None = None,
-              activation: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
+              activation: Callable[[np.ndarray], object] | None = None,
+              into: np.ndarray | None = None) -> np.ndarray:
     """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) in x's dtype, then the epilogue:
     + bias (M values), + residual (the output's shape), then `activation(block)` in place.
+
+    `into`, when it is a C-contiguous array of the output's shape and dtype, receives the result
+    and is returned (one group only; otherwise a new array is returned).
 
     With one group the output is cut into blocks (of output rows, or of output channels when
     the image is small) that run on the intra-op threads; each block gets its epilogue while it
@@ -85,7 +89,8 @@ def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_s
     epilogue = _Epilogue(op, out_shape, dtype, bias, residual, activation)
 
     if group == 1:
-        y = np.empty((n, m, length), dtype=dtype)
+        usable = into is not None and into.shape == out_shape and into.dtype == dtype and into.flags.c_contiguous
+        y = into.reshape(n, m, length) if usable else np.empty((n, m, length), dtype=dtype)
         wm = w.reshape(m, c * taps)
         if taps == 1 and not any(begin) and not any(end):
             # 1x1: subsample for strides, then the input already is the (C, L) matrix
@@ -103,7 +108,7 @@ def conv_core(op: str, x: np.ndarray, w: np.ndarray, *, group: int = 1, kernel_s
             view = windows(pad_spatial(x, begin, end), ks, strides, dilations, out)  # (N, C, *K, *O)
             for i in range(n):
                 _im2col_matmul(view[i], wm, y[i], epilogue, i, out)
-        return y.reshape(out_shape)
+        return into if usable else y.reshape(out_shape)
 
     xp = pad_spatial(x, begin, end)
     view = windows(xp, ks, strides, dilations, out)  # (N, C, *K, *O)
