@@ -1,7 +1,6 @@
 """ONNX -> Graph: nodes become ops, initializers become weights, shapes come from onnx shape inference."""
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ from xgraph.ir.attributes import attribute_to_python
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph import Graph
 from xgraph.ir.model_file import Inventory, inventory, read_model_inventory, sparse_to_dense
-from xgraph.ir.nested import GRAPH_TYPES, free_names, graphs_of
+from xgraph.ir.onnx_nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
 
@@ -120,68 +119,6 @@ def _value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
     return types
 
 
-class _Nodes:
-    """The fields of a graph's NodeProtos read once into Python columns (protobuf field access is slow).
-
-    One comprehension reads every node; the columns are checked for non-UTF-8 text with
-    str.join over whole columns (C speed); only nodes with attributes are looked at one by one.
-    """
-
-    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit")
-
-    def __init__(self, protos, label: str):
-        # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
-        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], n.attribute[:] if n.attribute else None,
-                 n.doc_string) for n in protos]
-        columns = list(zip(*rows)) if rows else [()] * 7
-        self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
-        #: node index -> outer tensors its If/Loop/Scan bodies read by name (dependencies like inputs)
-        self.implicit: dict[int, list[str]] = {}
-        if not _is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
-                        *chain.from_iterable(self.outputs)):
-            bad = next(i for i in range(len(rows)) if not _is_text(*rows[i][:3], rows[i][6], *rows[i][3], *rows[i][4]))
-            self._refuse_text(bad, label)
-        for i, attributes in enumerate(self.attributes):
-            if attributes:
-                self._scan_attributes(i, attributes, label)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def label(self, i: int) -> str:
-        return self.names[i] or self.op_types[i]
-
-    def _refuse_text(self, i: int, label: str) -> None:
-        raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a name, input, output "
-                             "or attribute name that is not valid UTF-8")
-
-    def _scan_attributes(self, i: int, attributes: list[onnx.AttributeProto], label: str) -> None:
-        if not _is_text(*(a.name for a in attributes)):
-            self._refuse_text(i, label)
-        graphs = graphs_of(helper.get_attribute_value(a) for a in attributes if a.type in GRAPH_TYPES)
-        if graphs:
-            outer = set().union(*(free_names(g) for g in graphs))
-            if not _is_text(*outer):
-                raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a nested graph "
-                                     "whose names are not valid UTF-8")
-            self.implicit[i] = sorted(outer - set(self.outputs[i]))
-
-    def dependencies(self, i: int) -> list[str]:
-        """Inputs then implicit inputs of node `i` (omitted optionals included as "")."""
-        extra = self.implicit.get(i)
-        return self.inputs[i] + extra if extra else self.inputs[i]
-
-
-def _is_text(*values: Any) -> bool:
-    # protobuf hands over a string field that is not valid UTF-8 as bytes; str.join refuses
-    # anything but str, at C speed
-    try:
-        "".join(values)
-    except TypeError:
-        return False
-    return True
-
-
 def check_text(model: onnx.ModelProto, label: str) -> None:
     """Refuse model-level and graph-level strings that are not valid UTF-8 (nodes check their own)."""
     g = model.graph
@@ -195,92 +132,10 @@ def check_text(model: onnx.ModelProto, label: str) -> None:
         texts += [o.domain for o in f.opset_import]
         for n in f.node:
             texts += [n.name, n.op_type, n.domain, *n.input, *n.output]
-    if not _is_text(*texts):
+    if not is_text(*texts):
         bad = next(t for t in texts if type(t) is not str)
         raise ModelFileError(f"{label}: the string {bad[:40]!r} (a name, doc string or metadata entry) is not "
                              "valid UTF-8")
-
-
-def _node_order(nodes: _Nodes, known: set[str], label: str) -> list[int]:
-    """Indices of nodes in a topological order (file order when it already is one)."""
-    produced_by: dict[str, int] = {}
-    for i, outputs in enumerate(nodes.outputs):
-        for o in outputs:
-            if not o:
-                continue
-            if o in produced_by or o in known:
-                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
-                                     "and an earlier node, initializer or input); names must be unique")
-            produced_by[o] = i
-    in_file_order = True
-    get = produced_by.get
-    for i, inputs in enumerate(nodes.inputs):
-        for x in inputs:
-            if x:
-                j = get(x, -1)
-                if j >= i or (j < 0 and x not in known):
-                    in_file_order = _check_defined(nodes, i, x, j, label) and in_file_order
-    for i, extra in nodes.implicit.items():
-        for x in extra:
-            j = get(x, -1)
-            if j >= i or (j < 0 and x not in known):
-                in_file_order = _check_defined(nodes, i, x, j, label) and in_file_order
-    if in_file_order:
-        return list(range(len(nodes)))
-    indeg = [0] * len(nodes)
-    users: dict[int, list[int]] = {}
-    for i in range(len(nodes)):
-        deps = {produced_by[x] for x in nodes.dependencies(i) if x and x in produced_by}
-        indeg[i] = len(deps)
-        for d in deps:
-            users.setdefault(d, []).append(i)
-    ready = [i for i in range(len(nodes)) if indeg[i] == 0]
-    ready.reverse()
-    order = []
-    while ready:
-        i = ready.pop()
-        order.append(i)
-        for u in sorted(users.get(i, []), reverse=True):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if len(order) != len(nodes):
-        stuck = [nodes.label(i) for i in range(len(nodes)) if indeg[i] > 0][:5]
-        raise ModelFileError(f"{label}: the graph has a cycle through nodes {stuck}")
-    return order
-
-
-def _check_defined(nodes: _Nodes, i: int, x: str, j: int, label: str) -> bool:
-    """False for a tensor produced later in the file (the file is not in topological order); refuses an undefined one."""
-    if j >= 0:
-        return False
-    how = "reads" if x in nodes.inputs[i] else "has a nested graph that reads"
-    raise ModelFileError(f"{label}: node {nodes.label(i)!r} {how} tensor {x!r}, which no node, "
-                         "initializer or graph input defines")
-
-
-def _unique_op_names(nodes: _Nodes, order: list[int]) -> list[str]:
-    given = nodes.names
-    if "" not in given and len(set(given)) == len(given):  # the usual case: every node named, no clashes
-        return list(given)
-    counts: dict[str, int] = {}
-    for name in given:
-        counts[name] = counts.get(name, 0) + 1
-    taken: set[str] = set()
-    names = list(given)
-    for i in order:
-        given_name = given[i]
-        if given_name and counts[given_name] == 1:
-            taken.add(given_name)
-            continue
-        base = given_name or nodes.op_types[i] or "op"
-        name, k = base, 0
-        while name in taken or (name != given_name and name in counts):
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        names[i] = name
-    return names
 
 
 def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
@@ -359,7 +214,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         copy.CopyFrom(f)
         graph.functions.append(copy)
     types = _value_types(g)
-    if not _is_text(*types):
+    if not is_text(*types):
         bad = next(n for n in types if type(n) is not str)
         raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
     tensors = graph._tensors
@@ -400,9 +255,9 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         _set_tensor_type(t, vi.type)
         tensors[vi.name] = t
         graph._inputs.append(t)
-    nodes = _Nodes(g.node, label)
-    order = _node_order(nodes, set(tensors), label)
-    names = _unique_op_names(nodes, order)
+    nodes = Nodes(g.node, label)
+    order = node_order(nodes, set(tensors), label)
+    names = unique_op_names(nodes, order)
     declared = {o for outs in nodes.outputs for o in outs if o} \
         if any("" in outs for outs in nodes.outputs) else set()
     root, root_ops, leaf_of, ops = graph._root, graph._root._ops, graph._leaf_of, graph._ops
