@@ -207,7 +207,7 @@ def test_sim_mode_estimates_device_time_with_the_roofline(make):
 
 def test_onnxruntime_sessions_see_weights_as_constants():
     """An IR 3 model lists its initializers as graph inputs; the session model must not (so they can be fused)."""
-    from xgraph.runners.executor import weights_as_constants
+    from xgraph.runners.ort_session import weights_as_constants
 
     rng = np.random.default_rng(5)
     w = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")

@@ -10,7 +10,10 @@ memory stays close to the live set. Running is then a loop with no lookups in it
 Kernel choice per op: the numpy kernel registered for the op's device, else the host's (CPU)
 numpy kernel (same numerics, on this machine), else the ONNX reference evaluator; the choice
 is recorded in `kernel_sources`. With ``kernels="onnxruntime"`` or ``"auto"``, a subgraph made
-only of standard ONNX ops runs instead as one onnxruntime session (`backend` says which).
+only of standard ONNX ops runs instead as one onnxruntime session (`backend` says which,
+`xgraph.runners.ort_session` makes it). In the run mode, `xgraph.runners.fusion` merges chains
+of steps into one call, and fused convolutions of static shape write into buffers reused across
+runs (`xgraph.runners.buffers`).
 """
 from __future__ import annotations
 
@@ -19,21 +22,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
 from xgraph.runners.buffers import BufferPool
 from xgraph.runners.fusion import fuse_steps
+from xgraph.runners.ort_session import is_standard_onnx, onnxruntime_available, ort_session, ort_unexchangeable
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Subgraph, Tensor
     from xgraph.runners.kernels import KernelRegistry
-
-#: Op domains onnxruntime implements itself (standard ONNX).
-STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
-#: Threads one onnxruntime session may use inside an op (devices run side by side).
-ORT_INTRA_OP_THREADS = 2
 
 _registry_lock = threading.Lock()
 _registry: "KernelRegistry | None" = None
@@ -81,24 +79,6 @@ class Step:
         return f"op {self.op.name!r} ({self.op.type}, {self.source} kernel)"
 
 
-def onnxruntime_available() -> bool:
-    """True when the optional onnxruntime package can be imported."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def is_standard_onnx(subgraph: "Subgraph") -> str:
-    """'' when every op is standard ONNX (onnxruntime can run the subgraph), else why not."""
-    local = {(f.domain, f.name) for f in subgraph.graph.functions}
-    for op in subgraph.toposort():
-        if op.domain not in STANDARD_DOMAINS or (op.domain, op.type) in local:
-            return f"op {op.name!r} ({op.domain}:{op.type}) is not a standard ONNX op"
-    return ""
-
-
 class SubgraphExecutor:
     """Runs one subgraph's ops with numpy kernels (or one onnxruntime session), planned once.
 
@@ -138,10 +118,10 @@ class SubgraphExecutor:
         reason = "" if onnxruntime_available() else "onnxruntime is not installed (pip install 'xgraph[onnxruntime]')"
         if required and reason:
             raise RunnerError(f"{self.where}: kernels='onnxruntime' but {reason}")
-        reason = reason or is_standard_onnx(self.subgraph) or _ort_unexchangeable(self.inputs + self.outputs)
+        reason = reason or is_standard_onnx(self.subgraph) or ort_unexchangeable(self.inputs + self.outputs)
         if not reason:
             try:
-                self._session = _ort_session(self.subgraph)
+                self._session = ort_session(self.subgraph)
             except Exception as e:  # onnxruntime raises its own exception types for unsupported models
                 if required:
                     raise RunnerError(f"{self.where}: onnxruntime cannot load this subgraph: {e}") from e
@@ -310,55 +290,6 @@ class SubgraphExecutor:
         self._session = None
         self.steps = []
         self._buffers.clear()
-
-
-def _ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:
-    """'' when onnxruntime's Python API can take and return every tensor, else why not.
-
-    It has no numpy mapping for the ml_dtypes types (bfloat16, float8, int4, ...): a session
-    over them loads, then fails on the first run.
-    """
-    for t in tensors:
-        if t.dtype is not None and t.dtype.isbuiltin != 1:  # 2: a dtype registered by ml_dtypes
-            return f"onnxruntime's Python API cannot exchange {t.dtype} tensors (tensor {t.name!r})"
-    return ""
-
-
-def _ort_session(subgraph: "Subgraph"):
-    """An onnxruntime InferenceSession for the whole subgraph (CPU, a small thread pool).
-
-    When the subgraph has siblings, its threads do not spin-wait after an op: several sessions
-    (one per subgraph) share the cores, and a spinning pool would steal them from the session
-    running next. A subgraph that is the whole graph keeps onnxruntime's spinning, which saves
-    a thread wake-up per op (DenseNet121: 47 ms instead of 51).
-    """
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = ORT_INTRA_OP_THREADS
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    parent = subgraph.get_parent()
-    if parent is None or parent.get_children_num() > 1:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    model = weights_as_constants(subgraph.to_onnx())
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def weights_as_constants(model: "onnx.ModelProto") -> "onnx.ModelProto":
-    """`model` with its initializers no longer listed as graph inputs (IR version 4 at least).
-
-    Before IR 4 every initializer was also a graph input, a default a caller may override, so
-    onnxruntime may not fold or fuse anything that reads one (Conv + BatchNormalization, the
-    NCHWc layout). A subgraph's weights are constants in xgraph: nothing ever overrides them.
-    """
-    if model.ir_version >= 4:
-        return model
-    weights = {t.name for t in model.graph.initializer}
-    inputs = [vi for vi in model.graph.input if vi.name not in weights]
-    del model.graph.input[:]
-    model.graph.input.extend(inputs)
-    model.ir_version = 4
-    return model
 
 
 def _with_outer_scope(fn: Callable, num_inputs: int, names: Sequence[str]) -> Callable:
