@@ -138,7 +138,7 @@ def test_toposort_deterministic_and_independent_of_rewiring():
     x = g.create_input("x", (1,))
     a = g.create_op("a", "Neg", inputs=[x])
     b = g.create_op("b", "Neg", inputs=[x])
-    c = g.create_op("c", "Add", inputs=[a.get_output_tensor(), b.get_output_tensor()])
+    g.create_op("c", "Add", inputs=[a.get_output_tensor(), b.get_output_tensor()])
     a.set_input(0, b.get_output_tensor())  # a now comes after b
     order = [op.name for op in g.toposort()]
     assert order == ["b", "a", "c"] and order == [op.name for op in g.toposort()]
