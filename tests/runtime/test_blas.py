@@ -48,3 +48,21 @@ def test_bad_values_are_named(monkeypatch):
         blas.configure_blas_once()
     with pytest.raises(XGraphError, match="int >= 0"):
         blas.set_blas_threads(-1)
+
+
+def test_a_bad_intra_op_thread_count_is_named_when_the_runner_is_made(monkeypatch, make):
+    import xgraph
+    from xgraph.runners.kernels import parallel
+
+    graph = make.place(xgraph.Graph.from_onnx(make.chain_model(2)), lambda op: "AICORE")
+    for value, message in (("many", "is not a whole number"), ("0", "must be at least 1")):
+        monkeypatch.setattr(parallel, "_threads", None)
+        monkeypatch.setenv("XGRAPH_INTRA_OP_THREADS", value)
+        with pytest.raises(XGraphError, match=f"XGRAPH_INTRA_OP_THREADS='{value}' {message}"):
+            xgraph.create_graph_runner(graph, kernels="numpy")
+    monkeypatch.setattr(parallel, "_threads", None)
+    monkeypatch.setenv("XGRAPH_INTRA_OP_THREADS", "3")
+    assert parallel.intra_op_threads() == 3
+    with pytest.raises(XGraphError, match="int >= 1"):
+        parallel.set_intra_op_threads(0)
+    monkeypatch.setattr(parallel, "_threads", None)

@@ -27,6 +27,7 @@ from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.blas import configure_blas_once
 from xgraph.runners.buffers import BufferPool
 from xgraph.runners.fusion import fuse_steps
+from xgraph.runners.kernels.parallel import intra_op_threads
 from xgraph.runners.ort_session import is_standard_onnx, onnxruntime_available, ort_session, ort_unexchangeable
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class SubgraphExecutor:
 
     def _plan(self) -> None:
         configure_blas_once()
+        intra_op_threads()  # a bad XGRAPH_INTRA_OP_THREADS fails here, when the runner is made
         registry = kernel_registry()
         ops = self.subgraph.toposort()
         slot_of: dict[Tensor, int] = {}
