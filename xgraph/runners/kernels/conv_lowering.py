@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError
+from xgraph.runners.kernels.op_elementwise import broadcasts_onto
 from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count, split_count_elements
 from xgraph.runners.kernels.windows import pad_spatial, window_geometry, windows
 
@@ -145,11 +146,7 @@ class _Epilogue:
         if residual is not None:
             residual = np.asarray(residual)
             if tuple(residual.shape) != tuple(out_shape):
-                try:
-                    grown = np.broadcast_shapes(residual.shape, out_shape)
-                except ValueError:
-                    grown = None
-                if grown != tuple(out_shape):
+                if not broadcasts_onto(residual.shape, out_shape):
                     raise ResidualNotInPlace(f"{op}: the residual input has shape {tuple(residual.shape)}, which "
                                              f"does not broadcast to the convolution output {tuple(out_shape)}")
                 residual = np.broadcast_to(residual, out_shape)

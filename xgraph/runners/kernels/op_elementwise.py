@@ -95,6 +95,14 @@ def broadcast_shape(op: str, *arrays: np.ndarray) -> tuple[int, ...]:
                           f"do not broadcast (numpy rules)") from None
 
 
+def broadcasts_onto(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True when an array of `shape` broadcasts to exactly `target` (ONNX unidirectional broadcasting)."""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
+
+
 def normalize_axis(op: str, axis: int, rank: int) -> int:
     """`axis` in [0, rank), or a KernelError naming `op` when it is outside [-rank, rank)."""
     if not -rank <= axis < rank:

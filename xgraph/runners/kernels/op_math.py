@@ -15,7 +15,7 @@ from onnx import helper
 
 from xgraph.errors import KernelError
 from xgraph.runners.kernels.op_elementwise import (
-    BOOL, FLOAT8, FLOATS, NARROW_FLOATS, NUMERIC, STRING, normalize_axis, operands, widen,
+    BOOL, FLOAT8, FLOATS, NARROW_FLOATS, NUMERIC, STRING, broadcasts_onto, normalize_axis, operands, widen,
 )
 from xgraph.runners.kernels.parallel import chunks, run_parallel, split_count
 from xgraph.runners.kernels.registry import kernel
@@ -106,11 +106,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     y = _scaled(_matmul("Gemm", a, b, _compute_dtype(a.dtype)), alpha)
     if rest:
         c = rest[0]
-        try:
-            fits = np.broadcast_shapes(c.shape, y.shape) == y.shape
-        except ValueError:
-            fits = False
-        if not fits:
+        if not broadcasts_onto(c.shape, y.shape):
             raise KernelError(f"Gemm: C of shape {c.shape} does not broadcast to the result shape {y.shape}")
         y = y + _scaled(c.astype(y.dtype, copy=False), beta)
     return y.astype(a.dtype, copy=False)

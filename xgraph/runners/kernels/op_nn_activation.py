@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype
+from xgraph.runners.kernels.op_elementwise import broadcasts_onto
 from xgraph.runners.kernels.registry import kernel
+from xgraph.runners.kernels.windows import FLOAT_TYPES, compute_dtype
 
 SIGNED_INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 INT_TYPES = SIGNED_INT_TYPES + tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
@@ -83,11 +84,7 @@ def prelu_1(x, slope, *, consumed_inputs=None):
 def prelu(x, slope):
     """ONNX PRelu-7/9/16: x for x >= 0, slope * x otherwise, slope broadcast to x (unidirectional)."""
     slope = np.asarray(slope)
-    try:
-        fits = np.broadcast_shapes(slope.shape, x.shape) == x.shape
-    except ValueError:
-        fits = False
-    if not fits:
+    if not broadcasts_onto(slope.shape, x.shape):
         raise KernelError(f"PRelu: slope of shape {slope.shape} does not broadcast to X of shape {x.shape}")
     v = _work(x)
     return _back(_positive_part_plus(v, slope.astype(v.dtype, copy=False) * np.minimum(v, 0)), x)
