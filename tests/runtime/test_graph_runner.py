@@ -345,7 +345,8 @@ def test_an_idle_stream_task_runs_on_the_thread_that_made_it_ready_only_if_its_r
         assert all(len(names) == 1 and d in next(iter(names)) for d, names in threads.items())
 
 
-def test_with_jobs_in_flight_each_stream_keeps_its_own_thread(make, pass_runner):
+def test_jobs_in_flight_through_any_thread_runners_keep_their_results_and_use_the_device_streams(make, pass_runner):
+    """With other jobs queued, a stream's tasks are not taken over: some AICPU task runs on its own stream."""
     seen: list[tuple[str, str]] = []
     pass_runner.any_thread = True
     gate = threading.Event()
