@@ -65,14 +65,18 @@ def feeds_for(graph: Graph) -> dict[str, np.ndarray]:
     return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.get_input_tensors()}
 
 
-def bench_model(name: str, runs: int) -> dict[str, float]:
-    """Latencies of onnxruntime and the graph runner's two kernel choices on one zoo model."""
-    model = zoo_model(name)
+def contenders(model) -> tuple[Graph, dict[str, np.ndarray], ort.InferenceSession]:
+    """The model compiled by `xgraph.compile` (default options), its random inputs, and an
+    onnxruntime session on the model itself (default session options)."""
     graph = xgraph.compile(model)
-    feeds = feeds_for(graph)
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options)
+    return graph, feeds_for(graph), ort.InferenceSession(model.SerializeToString(), options)
+
+
+def bench_model(name: str, runs: int) -> dict[str, float]:
+    """Latencies of onnxruntime and the graph runner's two kernel choices on one zoo model."""
+    graph, feeds, session = contenders(zoo_model(name))
     with xgraph.create_graph_runner(graph, kernels="numpy") as numpy_runner, \
             xgraph.create_graph_runner(graph, kernels="onnxruntime") as ort_runner:
         row = median_times({"ort": lambda: session.run(None, feeds), "numpy": lambda: numpy_runner.run(feeds),

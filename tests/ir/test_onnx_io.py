@@ -182,35 +182,30 @@ def test_truncated_zoo_model(tmp_path):
         Graph.from_onnx(p)
 
 
+def _chain_model(nodes, inputs, output) -> onnx.ModelProto:
+    """A model of `nodes` reading float inputs `inputs` and giving `output` (all of shape [1])."""
+    vi = onnx.helper.make_tensor_value_info
+    return onnx.helper.make_model(onnx.helper.make_graph(
+        nodes, "g", [vi(x, 1, [1]) for x in inputs], [vi(output, 1, [1])]))
+
+
 def test_dangling_edge_and_cycle_refused():
     mk = onnx.helper.make_node
-    vi = onnx.helper.make_tensor_value_info
-    dangling = onnx.helper.make_model(onnx.helper.make_graph(
-        [mk("Relu", ["nowhere"], ["y"])], "g", [], [vi("y", 1, [1])]))
     with pytest.raises(XGraphError, match="nowhere"):
-        Graph.from_onnx(dangling)
-    cyclic = onnx.helper.make_model(onnx.helper.make_graph(
-        [mk("Add", ["x", "b"], ["a"]), mk("Relu", ["a"], ["b"])], "g", [vi("x", 1, [1])], [vi("b", 1, [1])]))
+        Graph.from_onnx(_chain_model([mk("Relu", ["nowhere"], ["y"])], [], "y"))
     with pytest.raises(XGraphError, match="cycle"):
-        Graph.from_onnx(cyclic)
-    dup = onnx.helper.make_model(onnx.helper.make_graph(
-        [mk("Relu", ["x"], ["y"]), mk("Neg", ["x"], ["y"])], "g", [vi("x", 1, [1])], [vi("y", 1, [1])]))
+        Graph.from_onnx(_chain_model([mk("Add", ["x", "b"], ["a"]), mk("Relu", ["a"], ["b"])], ["x"], "b"))
     with pytest.raises(XGraphError, match="defined twice"):
-        Graph.from_onnx(dup)
+        Graph.from_onnx(_chain_model([mk("Relu", ["x"], ["y"]), mk("Neg", ["x"], ["y"])], ["x"], "y"))
     # out of file order first (a forward read), then a read of nothing: still refused
-    late = onnx.helper.make_model(onnx.helper.make_graph(
-        [mk("Relu", ["a"], ["y"]), mk("Neg", ["x"], ["a"]), mk("Add", ["y", "nowhere"], ["z"])], "g",
-        [vi("x", 1, [1])], [vi("z", 1, [1])]))
+    late = [mk("Relu", ["a"], ["y"]), mk("Neg", ["x"], ["a"]), mk("Add", ["y", "nowhere"], ["z"])]
     with pytest.raises(XGraphError, match="'Add'.*reads tensor 'nowhere'|reads tensor 'nowhere'"):
-        Graph.from_onnx(late)
+        Graph.from_onnx(_chain_model(late, ["x"], "z"))
 
 
 def test_nodes_out_of_file_order_are_sorted():
     mk = onnx.helper.make_node
-    vi = onnx.helper.make_tensor_value_info
-    model = onnx.helper.make_model(onnx.helper.make_graph(
-        [mk("Relu", ["a"], ["y"], name="second"), mk("Neg", ["x"], ["a"], name="first")], "g",
-        [vi("x", 1, [2])], [vi("y", 1, [2])]))
-    g = Graph.from_onnx(model)
+    g = Graph.from_onnx(_chain_model([mk("Relu", ["a"], ["y"], name="second"), mk("Neg", ["x"], ["a"], name="first")],
+                                     ["x"], "y"))
     assert [op.name for op in g.toposort()] == ["first", "second"]
     assert g.get_op("second").get_input_ops() == [g.get_op("first")]
