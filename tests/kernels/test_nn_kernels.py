@@ -761,6 +761,30 @@ def test_fused_conv_epilogue_per_block_matches_whole_output(x_shape, w_shape, pa
         np.testing.assert_allclose(y, np.maximum(expected_conv + z, 0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape,per_channel", [((2, 5, 7, 3), True), ((1, 3, 11), True), ((4, 6), True),
+                                               ((2, 3, 5, 5), False), ((0, 3, 4), True)])
+def test_channel_affine_in_blocks_matches_broadcast(monkeypatch, shape, per_channel):
+    from xgraph.runners.kernels import op_nn_norm
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    size = shape[1] if per_channel else 1
+    scale, shift = rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
+    view = (1, size) + (1,) * (len(shape) - 2) if per_channel else ()
+    expected = np.maximum(x * scale.reshape(view) + shift.reshape(view), 0)
+    monkeypatch.setattr(op_nn_norm, "AFFINE_BLOCK_BYTES", 24)  # several blocks per thread
+    relu = lambda y: np.maximum(y, 0, out=y)  # noqa: E731
+    for threads in (1, 2, 3):
+        with intra_op_blocks(threads):
+            np.testing.assert_allclose(op_nn_norm.channel_affine(x, scale, shift, relu), expected, rtol=1e-6)
+            into = np.full(shape, np.nan, np.float32)
+            assert op_nn_norm.channel_affine(x, scale, shift, relu, into=into) is into
+            np.testing.assert_allclose(into, expected, rtol=1e-6)
+    if len(shape) > 2 and shape[0]:  # a strided input view
+        wide = np.repeat(x, 2, axis=-1)[..., ::2]
+        np.testing.assert_allclose(op_nn_norm.channel_affine(wide, scale, shift, relu), expected, rtol=1e-6)
+
+
 def test_a_failing_block_raises_after_every_block_is_done():
     from xgraph.runners.kernels import parallel
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.runners.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
-from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift
+from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift, channel_affine
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Tensor
@@ -230,7 +230,7 @@ def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", l
         return None
     fn = _fused_affine(scale.astype(np.float32), shift.astype(np.float32), rank, activation)
     return replace(step, fn=fn, inputs=(x,), outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops)), chain.members
+                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
 
 
 def _channel_affine(plan: _Plan, step: "Step", x: int, m: int,
@@ -306,20 +306,11 @@ def _fused_affine(scale: np.ndarray, shift: np.ndarray, rank: int | None,
     act = activation_in_place(*activation) if activation else None
     channels = scale.size
 
-    def fused(x):
+    def fused(x, into=None):
         if rank is not None and x.ndim != rank:
             raise KernelError(f"the input has rank {x.ndim}, but its declared shape has rank {rank}")
-        if channels > 1:
-            if x.ndim < 2 or x.shape[1] != channels:
-                raise KernelError(f"the input has shape {x.shape}, but the per-channel values are for "
-                                  f"{channels} channels")
-            shape = (1, channels) + (1,) * (x.ndim - 2)
-            y = np.multiply(x, scale.reshape(shape))
-            y += shift.reshape(shape)
-        else:
-            y = np.multiply(x, scale.reshape(()))
-            y += shift.reshape(())
-        if act is not None:
-            act(y)
-        return y
+        if channels > 1 and (x.ndim < 2 or x.shape[1] != channels):
+            raise KernelError(f"the input has shape {x.shape}, but the per-channel values are for "
+                              f"{channels} channels")
+        return channel_affine(x, scale, shift, act, into=into)
     return fused
