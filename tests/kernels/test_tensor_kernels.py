@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels import load_builtin_kernels, op_index, op_misc, op_shape, op_tensor
+from xgraph.runners.kernels import load_builtin_kernels, op_cast, op_constant, op_index, op_misc, op_shape, op_tensor
 from xgraph.runners.kernels.reference import make_reference_kernel
 from xgraph.runners.kernels.testing import opset_of, run_node
 
@@ -162,7 +162,7 @@ def test_split_with_output_count(case):
 
 
 def _owned_kernels() -> list:
-    modules = {m.__name__ for m in (op_tensor, op_shape, op_index, op_misc)}
+    modules = {m.__name__ for m in (op_tensor, op_cast, op_constant, op_shape, op_index, op_misc)}
     return [k for k in load_builtin_kernels() if k.fn.__module__ in modules]
 
 
@@ -309,7 +309,7 @@ def test_reference_string_outputs_are_object_arrays():
     ("Slice", lambda x: op_tensor.slice_(x, np.array([1]), np.array([3]))),
     ("Split", lambda x: op_tensor.split(x, np.array([1, 3]))[1]),
     ("Expand", lambda x: op_tensor.expand(x, np.array([2, 4, 6]))),
-    ("Cast to same type", lambda x: op_tensor.cast(x, to=TensorProto.FLOAT)),
+    ("Cast to same type", lambda x: op_cast.cast(x, to=TensorProto.FLOAT)),
 ])
 def test_metadata_ops_return_read_only_views(op, call):
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
@@ -364,11 +364,11 @@ def test_shape_is_a_cached_read_only_int64_vector():
     (lambda: op_tensor.tile(np.zeros((2, 2)), np.array([2])), r"Tile: repeats \[2\]"),
     (lambda: op_tensor.pad(np.zeros(3), np.array([1, 1]), mode="mirror"), "Pad: mode 'mirror'"),
     (lambda: op_tensor.pad(np.zeros(3), np.array([-2, -2])), "Pad: pads .* crop more"),
-    (lambda: op_tensor.cast(np.array(["1.5", "pear"], dtype=object), to=TensorProto.FLOAT), "Cast: string 'pear'"),
-    (lambda: op_tensor.cast_1(np.zeros(2), to="FLOAT17"), "Cast: 'to' 'FLOAT17'"),
-    (lambda: op_tensor.constant(value_int=1, value_float=2.0), "Constant: needs exactly one value attribute"),
-    (lambda: op_tensor.range_(np.array(1), np.array(5), np.array(0)), "Range: delta is 0"),
-    (lambda: op_tensor.eye_like(np.zeros(3)), r"EyeLike: input must be 2-D, got shape \(3,\)"),
+    (lambda: op_cast.cast(np.array(["1.5", "pear"], dtype=object), to=TensorProto.FLOAT), "Cast: string 'pear'"),
+    (lambda: op_cast.cast_1(np.zeros(2), to="FLOAT17"), "Cast: 'to' 'FLOAT17'"),
+    (lambda: op_constant.constant(value_int=1, value_float=2.0), "Constant: needs exactly one value attribute"),
+    (lambda: op_constant.range_(np.array(1), np.array(5), np.array(0)), "Range: delta is 0"),
+    (lambda: op_constant.eye_like(np.zeros(3)), r"EyeLike: input must be 2-D, got shape \(3,\)"),
     (lambda: op_index.gather(np.zeros((3, 2)), np.array([0, 3])), "Gather: indices in .* out of range for axis 0 of size 3"),
     (lambda: op_index.gather(np.zeros(3), np.array([0.5])), "Gather: indices must be integers"),
     (lambda: op_index.gather_elements(np.zeros((2, 2)), np.array([[0, -3]])), "GatherElements: index -3"),
@@ -393,34 +393,34 @@ def test_invalid_input_raises_kernel_error_naming_op_and_value(call, message):
 
 def test_cast_between_strings_and_numbers():
     x = np.array([1.5, -np.inf, np.inf, np.nan, 0.1], dtype=np.float32)
-    strings = op_tensor.cast(x, to=TensorProto.STRING)
+    strings = op_cast.cast(x, to=TensorProto.STRING)
     assert strings.dtype == object and strings.tolist() == ["1.5", "-INF", "INF", "NaN", "0.1"]
-    back = op_tensor.cast(strings, to=TensorProto.FLOAT)
+    back = op_cast.cast(strings, to=TensorProto.FLOAT)
     np.testing.assert_array_equal(back, x)
-    parsed = op_tensor.cast(np.array(["+INF", "-inf", "nan", "1e-5", " 2.5"], dtype=object), to=TensorProto.DOUBLE)
+    parsed = op_cast.cast(np.array(["+INF", "-inf", "nan", "1e-5", " 2.5"], dtype=object), to=TensorProto.DOUBLE)
     np.testing.assert_array_equal(parsed, [np.inf, -np.inf, np.nan, 1e-5, 2.5])
-    assert op_tensor.cast(np.array(["100.5", "7", "-3"], dtype=object), to=TensorProto.INT32).tolist() == [100, 7, -3]
-    assert op_tensor.cast(np.array(["0", "2", "true"], dtype=object), to=TensorProto.BOOL).tolist() == [False, True, True]
-    assert op_tensor.cast_1(np.array([1.7, -1.7]), to="INT64").tolist() == [1, -1]
+    assert op_cast.cast(np.array(["100.5", "7", "-3"], dtype=object), to=TensorProto.INT32).tolist() == [100, 7, -3]
+    assert op_cast.cast(np.array(["0", "2", "true"], dtype=object), to=TensorProto.BOOL).tolist() == [False, True, True]
+    assert op_cast.cast_1(np.array([1.7, -1.7]), to="INT64").tolist() == [1, -1]
 
 
 def test_cast_float8_saturation():
     x = np.array([1e6, -1e6, np.inf], dtype=np.float32)
-    e4m3 = op_tensor.cast(x, to=TensorProto.FLOAT8E4M3FN)
+    e4m3 = op_cast.cast(x, to=TensorProto.FLOAT8E4M3FN)
     assert e4m3.astype(np.float32).tolist() == [448.0, -448.0, 448.0]
-    assert np.isnan(op_tensor.cast(x, to=TensorProto.FLOAT8E4M3FN, saturate=0).astype(np.float32)).all()
+    assert np.isnan(op_cast.cast(x, to=TensorProto.FLOAT8E4M3FN, saturate=0).astype(np.float32)).all()
 
 
 def test_constant_value_attributes():
-    assert op_tensor.constant(value_float=2.5).dtype == np.float32
-    assert op_tensor.constant(value_ints=[1, 2]).tolist() == [1, 2]
-    assert op_tensor.constant(value_ints=[1, 2]).dtype == np.int64
-    s = op_tensor.constant(value_strings=["a", "bc"])
+    assert op_constant.constant(value_float=2.5).dtype == np.float32
+    assert op_constant.constant(value_ints=[1, 2]).tolist() == [1, 2]
+    assert op_constant.constant(value_ints=[1, 2]).dtype == np.int64
+    s = op_constant.constant(value_strings=["a", "bc"])
     assert s.dtype == object and s.tolist() == ["a", "bc"]
-    assert op_tensor.constant(value_string="x").shape == ()
+    assert op_constant.constant(value_string="x").shape == ()
     sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.array([5.0, 6.0], np.float32)),
                                        numpy_helper.from_array(np.array([1, 5], np.int64)), [2, 3])
-    np.testing.assert_array_equal(op_tensor.constant(sparse_value=sparse), [[0, 5, 0], [0, 0, 6]])
+    np.testing.assert_array_equal(op_constant.constant(sparse_value=sparse), [[0, 5, 0], [0, 0, 6]])
 
 
 def test_pad_negative_pads_crop_and_modes():
@@ -435,11 +435,11 @@ def test_pad_negative_pads_crop_and_modes():
 
 def test_range_low_precision_uses_stash_type():
     start, limit, delta = (np.array(v, np.float16) for v in (2048.0, 2058.0, 1.0))
-    out = op_tensor.range_27(start, limit, delta)  # float16 steps are 2 here; float32 stashing keeps 10 values
+    out = op_constant.range_27(start, limit, delta)  # float16 steps are 2 here; float32 stashing keeps 10 values
     assert out.dtype == np.float16
     np.testing.assert_array_equal(out, (np.float32(2048) + np.arange(10, dtype=np.float32)).astype(np.float16))
-    assert op_tensor.range_(np.array(10), np.array(4), np.array(-2)).tolist() == [10, 8, 6]
-    assert op_tensor.range_(np.array(1.0, np.float32), np.array(2.0, np.float32), np.array(0.3, np.float32)).size == 4
+    assert op_constant.range_(np.array(10), np.array(4), np.array(-2)).tolist() == [10, 8, 6]
+    assert op_constant.range_(np.array(1.0, np.float32), np.array(2.0, np.float32), np.array(0.3, np.float32)).size == 4
 
 
 def test_random_ops_seeded_runs_repeat_and_respect_dtype_and_range():

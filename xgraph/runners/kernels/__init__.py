@@ -11,6 +11,8 @@ FAMILIES = (
     "op_math",
     "op_reduce",
     "op_tensor",
+    "op_cast",
+    "op_constant",
     "op_shape",
     "op_index",
     "op_nn_conv",
