@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from xgraph.partition.support import (
-    ACCEPT, Verdict, all_of, any_of, dtype_in, labelled, not_dtype, op_info, refuse, static_shapes)
+from xgraph.partition.checks import (
+    ACCEPT, Verdict, all_of, any_of, dtype_in, labelled, not_dtype, refuse, static_shapes)
+from xgraph.partition.support import op_info
 from xgraph.plugins.devices import get_devices
 
 F32, I64, U8 = np.float32, np.int64, np.uint8

@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import xgraph.partition.levels as levels_module
 import xgraph.partition.merge as merge_module
 from xgraph import Graph, Subgraph
 from xgraph.errors import GraphError, PartitionError
 from xgraph.partition import filter_by_type, merge_subgraph, plan_merge
-from xgraph.partition.merge import FIXED, coalesce_groups, level_partition
+from xgraph.partition.levels import FIXED, coalesce_groups, level_partition
 
 
 # -- helpers and oracles -----------------------------------------------------------------------
@@ -314,6 +315,7 @@ def test_level_partition_and_coalescing_on_integer_dags(dag, budget):
 
 
 def test_docstring_examples_run():
+    assert doctest.testmod(levels_module).failed == 0
     assert doctest.testmod(merge_module).failed == 0
 
 

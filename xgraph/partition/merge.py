@@ -2,10 +2,11 @@
 
 Layers, each usable on its own:
 
-* `level_partition(preds, labels)` and `coalesce_groups(preds, labels, levels)`: the
-  algorithm, on a plain integer DAG. Pure. The first gives every node a level so that
-  grouping by (label, level) is acyclic and never worse than topological waves; the second
-  joins those groups further wherever an exact, budgeted path search allows.
+* `level_partition(preds, labels)` and `coalesce_groups(preds, labels, levels)`, in
+  `xgraph.partition.levels`: the algorithm, on a plain integer DAG. Pure. The first gives
+  every node a level so that grouping by (label, level) is acyclic and never worse than
+  topological waves; the second joins those groups further wherever an exact, budgeted path
+  search allows.
 * `plan_merge(root, labels)`: the root's children as such a DAG, any number of labels at
   once (the device placer passes one device per child). Pure: returns merge groups.
 * `merge_subgraph(subgraphs)`: checks its input, plans with a single label, and applies the
@@ -18,311 +19,17 @@ own cycle check.
 """
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
 from xgraph.ir import Subgraph
 from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
-
-#: Label of a node that stays alone (never grouped) in `level_partition`.
-FIXED = -1
+from xgraph.partition.levels import FIXED, topological_order, coalesce_groups, level_partition
 
 #: The one label `merge_subgraph` gives every subgraph it was asked to merge.
 _MERGE_LABEL = "merge"
-
-
-def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
-    """A level per node such that grouping labelled nodes by (label, level) never makes a cycle.
-
-    Input: nodes ``0..n-1`` numbered in topological order (every index in ``preds[v]`` is
-    smaller than ``v``) and a label per node: an int >= 0 for a node that may share a group
-    with nodes of the same label, or `FIXED` for a node that stays alone. Output: the level
-    of every node; the groups are the labelled nodes with equal (label, level).
-
-    The rule: along an edge u -> v the level may stay equal only when u and v share a label
-    (``step(u, v) = 0``); otherwise it must grow (``step(u, v) = 1``)::
-
-        level[v] >= level[u] + step(u, v)                                      (1)
-
-    *Acyclic.* An edge between two different groups joins either different labels or a
-    FIXED node, where (1) makes the level grow, or the same label at different levels (equal
-    label and level would be one group), where it grows too. Levels strictly grow along
-    every edge of the contracted graph, so the contracted graph has no cycle.
-
-    *Never more groups than topological waves.* The wave baseline is the smallest solution
-    of (1), ``wave[v] = max(wave[u] + step(u, v))``, grouped the same way. Let
-    ``allowed[L]`` be the wave levels of label L. Every level given to a node of label L is
-    taken from ``allowed[L]``, so L gets at most ``len(allowed[L])`` groups: the wave count.
-
-    *Always possible.* Backwards, ``latest[v]`` is the largest level in
-    ``allowed[label(v)]`` (any int for FIXED) that is <= ``latest[s] - step(v, s)`` for
-    every successor s. Waves satisfy ``wave[v] <= latest[v]`` (induction from the sinks),
-    so ``latest`` exists. Forwards, if every predecessor got ``level[u] <= latest[u]``, then
-    ``lowest[v] = max(level[u] + step(u, v)) <= latest[v]``, so ``[lowest[v], latest[v]]``
-    holds an allowed level: ``latest[v]`` at least.
-
-    *The choice.* A FIXED node takes ``lowest[v]``, which keeps its successors free. A
-    labelled node joins the lowest level its label already uses inside
-    ``[lowest[v], latest[v]]``; if there is none it opens ``latest[v]``. Opening late leaves
-    room for nodes met later (independent branches, side outputs) to join, which is where
-    this beats waves; the bound above holds whatever the choice.
-
-    Complexity: O((V + E) log V) time (three passes over the edges, a bisect per node),
-    O(V + E) memory.
-
-    Example: ``U -> S1`` and an unrelated ``S2``. Waves put S2 at level 0 and S1 at level 1
-    (two S groups); here S2 joins S1:
-
-    >>> level_partition([[], [0], []], [1, 0, 0])
-    [0, 1, 1]
-    """
-    if len(preds) != len(labels):
-        raise PartitionError(f"level_partition: {len(preds)} predecessor lists for {len(labels)} labels; "
-                             "give one of each per node")
-    waves = _wave_levels(preds, labels)
-    latest = _latest_levels(preds, labels, _levels_by_label(waves, labels))
-    return _assign_levels(preds, labels, latest)
-
-
-def _lowest_level(v: int, sources: Sequence[int], labels: Sequence[int], level: Sequence[int]) -> int:
-    """The smallest level (1) allows node `v` once its predecessors `sources` have levels."""
-    label = labels[v]
-    lowest = 0
-    for u in sources:
-        # step(u, v) is 0 only between two nodes of one (non-FIXED) label
-        candidate = level[u] + (label == FIXED or labels[u] != label)
-        if candidate > lowest:
-            lowest = candidate
-    return lowest
-
-
-def _wave_levels(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
-    """The smallest solution of (1): topological waves. Checks the numbering is topological. O(V+E)."""
-    level = [0] * len(labels)
-    for v, sources in enumerate(preds):
-        for u in sources:
-            if not 0 <= u < v:
-                raise PartitionError(f"level_partition: node {v} lists predecessor {u}; number the nodes in "
-                                     "topological order (every predecessor index smaller than the node's)")
-        level[v] = _lowest_level(v, sources, labels, level)
-    return level
-
-
-def _levels_by_label(level: Sequence[int], labels: Sequence[int]) -> dict[int, list[int]]:
-    """For every label, the sorted distinct levels its nodes have. O(V log V)."""
-    found: dict[int, set[int]] = {}
-    for label, lv in zip(labels, level):
-        if label != FIXED:
-            found.setdefault(label, set()).add(lv)
-    return {label: sorted(levels) for label, levels in found.items()}
-
-
-def _latest_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                   allowed: Mapping[int, list[int]]) -> list[int]:
-    """Backwards: the latest allowed level of every node that keeps all its successors placeable. O((V+E) log V)."""
-    n = len(labels)
-    bound = [n] * n  # a node without successors is unbounded; n exceeds every wave level
-    latest = [0] * n
-    for v in range(n - 1, -1, -1):
-        label = labels[v]
-        if label == FIXED:
-            mine = bound[v]
-        else:
-            levels = allowed[label]
-            mine = levels[bisect_right(levels, bound[v]) - 1]
-        latest[v] = mine
-        for u in preds[v]:
-            limit = mine - (label == FIXED or labels[u] != label)
-            if limit < bound[u]:
-                bound[u] = limit
-    return latest
-
-
-def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest: Sequence[int]) -> list[int]:
-    """Forwards: join a level the label already uses in [lowest, latest], else open latest. O((V+E) log V)."""
-    level = [0] * len(labels)
-    in_use: dict[int, list[int]] = {}
-    for v, sources in enumerate(preds):
-        lowest = _lowest_level(v, sources, labels, level)
-        label = labels[v]
-        if label == FIXED:
-            level[v] = lowest
-            continue
-        used = in_use.setdefault(label, [])
-        i = bisect_left(used, lowest)
-        if i < len(used) and used[i] <= latest[v]:
-            level[v] = used[i]
-        else:
-            level[v] = latest[v]
-            insort(used, latest[v])
-    return level
-
-
-def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], levels: Sequence[int], *,
-                    attempts: int = 2, budget: int = 64) -> list[int]:
-    """Join (label, level) groups further where no path links them; per node, the first node of its group.
-
-    `level_partition` keeps groups apart whenever their levels differ, even when nothing
-    links them. This pass contracts every group (and every FIXED node) to one node, keeps a
-    topological order of that contracted graph, and lets each group try to join one of the
-    `attempts` latest groups of its label. Groups a and b (a first in the order) may join
-    when no path leads from a to b through a third node. Every such path lies strictly
-    between them in the order, so a search forward from a's successors, confined to that
-    stretch, decides it. After a join the order is repaired as in Pearce and Kelly's dynamic
-    topological sort: within the stretch, b's ancestors come first, then the joined group,
-    then a's descendants. Edges from b's ancestors to a's descendants keep their direction;
-    an edge the other way would be a path from a to b, which was excluded.
-
-    *Acyclic.* The contracted graph starts acyclic (`level_partition`) and a join adds no
-    cycle: one through the joined group would need a path from a to b through a third node
-    (excluded) or from b to a (impossible, b comes later). *Bounded.* A search that looks
-    at more than `budget` edges gives up and the join is skipped, so the pass costs
-    O(G * attempts * budget) for G groups on top of O(V + E) to build the contracted graph,
-    plus O(E log V) for moving edges on joins (the smaller side moves). Joining only merges
-    groups, so the count never exceeds `level_partition`'s. FIXED nodes keep their own id.
-
-    >>> coalesce_groups([[], [0]], [0, 0], [0, 1])  # a -> b of one label, put on two levels: they join
-    [0, 0]
-    >>> coalesce_groups([[], [0], [1]], [0, FIXED, 0], [0, 1, 2])  # a -> f -> b: f is in between
-    [0, 1, 2]
-    """
-    graph, node_of = _contract_levels(preds, labels, levels)
-    kept: dict[int, list[int]] = {}
-    for x in sorted(range(len(graph.label)), key=graph.position.__getitem__):
-        if graph.label[x] == FIXED:
-            continue
-        mine = kept.setdefault(graph.label[x], [])
-        for i in range(len(mine) - 1, max(-1, len(mine) - 1 - attempts), -1):
-            joined = _try_join(graph, mine[i], x, budget)
-            if joined is not None:
-                del mine[i]
-                x = joined
-                break
-        mine.append(x)
-    first_node: dict[int, int] = {}
-    return [first_node.setdefault(graph.find(node), v) for v, node in enumerate(node_of)]
-
-
-@dataclass
-class _Contracted:
-    """The contracted graph of `coalesce_groups`, in a topological order kept by `position`."""
-
-    label: list[int]
-    successors: list[set[int]]
-    predecessors: list[set[int]]
-    position: list[int]
-    #: union-find parent of every contracted node (itself while it has not been joined into another)
-    parent: list[int]
-
-    def find(self, node: int) -> int:
-        """The surviving node `node` was joined into (itself if none), with path halving."""
-        parent = self.parent
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-
-def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                     levels: Sequence[int]) -> tuple[_Contracted, list[int]]:
-    """Contract each (label, level) group to one node; also return the contracted node of every node. O(V+E)."""
-    number: dict[tuple[int, int], int] = {}
-    node_of = []
-    size = 0
-    for label, level in zip(labels, levels):
-        if label == FIXED:
-            node_of.append(size)
-            size += 1
-        else:
-            node = number.setdefault((label, level), size)
-            node_of.append(node)
-            size += node == size
-    successors: list[set[int]] = [set() for _ in range(size)]
-    predecessors: list[set[int]] = [set() for _ in range(size)]
-    for v, sources in enumerate(preds):
-        b = node_of[v]
-        for u in sources:
-            a = node_of[u]
-            if a != b:
-                successors[a].add(b)
-                predecessors[b].add(a)
-    label = [FIXED] * size
-    level = [0] * size
-    first = [0] * size
-    for v in range(len(labels) - 1, -1, -1):
-        node = node_of[v]
-        label[node], level[node], first[node] = labels[v], levels[v], v
-    # levels grow along every contracted edge, so sorting by level is a topological order
-    order = sorted(range(size), key=lambda node: (level[node], first[node]))
-    position = [0] * size
-    for i, node in enumerate(order):
-        position[node] = i
-    return _Contracted(label, successors, predecessors, position, list(range(size))), node_of
-
-
-def _try_join(graph: _Contracted, p: int, q: int, budget: int) -> int | None:
-    """Join contracted nodes p and q when no path links them through a third node; the survivor, else None."""
-    a, b = (p, q) if graph.position[p] < graph.position[q] else (q, p)
-    low, high = graph.position[a], graph.position[b]
-    descendants = _between(graph.successors[a], graph.successors, graph.position, low, high, b, budget)
-    if descendants is None:
-        return None
-    ancestors = _between(graph.predecessors[b], graph.predecessors, graph.position, low, high, a, budget)
-    if ancestors is None:
-        return None
-    slots = sorted([low, high] + [graph.position[x] for x in descendants | ancestors])
-    survivor = _merge_nodes(graph, a, b)
-    sequence = (sorted(ancestors, key=graph.position.__getitem__) + [survivor]
-                + sorted(descendants, key=graph.position.__getitem__))
-    for slot, node in zip(slots, sequence):  # one slot is left over: positions only need to grow
-        graph.position[node] = slot
-    return survivor
-
-
-def _between(starts: Iterable[int], neighbours: list[set[int]], position: list[int], low: int, high: int,
-             target: int, budget: int) -> set[int] | None:
-    """Nodes reachable from `starts` inside positions (low, high), or None on reaching `target` or the budget.
-
-    None means "a path may link the pair": `target` was reached, or more than `budget`
-    edges were looked at and the search gave up.
-    """
-    found = {x for x in starts if low < position[x] < high}
-    stack = list(found)
-    looked = 0
-    while stack:
-        for y in neighbours[stack.pop()]:
-            looked += 1
-            if y == target or looked > budget:
-                return None
-            if y not in found and low < position[y] < high:
-                found.add(y)
-                stack.append(y)
-    return found
-
-
-def _merge_nodes(graph: _Contracted, a: int, b: int) -> int:
-    """Contract a and b into whichever has more edges; return it. O(edges of the other)."""
-    keep, drop = (a, b) if (len(graph.successors[a]) + len(graph.predecessors[a])
-                            >= len(graph.successors[b]) + len(graph.predecessors[b])) else (b, a)
-    for y in graph.successors[drop]:
-        graph.predecessors[y].discard(drop)
-        if y != keep:
-            graph.predecessors[y].add(keep)
-            graph.successors[keep].add(y)
-    for y in graph.predecessors[drop]:
-        graph.successors[y].discard(drop)
-        if y != keep:
-            graph.successors[y].add(keep)
-            graph.predecessors[keep].add(y)
-    graph.successors[keep].discard(drop)
-    graph.predecessors[keep].discard(drop)
-    graph.successors[drop], graph.predecessors[drop] = set(), set()
-    graph.parent[drop] = keep
-    return keep
 
 
 @dataclass(frozen=True)
@@ -362,7 +69,7 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     children = list(number)
     if in_order:
         return ChildrenDag(children, preds)
-    order = _topological_order(preds)
+    order = topological_order(preds)
     if len(order) < len(preds):
         raise PartitionError(f"the children of {root.name!r} in graph {root.get_graph().name!r} depend on each "
                              "other in a cycle; the subgraph tree is damaged (check it with xgraph.ir.checks)")
@@ -370,25 +77,6 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     for i, v in enumerate(order):
         position[v] = i
     return ChildrenDag([children[v] for v in order], [[position[u] for u in preds[v]] for v in order])
-
-
-def _topological_order(preds: Sequence[Sequence[int]]) -> list[int]:
-    """Kahn's algorithm, smallest ready index first; shorter than len(preds) when there is a cycle. O((V+E) log V)."""
-    successors: list[list[int]] = [[] for _ in preds]
-    waiting = [len(sources) for sources in preds]
-    for v, sources in enumerate(preds):
-        for u in sources:
-            successors[u].append(v)
-    ready = [v for v, count in enumerate(waiting) if count == 0]
-    order = []
-    while ready:
-        u = heapq.heappop(ready)
-        order.append(u)
-        for v in successors[u]:
-            waiting[v] -= 1
-            if waiting[v] == 0:
-                heapq.heappush(ready, v)
-    return order
 
 
 def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
@@ -508,5 +196,3 @@ def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:
             if reason is not None:
                 raise PartitionError(f"merge_subgraph: {reason}; nothing was merged")
     return members
-
-

@@ -21,10 +21,10 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
+from xgraph.partition.host import numpy_kernel, reference_can_run
 from xgraph.partition.options import CompileOptions, parse_options
 from xgraph.partition.placement import apply_placement, bind_nested_graph_inputs, propose_placement
 from xgraph.partition.prepare import copy_graph, prepare
-from xgraph.partition.support import numpy_kernel, reference_can_run
 from xgraph.plugins.devices import DeviceSpec, get_devices
 
 #: Op annotations a compile writes (dropped when an already compiled graph is compiled again).

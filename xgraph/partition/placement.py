@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.errors import GraphError, PartitionError
+from xgraph.partition.checks import Verdict
 from xgraph.partition.merge import plan_merge
 from xgraph.partition.options import CompileOptions, parse_options
 from xgraph.partition.prepare import outer_scope_inputs
-from xgraph.partition.support import Verdict, op_info
+from xgraph.partition.support import op_info
 from xgraph.plugins.devices import DeviceSpec, memory_of
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
 """Support checks: does a device accept an op, and if not, why (in words a deployment engineer reads).
 
-A check is a function ``Op -> Verdict``. Small checks compose with `all_of` / `any_of` and get
-a device prefix with `labelled`; `op_info(spec)` is the composition a device's op-info table
-describes (dtype, shapes, ranks, attributes, named checks), built once per table entry:
+A check is a function ``Op -> Verdict``; the verdict, the combinators (`all_of`, `any_of`,
+`labelled`) and the simple dtype and shape checks are in `xgraph.partition.checks`.
+`op_info(spec)` is the composition a device's op-info table describes (dtype, shapes, ranks,
+attributes, named checks), built once per table entry:
 
     >>> check = all_of(op_info(get_devices()["AICORE"]), not_dtype("float64"))
     >>> check(conv)                        # doctest: +SKIP
@@ -13,179 +14,24 @@ Checks are pure: they read the op, its tensors and the rule, never the rest of t
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import onnx
 
+from xgraph.partition.checks import (
+    ACCEPT, Check, Verdict, all_of, compute_dtype, dtype_in, dtype_name, dtype_names, format_value, max_outputs,
+    max_rank, refuse, shape_text, static_shapes)
+from xgraph.partition.host import host_runnable
 from xgraph.plugins.devices import CHECK_NAMES, DeviceSpec
-from xgraph.plugins.devices.oprules import DTYPE_NAMES, NO_DEFAULT, OpRule, Ref, TensorRule, ValueRule
+from xgraph.plugins.devices.oprules import NO_DEFAULT, OpRule, Ref, TensorRule, ValueRule
 
 if TYPE_CHECKING:
-    from xgraph.ir import Op, Tensor
+    from xgraph.ir import Op
 
 #: precision_mode values under which float32 work may be computed in float16 (ATC's names).
 FP16_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
 DEFAULT_PRECISION = "must_keep_origin_dtype"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A support answer: ok, or not ok with the reason."""
-
-    ok: bool
-    reason: str = ""
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-ACCEPT = Verdict(True)
-Check = Callable[["Op"], Verdict]
-
-
-def refuse(reason: str) -> Verdict:
-    """A negative verdict."""
-    return Verdict(False, reason)
-
-
-# ------------------------------------------------------------------------------ combinators
-
-def all_of(*checks: Check) -> Check:
-    """Accept when every check accepts; else the first refusal."""
-    def check(op: "Op") -> Verdict:
-        for c in checks:
-            v = c(op)
-            if not v.ok:
-                return v
-        return ACCEPT
-    return check
-
-
-def any_of(*checks: Check) -> Check:
-    """Accept when one check accepts; else every refusal, joined."""
-    def check(op: "Op") -> Verdict:
-        reasons = []
-        for c in checks:
-            v = c(op)
-            if v.ok:
-                return v
-            reasons.append(v.reason)
-        return refuse("; ".join(reasons) or f"{op.type}: no alternative accepts it")
-    return check
-
-
-def labelled(label: str, check: Check) -> Check:
-    """The same check with "LABEL: " in front of its reasons."""
-    def labelled_check(op: "Op") -> Verdict:
-        v = check(op)
-        return v if v.ok else refuse(f"{label}: {v.reason}")
-    return labelled_check
-
-
-# ------------------------------------------------------------------------------ formatting
-
-def dtype_name(dtype: np.dtype | None) -> str:
-    """The table's name for a dtype ("string" for object)."""
-    if dtype is None:
-        return "unknown"
-    return "string" if np.dtype(dtype) == np.dtype(object) else np.dtype(dtype).name
-
-
-def _names(dtypes: Iterable[np.dtype]) -> str:
-    order = list(DTYPE_NAMES)
-    return ", ".join(sorted((dtype_name(d) for d in dtypes), key=lambda n: order.index(n) if n in order else 99))
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _shape(t: "Tensor") -> str:
-    return "unknown rank" if t.shape is None else "(" + ", ".join("?" if d is None else str(d) for d in t.shape) + ")"
-
-
-def _used_outputs(op: "Op") -> list["Tensor"]:
-    outputs = set(op.graph.get_output_tensors())
-    return [t for t in op.get_output_tensors() if t.consumers or t in outputs]
-
-
-def compute_dtype(op: "Op", index: int = 0) -> np.dtype | None:
-    """The dtype an op computes in: that of input `index` (else the first known input or output)."""
-    inputs = op.get_input_tensors()
-    if index < len(inputs) and inputs[index] is not None and inputs[index].dtype is not None:
-        return inputs[index].dtype
-    for t in list(inputs) + op.get_output_tensors():
-        if t is not None and t.dtype is not None:
-            return t.dtype
-    return None
-
-
-# ------------------------------------------------------------------------------- primitives
-
-def dtype_in(dtypes: Iterable, index: int = 0, why: str = "") -> Check:
-    """Accept when the compute dtype (input `index`) is one of `dtypes`."""
-    allowed = frozenset(np.dtype(DTYPE_NAMES.get(d, d) if isinstance(d, str) else d) for d in dtypes)
-
-    def check(op: "Op") -> Verdict:
-        d = compute_dtype(op, index)
-        if d is None:
-            return refuse(f"{op.type} with unknown dtype unsupported: needs a known dtype on input {index}")
-        if d in allowed:
-            return ACCEPT
-        return refuse(f"{op.type} with dtype {dtype_name(d)} unsupported: {why or 'takes ' + _names(allowed)}")
-    return check
-
-
-def not_dtype(*dtypes: Any) -> Check:
-    """Refuse ops whose compute dtype is one of `dtypes`."""
-    refused = frozenset(np.dtype(DTYPE_NAMES.get(d, d) if isinstance(d, str) else d) for d in dtypes)
-
-    def check(op: "Op") -> Verdict:
-        d = compute_dtype(op)
-        if d is not None and d in refused:
-            return refuse(f"{op.type} with dtype {dtype_name(d)} unsupported")
-        return ACCEPT
-    return check
-
-
-def static_shapes() -> Check:
-    """Accept when every input and used output has a fully known shape."""
-    def check(op: "Op") -> Verdict:
-        for t in [t for t in op.get_input_tensors() if t is not None] + _used_outputs(op):
-            if not t.is_static():
-                return refuse(f"{op.type} with dynamic shape {_shape(t)} on {t.name!r} unsupported: needs static "
-                              "shapes; fix them with the input_shape option")
-        return ACCEPT
-    return check
-
-
-def max_rank(limit: int) -> Check:
-    """Accept when no input or used output has a rank above `limit`."""
-    def check(op: "Op") -> Verdict:
-        for t in [t for t in op.get_input_tensors() if t is not None] + _used_outputs(op):
-            if t.shape is not None and len(t.shape) > limit:
-                return refuse(f"{op.type} with rank {len(t.shape)} on {t.name!r} unsupported: rank <= {limit}")
-        return ACCEPT
-    return check
-
-
-def max_outputs(limit: int) -> Check:
-    """Accept when at most `limit` outputs are used."""
-    def check(op: "Op") -> Verdict:
-        used = set(_used_outputs(op))
-        n = max((i + 1 for i, t in enumerate(op.get_output_tensors()) if t in used), default=0)
-        if n > limit:
-            return refuse(f"{op.type} with {n} used outputs unsupported: takes at most {limit}")
-        return ACCEPT
-    return check
 
 
 def precision(rule: OpRule, precision_mode: str) -> Check:
@@ -222,7 +68,7 @@ def _describe_allowed(allowed: tuple, op: "Op") -> str:
             v = _resolve(a, op)
             parts.append(f"{a} (={'unknown' if v is None else v})")
         else:
-            parts.append(_fmt(a))
+            parts.append(format_value(a))
     return ", ".join(parts)
 
 
@@ -232,7 +78,7 @@ def value_problem(value: Any, rule: ValueRule, op: "Op") -> str | None:
         value = value.tolist()
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if rule.lengths is not None and isinstance(value, (list, tuple)) and len(value) not in rule.lengths:
-        return f"length {len(value)}, allowed {_fmt(list(rule.lengths))}"
+        return f"length {len(value)}, allowed {format_value(list(rule.lengths))}"
     if rule.allowed is not None:
         allowed = [_resolve(a, op) for a in rule.allowed]
         if any(i not in allowed for i in items):
@@ -243,9 +89,9 @@ def value_problem(value: Any, rule: ValueRule, op: "Op") -> str | None:
             return f"refused: {_describe_allowed(rule.refused, op)}"
     numbers = [i for i in items if isinstance(i, (int, float)) and not isinstance(i, bool)]
     if rule.min is not None and any(i < rule.min for i in numbers):
-        return f"must be >= {_fmt(rule.min)}"
+        return f"must be >= {format_value(rule.min)}"
     if rule.max is not None and any(i > rule.max for i in numbers):
-        return f"must be <= {_fmt(rule.max)}"
+        return f"must be <= {format_value(rule.max)}"
     if rule.multiple_of is not None and any(i % rule.multiple_of for i in numbers):
         return f"must be a multiple of {rule.multiple_of}"
     return None
@@ -281,7 +127,7 @@ def attr_rule(name: str, rule: ValueRule) -> Check:
         problem = value_problem(value, rule, op)
         if problem is None:
             return ACCEPT
-        return refuse(f"{op.type} with {name}={_fmt(value)} unsupported: {rule.why or problem}")
+        return refuse(f"{op.type} with {name}={format_value(value)} unsupported: {rule.why or problem}")
     return check
 
 
@@ -303,17 +149,17 @@ def tensor_rule(kind: str, index: int, rule: TensorRule) -> Check:
             return no("given")
         if rule.dtypes is not None and t.dtype not in rule.dtypes:
             return refuse(f"{op.type} with {what} of dtype {dtype_name(t.dtype)} unsupported: "
-                          f"{rule.why or 'takes ' + _names(rule.dtypes)}")
+                          f"{rule.why or 'takes ' + dtype_names(rule.dtypes)}")
         if rule.rank is not None and t.shape is None:
             return refuse(f"{op.type} with {what} of unknown rank unsupported: needs static shapes; fix them with "
                           "the input_shape option")
         if rule.rank is not None and len(t.shape) not in rule.rank:
             return refuse(f"{op.type} with rank-{len(t.shape)} {what} unsupported: "
-                          f"{rule.why or 'takes rank ' + _fmt(list(rule.rank))}")
+                          f"{rule.why or 'takes rank ' + format_value(list(rule.rank))}")
         if rule.const is True and not t.is_const:
             return refuse(f"{op.type} with non-constant {what} ({t.name!r}) unsupported: {rule.why or 'needs a weight'}")
         if rule.static is True and not t.is_static():
-            return no(f"of dynamic shape {_shape(t)}")
+            return no(f"of dynamic shape {shape_text(t)}")
         for dim, vr in rule.dims.items():
             if t.shape is None or not -len(t.shape) <= dim < len(t.shape) or not isinstance(t.shape[dim], int):
                 continue  # unknown dims skip dim checks (static_shapes makes them known)
@@ -328,68 +174,18 @@ def tensor_rule(kind: str, index: int, rule: TensorRule) -> Check:
             if rule.values is not None:
                 problem = value_problem(flat, rule.values, op)
                 if problem:
-                    return refuse(f"{op.type} with {what} = {_fmt(flat)} unsupported: {rule.values.why or rule.why or problem}")
+                    return refuse(f"{op.type} with {what} = {format_value(flat)} unsupported: {rule.values.why or rule.why or problem}")
             for i, vr in rule.elements.items():
                 if -len(flat) <= i < len(flat):
                     problem = value_problem(flat[i], vr, op)
                     if problem:
-                        return refuse(f"{op.type} with {what}[{i}] = {_fmt(flat[i])} unsupported: "
+                        return refuse(f"{op.type} with {what}[{i}] = {format_value(flat[i])} unsupported: "
                                       f"{vr.why or rule.why or problem}")
         return ACCEPT
     return check
 
 
 # ------------------------------------------------------------------------------ named checks
-
-@functools.lru_cache(maxsize=4096)
-def _reference_implements(op_type: str, domain: str, opset: int | None) -> bool:
-    if domain == "ai.onnx.ml":
-        from onnx.reference.ops.aionnxml import load_op as load_ml_op
-        try:
-            load_ml_op(domain, op_type, opset)
-            return True
-        except Exception:  # the evaluator raises assorted errors for "not implemented"
-            return False
-    if domain != "":
-        return False
-    from onnx.reference.ops import load_op
-    try:
-        load_op(domain, op_type, opset)
-        return True
-    except Exception:  # same: any failure means "no implementation"
-        pass
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain) if opset else onnx.defs.get_schema(op_type, domain)
-    except Exception:  # unknown op
-        return False
-    return bool(schema.has_function or schema.has_context_dependent_function)
-
-
-def reference_can_run(op: "Op") -> bool:
-    """True when the ONNX reference evaluator runs `op` (built in, a schema function, or a model-local function)."""
-    if any(f.domain == op.domain and f.name == op.type for f in op.graph.functions):
-        return True
-    return _reference_implements(op.type, op.domain, op.opset())
-
-
-def numpy_kernel(op: "Op", device: str) -> bool:
-    """True when the kernel registry has a numpy kernel for `op` on `device` (or on the host, as runners fall back)."""
-    from xgraph.runners.executor import kernel_registry
-    registry = kernel_registry()
-    dtype = compute_dtype(op)
-    return any(registry.find(op.type, op.domain, op.opset(), d, dtype) is not None for d in dict.fromkeys((device, "CPU")))
-
-
-def host_runnable() -> Check:
-    """Accept ops the host can run: a numpy kernel, else the ONNX reference evaluator."""
-    def check(op: "Op") -> Verdict:
-        if numpy_kernel(op, "CPU") or reference_can_run(op):
-            return ACCEPT
-        domain = f" (domain {op.domain!r})" if op.domain else ""
-        return refuse(f"{op.type}{domain} has no numpy kernel and the ONNX reference evaluator cannot run it; "
-                      "register a kernel with @kernel or place it with a plugin")
-    return check
-
 
 def dvpp_image_rules() -> Check:
     """Accept DVPP ops whose input shape and attributes keep the engine's rules (xgraph.ops.dvpp.DVPP_RULES)."""
@@ -448,7 +244,5 @@ def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION) -> Check:
     return check
 
 
-__all__ = ["ACCEPT", "Check", "NAMED_CHECKS", "Verdict", "all_of", "any_of", "attr_rule", "compute_dtype",
-           "dtype_in", "dvpp_image_rules", "host_runnable", "labelled", "max_outputs", "max_rank", "not_dtype",
-           "numpy_kernel", "op_info", "op_rule", "precision", "reference_can_run", "refuse", "static_shapes",
-           "tensor_rule", "value_problem"]
+__all__ = ["NAMED_CHECKS", "attr_rule", "dvpp_image_rules", "op_info", "op_rule", "precision", "tensor_rule",
+           "value_problem"]

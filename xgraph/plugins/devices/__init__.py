@@ -31,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-#: Names of the built-in checks a table may list under `checks` (implemented in xgraph.partition.support).
+#: Names of the built-in checks a table may list under `checks` (registered in xgraph.partition.support.NAMED_CHECKS).
 CHECK_NAMES = frozenset({"host_runnable", "dvpp_image_rules"})
 #: Memory kinds: "device" memory is shared by the accelerators; "host" is the CPU's.
 MEMORY_KINDS = ("device", "host")
