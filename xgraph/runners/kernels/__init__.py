@@ -17,9 +17,11 @@ FAMILIES = (
     "op_index",
     "op_nn_conv",
     "op_nn_pool",
+    "op_nn_roi",
     "op_nn_norm",
     "op_nn_activation",
     "op_image",
+    "op_resize",
     "op_dvpp",
     "op_misc",
 )
