@@ -57,12 +57,13 @@ AFFINE_BLOCK_BYTES = 1 << 18
 def channel_affine(x: np.ndarray, scale: np.ndarray, shift: np.ndarray,
                    activation: Callable[[np.ndarray], object] | None = None,
                    into: np.ndarray | None = None) -> np.ndarray:
-    """scale * x + shift per channel of x (N, C, ...) (one value each: for every element), then
-    `activation(block)` in place; float32 vectors, x float32.
+    """scale * x + shift, then `activation(block)` in place, for float32 x of shape (N, C, ...).
 
-    The work is cut into blocks of (image, channel) rows on the intra-op threads, each block
-    taken through all three passes while it is in cache. `into`, a C-contiguous float32 array
-    of x's shape, receives the result.
+    `scale` and `shift` are float32 vectors with one value per channel (C values), or one value
+    for every element. The work is cut into blocks of (image, channel) rows (of elements, for
+    one value) on the intra-op threads, and each block goes through the multiply, the add and
+    the activation while it is in cache. `into`, a C-contiguous float32 array of x's shape,
+    receives the result.
     """
     usable = into is not None and into.shape == x.shape and into.dtype == np.float32 and into.flags.c_contiguous
     y = into if usable else np.empty(x.shape, dtype=np.float32)
