@@ -5,7 +5,6 @@ import functools
 import inspect
 import itertools
 import math
-import warnings
 
 import ml_dtypes
 import numpy as np
@@ -17,7 +16,8 @@ from onnx import helper
 
 from xgraph.errors import KernelError
 from xgraph.runners.kernels import load_builtin_kernels
-from xgraph.runners.kernels.testing import assert_matches, check_node_case, run_node, single_node_cases
+from xgraph.runners.kernels.testing import (
+    assert_matches, check_node_case, conformance_params, one_node_cases, run_node, single_node_cases)
 
 ELEMENTWISE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
@@ -40,21 +40,10 @@ OPS = ELEMENTWISE_OPS | MATH_OPS | REDUCE_OPS
 XFAIL: dict[str, str] = {}
 
 
-def _single_node_cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the case generators divide by zero on purpose
-        cases = collect_testcases()
-    return single_node_cases(cases, OPS)
+CASES = single_node_cases(one_node_cases(), OPS)
 
 
-CASES = _single_node_cases()
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=XFAIL[c.name], strict=True)] if c.name in XFAIL else [])
-    for c in CASES])
+@pytest.mark.parametrize("case", conformance_params(CASES, XFAIL))
 def test_conformance(case):
     check_node_case(case)
 

@@ -1,9 +1,7 @@
 """NN kernels (conv, pool, norm, activation, image) against the ONNX node conformance cases and numpy oracles."""
 from __future__ import annotations
 
-import importlib
 import itertools
-import warnings
 
 import numpy as np
 import onnx
@@ -13,7 +11,8 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.testing import check_node_case, intra_op_blocks, run_node, single_node_cases
+from xgraph.runners.kernels.testing import (
+    check_node_case, conformance_params, intra_op_blocks, one_node_cases, run_node, single_node_cases)
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 POOL_OPS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool",
@@ -45,25 +44,10 @@ CASE_MODULES = (
 XFAIL: dict[str, str] = {}
 
 
-def _single_node_cases():
-    import onnx.backend.test.case.node as node_cases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # some case generators divide by zero on purpose
-        for name in CASE_MODULES:
-            importlib.import_module(f"{node_cases.__name__}.{name}")
-    cases = getattr(node_cases, "_NodeTestCases", None)
-    if cases is None:  # the private list moved: fall back to generating everything
-        cases = node_cases.collect_testcases()
-    return single_node_cases(cases, OPS)
+CASES = single_node_cases(one_node_cases(CASE_MODULES), OPS)
 
 
-CASES = _single_node_cases()
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=XFAIL[c.name], strict=True)] if c.name in XFAIL else [])
-    for c in CASES])
+@pytest.mark.parametrize("case", conformance_params(CASES, XFAIL))
 def test_conformance(case):
     check_node_case(case)
 

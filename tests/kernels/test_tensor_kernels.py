@@ -8,12 +8,9 @@ ONNX spec text.
 """
 from __future__ import annotations
 
-import functools
-import importlib
 import inspect
 import math
 import threading
-import warnings
 
 import numpy as np
 import onnx
@@ -25,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from xgraph.errors import KernelError
 from xgraph.runners.kernels import load_builtin_kernels, op_cast, op_constant, op_index, op_misc, op_shape, op_tensor
 from xgraph.runners.kernels.reference import make_reference_kernel
-from xgraph.runners.kernels.testing import opset_of, run_node
+from xgraph.runners.kernels.testing import conformance_params, one_node_cases, opset_of, run_node
 
 TENSOR_OPS = {
     "Identity", "Reshape", "Transpose", "Concat", "Split", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile",
@@ -72,25 +69,12 @@ CASE_MODULES = (
 )
 
 
-@functools.lru_cache(maxsize=1)
 def _one_node_cases() -> tuple:
-    """ONNX node test cases whose model is a single node (expanded function cases are skipped)."""
-    import onnx.backend.test.case.node as node_cases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # some case generators overflow on purpose
-        for name in CASE_MODULES:
-            importlib.import_module(f"{node_cases.__name__}.{name}")
-        cases = getattr(node_cases, "_NodeTestCases", None)
-        if cases is None:  # the private list moved: generate every case through the public API
-            cases = node_cases.collect_testcases()
-    return tuple(c for c in cases if c.model is not None and len(c.model.graph.node) == 1)
+    return one_node_cases(CASE_MODULES)
 
 
 def _cases(op_types: set[str], xfail: dict[str, str]) -> list:
-    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=xfail[c.name], strict=True)]
-                         if c.name in xfail else [])
-            for c in _one_node_cases() if c.model.graph.node[0].op_type in op_types]
+    return conformance_params([c for c in _one_node_cases() if c.model.graph.node[0].op_type in op_types], xfail)
 
 
 def _value(v):

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
+import warnings
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -58,6 +61,36 @@ def check_node_case(case) -> None:
         assert len(results) == len(outputs)
         for actual, expected in zip(results, outputs):
             assert_matches(actual, case_array(expected), rtol=case.rtol, atol=case.atol)
+
+
+@functools.lru_cache(maxsize=None)
+def one_node_cases(case_modules: tuple[str, ...] | None = None) -> tuple:
+    """ONNX's node conformance cases whose model is a single node (expanded function cases are skipped).
+
+    `case_modules` names the `onnx.backend.test.case.node` modules to import: each generates its
+    own cases when imported, which is much faster than `collect_testcases()` generating every
+    op's (pooling alone takes seconds). None collects them all.
+    """
+    import onnx.backend.test.case.node as node_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some case generators divide by zero or overflow on purpose
+        cases = None
+        if case_modules is not None:
+            for name in case_modules:
+                importlib.import_module(f"{node_cases.__name__}.{name}")
+            cases = getattr(node_cases, "_NodeTestCases", None)
+        if cases is None:  # everything asked for, or the private list moved: the public API
+            cases = node_cases.collect_testcases()
+    return tuple(c for c in cases if c.model is not None and len(c.model.graph.node) == 1)
+
+
+def conformance_params(cases, xfail: dict[str, str]) -> list:
+    """pytest parameters, one per case and named by it; a case in `xfail` must fail, for the reason given."""
+    import pytest
+
+    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=xfail[c.name], strict=True)]
+                         if c.name in xfail else []) for c in cases]
 
 
 def single_node_cases(cases, op_types) -> list:
