@@ -30,7 +30,7 @@ import onnx
 from threadpoolctl import threadpool_limits
 
 import xgraph
-from xgraph.runners.kernels.parallel import chunks, intra_op_threads, run_parallel
+from xgraph.kernels.parallel import chunks, intra_op_threads, run_parallel
 from xgraph.runners.testing import zoo_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -21,8 +21,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
-from xgraph.ir.attributes import node_attributes
-from xgraph.runners.kernels import load_builtin_kernels
+from xgraph.ir.attribute_values import node_attributes
+from xgraph.kernels import load_builtin_kernels
 
 RESNET50 = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
 

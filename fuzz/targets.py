@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links
+from xgraph.ir.links import check_links
 from xgraph.plugins import Plugin
 
 from fuzz.mutators import mutate_bytes, mutate_json, mutate_model, random_json
@@ -197,7 +197,7 @@ def onnx_protos() -> tuple[onnx.ModelProto, ...]:
 @functools.lru_cache(maxsize=None)
 def xmodel_corpus() -> tuple[bytes, ...]:
     """Seed .xmodel files: a compiled zoo model (device/runner attrs) and a graph with every attr tag and a deep tree."""
-    from xgraph.ir.xmodel import to_model_proto
+    from xgraph.ir.onnx.xmodel import to_model_proto
     compiled = xgraph.compile(small_cnn())
     g = Graph.from_onnx(zoo_bytes("bvlc_alexnet"))
     g.set_attr("every_tag", {"n": None, "b": True, "i": 3, "f": float("inf"), "s": "x", "y": b"\x00\xff",
@@ -252,7 +252,7 @@ class FromOnnx(Target):
         if not ok:
             return "refused"
         check_consistent(g, "Graph.from_onnx")
-        from xgraph.ir.xmodel import from_model_proto, to_model_proto
+        from xgraph.ir.onnx.xmodel import from_model_proto, to_model_proto
         ok, proto = call("to_model_proto of an imported graph", lambda: to_model_proto(g))
         if ok:
             ok, h = call("from_model_proto of a saved graph",
@@ -353,7 +353,7 @@ class Deserialize(Target):
         model = onnx.ModelProto.FromString(data)
         if r < 0.45:
             return mutate_model(model, rng).SerializeToString()
-        from xgraph.ir.xmodel import META_KEY
+        from xgraph.ir.onnx.xmodel import META_KEY
         entry = next(p for p in model.metadata_props if p.key == META_KEY)
         meta = json.loads(entry.value)
         ops = [n.name for n in model.graph.node]

@@ -15,9 +15,9 @@ from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": "xgraph.ir.xmodel",
-    "compile": "xgraph.partition.pipeline",
-    "report": "xgraph.partition.report",
+    "load": "xgraph.ir.onnx.xmodel",
+    "compile": "xgraph.compiler.pipeline",
+    "report": "xgraph.compiler.report",
     "Runner": "xgraph.runners.runner",
     "register_runner": "xgraph.runners.runner",
     "create_graph_runner": "xgraph.runners.graph_runner",

@@ -169,7 +169,7 @@ class XGraphBackend(Backend):
         _check_device(device)
         args = _split_kwargs(kwargs)
         if isinstance(model, (bytes, str)) or hasattr(model, "__fspath__"):
-            from xgraph.ir.model_file import read_model
+            from xgraph.ir.onnx.safe_reader import read_model
             model = read_model(model)[0]
         if not isinstance(model, onnx.ModelProto):
             raise ModelFileError(f"xgraph.backend.prepare takes an onnx.ModelProto, bytes or a path, got "

@@ -20,7 +20,7 @@ hookimpl = pluggy.HookimplMarker("xgraph")
 def xgraph_devices() -> list:
     """Called once, when the device table is first built (placement, reports, runners).
 
-    Return a list of devices to add, each a `xgraph.plugins.devices.DeviceSpec`, a dict in
+    Return a list of devices to add, each a `xgraph.devices.DeviceSpec`, a dict in
     the op-info TOML schema, or a path to such a TOML file. A device name registered twice
     is an error naming both sources. Not firstresult: every implementation contributes.
     """
@@ -40,6 +40,6 @@ def xgraph_runners() -> dict:
 def xgraph_kernels(registry) -> None:
     """Called once, when the kernel registry is first used.
 
-    `registry` is the `xgraph.runners.kernels.KernelRegistry` to fill, e.g. with
+    `registry` is the `xgraph.kernels.KernelRegistry` to fill, e.g. with
     ``@kernel("MyOp", domain="my.domain", registry=registry)``. Returns nothing.
     """

@@ -197,7 +197,7 @@ BERT_STATIC = {"input_shape": "input_ids:1,16;attention_mask:1,16"}
 
 def check_compiled(graph: xgraph.Graph) -> None:
     """The invariants every compiled graph keeps (raises AssertionError naming the broken one)."""
-    from xgraph.ir.checks import check_links, check_tree
+    from xgraph.ir.links import check_links, check_tree
     check_links(graph)
     check_tree(graph)
     root = graph.get_root_subgraph()

@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from xgraph.errors import PluginError
-from xgraph.plugins.devices import (
+from xgraph.devices import (
     CostProfile, DeviceSpec, builtin_device_files, device_from_dict, get_devices, load_device_file, register_device,
     unregister_device)
 

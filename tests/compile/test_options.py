@@ -6,7 +6,7 @@ import json
 import pytest
 
 from xgraph.errors import OptionError
-from xgraph.partition.options import OPTION_KEYS, CompileOptions, parse_input_shape, parse_options
+from xgraph.compiler.options import OPTION_KEYS, CompileOptions, parse_input_shape, parse_options
 
 DEVICES = ["AICORE", "AICPU", "DVPP", "CPU"]
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph.errors import PartitionError, PluginError
-from xgraph.partition.options import parse_options
+from xgraph.compiler.options import parse_options
 
 RELU_PLUGIN = '''
 from xgraph.partition import filter_by_type, merge_subgraph

@@ -9,10 +9,10 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph.errors import PartitionError
-from xgraph.partition.options import parse_options
-from xgraph.partition.placement import apply_placement, count_crossings, join_refusals, propose_placement
-from xgraph.partition.support import op_info
-from xgraph.plugins.devices import get_devices
+from xgraph.compiler.options import parse_options
+from xgraph.compiler.placement import apply_placement, count_crossings, join_refusals, propose_placement
+from xgraph.compiler.support import op_info
+from xgraph.devices import get_devices
 
 
 def placed(graph: xgraph.Graph) -> dict[str, tuple[str, str]]:

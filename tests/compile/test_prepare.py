@@ -8,8 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph.errors import OptionError
-from xgraph.partition.options import parse_options
-from xgraph.partition.prepare import (
+from xgraph.compiler.options import parse_options
+from xgraph.compiler.prepare import (
     apply_input_shape, copy_graph, cut_at_output_ops, fold_constants, prepare, remove_dead_ops)
 
 
@@ -57,7 +57,7 @@ def test_dead_ops_and_unused_weights_go():
     assert remove_dead_ops(g) == 2
     assert not g.has_op("dead_relu") and not g.has_op("dead_sigmoid")
     assert not g.has_tensor("w_shape") and not g.has_tensor("two")
-    from xgraph.ir.checks import check_links
+    from xgraph.ir.links import check_links
     check_links(g)
 
 

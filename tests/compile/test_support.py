@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from xgraph.partition.checks import (
+from xgraph.compiler.checks import (
     ACCEPT, Verdict, all_of, any_of, dtype_in, labelled, not_dtype, refuse, static_shapes)
-from xgraph.partition.support import op_info
-from xgraph.plugins.devices import get_devices
+from xgraph.compiler.support import op_info
+from xgraph.devices import get_devices
 
 F32, I64, U8 = np.float32, np.int64, np.uint8
 

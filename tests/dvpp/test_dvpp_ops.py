@@ -15,9 +15,9 @@ from PIL import Image
 from xgraph.errors import DvppError, KernelError
 from xgraph.ops import dvpp
 from xgraph.ops.dvpp import DOMAIN, DVPP_RULES, OP_SPECS, DvppModelBuilder, image_rule_violations, output_shape
-from xgraph.runners.kernels import load_builtin_kernels
-from xgraph.runners.kernels import op_dvpp as k
-from xgraph.runners.kernels.testing import run_node
+from xgraph.kernels import load_builtin_kernels
+from xgraph.kernels import op_dvpp as k
+from xgraph.kernels.testing import run_node
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links
+from xgraph.ir.links import check_links
 
 
 def small_graph() -> Graph:

@@ -9,7 +9,7 @@ import pytest
 from onnx import numpy_helper
 
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links
+from xgraph.ir.links import check_links
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 NODE_DIR_MODELS = sorted(p for d in ("pytorch-converted", "pytorch-operator", "simple")

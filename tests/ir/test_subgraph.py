@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links, check_tree
+from xgraph.ir.links import check_links, check_tree
 
 
 def random_dag(seed: int, n: int, p: float) -> Graph:

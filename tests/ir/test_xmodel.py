@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import xgraph
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links
-from xgraph.ir.xmodel import META_KEY
+from xgraph.ir.links import check_links
+from xgraph.ir.onnx.xmodel import META_KEY
 
 attr_values = st.recursive(
     st.one_of(st.text(max_size=8), st.integers(-2**40, 2**40), st.booleans(),

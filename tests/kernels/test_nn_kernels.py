@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.testing import (
+from xgraph.kernels.testing import (
     check_node_case, conformance_params, intra_op_blocks, one_node_cases, run_node, single_node_cases)
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
@@ -647,7 +647,7 @@ def test_matches_onnxruntime(op, specs, attrs, opset):
 def test_kernels_accept_every_attribute_and_input_of_the_opsets_they_claim():
     import inspect
 
-    from xgraph.runners.kernels import load_builtin_kernels
+    from xgraph.kernels import load_builtin_kernels
 
     registry = load_builtin_kernels()
     schemas: dict[str, list] = {}
@@ -698,7 +698,7 @@ def test_fused_conv_is_activation_of_conv_plus_residual(activation, params, orac
 
 
 def test_batch_norm_folded_into_fused_conv_equals_conv_batch_norm_relu():
-    from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift
+    from xgraph.kernels.op_nn_norm import batch_norm_scale_shift
 
     rng = np.random.default_rng(20)
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -748,7 +748,7 @@ def test_fused_conv_epilogue_per_block_matches_whole_output(x_shape, w_shape, pa
 @pytest.mark.parametrize("shape,per_channel", [((2, 5, 7, 3), True), ((1, 3, 11), True), ((4, 6), True),
                                                ((2, 3, 5, 5), False), ((0, 3, 4), True)])
 def test_channel_affine_in_blocks_matches_broadcast(monkeypatch, shape, per_channel):
-    from xgraph.runners.kernels import op_nn_norm
+    from xgraph.kernels import op_nn_norm
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -770,7 +770,7 @@ def test_channel_affine_in_blocks_matches_broadcast(monkeypatch, shape, per_chan
 
 
 def test_a_failing_block_raises_after_every_block_is_done():
-    from xgraph.runners.kernels import parallel
+    from xgraph.kernels import parallel
 
     done = []
 
@@ -790,7 +790,7 @@ def test_a_failing_block_raises_after_every_block_is_done():
 def test_a_forked_child_gets_its_own_intra_op_pool():
     import multiprocessing
 
-    from xgraph.runners.kernels import parallel
+    from xgraph.kernels import parallel
 
     x = np.random.default_rng(3).standard_normal((1, 4, 9, 9)).astype(np.float32)
     w = np.random.default_rng(4).standard_normal((3, 4, 3, 3)).astype(np.float32)
@@ -805,7 +805,7 @@ def test_a_forked_child_gets_its_own_intra_op_pool():
 
 
 def _conv_in_child(x, w):
-    from xgraph.runners.kernels import parallel
+    from xgraph.kernels import parallel
     parallel.MIN_PARALLEL_MACS = 0
     (y,) = run("Conv", [x, w], pads=[1, 1, 1, 1])
     return y
@@ -854,7 +854,7 @@ def test_few_output_channels_shifted_products_match_direct_convolution(m, extra,
     w = rng.standard_normal((m, c, *kernel)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     expected = naive_conv(x, w, b, [1, 1], list(dilations), pads, 1)
-    from xgraph.runners.kernels import conv_lowering
+    from xgraph.kernels import conv_lowering
 
     with intra_op_blocks(threads), pytest.MonkeyPatch.context() as patch:
         patch.setattr(conv_lowering, "SHIFTED_MIN_POSITIONS", 0)  # small images take the path too

@@ -11,7 +11,7 @@ import pytest
 
 from xgraph import Graph, XGraphError
 from xgraph.errors import PartitionError, PluginError
-from xgraph.ir.checks import check_links
+from xgraph.ir.links import check_links
 from xgraph.plugins import run_plugin_chain
 from xgraph.plugins.loader import PATH_ENV
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xgraph import Graph, XGraphError
-from xgraph.ir.checks import check_links
+from xgraph.ir.links import check_links
 from xgraph.partition import merge_subgraph
 from xgraph.plugins.snapshot import GraphSnapshot
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from xgraph.errors import XGraphError
-from xgraph.runners import blas
+from xgraph.kernels import blas
 
 PROBE = """
 import numpy as np, threadpoolctl, xgraph
@@ -52,7 +52,7 @@ def test_bad_values_are_named(monkeypatch):
 
 def test_a_bad_intra_op_thread_count_is_named_when_the_runner_is_made(monkeypatch, make):
     import xgraph
-    from xgraph.runners.kernels import parallel
+    from xgraph.kernels import parallel
 
     graph = make.place(xgraph.Graph.from_onnx(make.chain_model(2)), lambda op: "AICORE")
     for value, message in (("many", "is not a whole number"), ("0", "must be at least 1")):

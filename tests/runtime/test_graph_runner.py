@@ -17,7 +17,7 @@ import xgraph
 from xgraph import Graph, Runner
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.runners.jobs import JobStatus
-from xgraph.runners.kernels import KERNELS, kernel
+from xgraph.kernels import KERNELS, kernel
 
 WAIT = 5.0  # seconds an event-based check waits before concluding "it did not happen"
 
@@ -314,7 +314,7 @@ def test_trace_export_needs_profiling(make, tmp_path):
 
 
 def test_plugin_devices_use_their_registered_memory_kind(make):
-    from xgraph.plugins.devices import DeviceSpec, register_device, unregister_device
+    from xgraph.devices import DeviceSpec, register_device, unregister_device
     register_device(DeviceSpec("TEST_NPU", memory="device", runner={"run": "null"}))
     try:
         with xgraph.create_graph_runner(chain_graph(make, ["CPU", "TEST_NPU", "CPU"], runner="null")) as runner:

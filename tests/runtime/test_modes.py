@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph import Graph, Runner
-from xgraph.plugins.devices import get_devices
+from xgraph.devices import get_devices
 from xgraph.runners.executor import SubgraphExecutor
 
 AICORE_UNLESS_HOST = (lambda op: "CPU" if op.type in ("Flatten", "Softmax") else "AICORE")
@@ -60,7 +60,7 @@ def test_auto_falls_back_to_numpy_for_non_standard_ops():
              helper.make_node("Boom2", ["r"], ["y"], name="boom", domain="test.modes")]
     g = helper.make_graph(nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    from xgraph.runners.kernels import KERNELS, kernel
+    from xgraph.kernels import KERNELS, kernel
     kernel("Boom2", domain="test.modes", devices=("CPU",), registry=KERNELS)(lambda x: x + 1)
     graph = Graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                                 helper.make_opsetid("test.modes", 1)]))

@@ -23,9 +23,9 @@ from onnx import TensorProto, helper, numpy_helper
 import xgraph
 from xgraph import Graph, XGraphError
 from xgraph.errors import ModelFileError, RunnerError
-from xgraph.ir import model_file
-from xgraph.ir.checks import check_links
-from xgraph.ir.xmodel import ARRAY_PREFIX, META_KEY
+from xgraph.ir.onnx import safe_reader as model_file
+from xgraph.ir.links import check_links
+from xgraph.ir.onnx.xmodel import ARRAY_PREFIX, META_KEY
 
 vi = helper.make_tensor_value_info
 OPSET = [helper.make_opsetid("", 17)]

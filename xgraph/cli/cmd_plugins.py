@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from xgraph.plugins.devices import get_devices
+    from xgraph.devices import get_devices
     from xgraph.plugins.loader import discover_plugins, plugin_search_path
     from xgraph.runners.runner import registered_runners
 

@@ -114,7 +114,7 @@ def reference_model(path: Path, graph: "Graph") -> "onnx.ModelProto":
         import xgraph
         model = xgraph.load(path).to_onnx()
     else:
-        from xgraph.ir.model_file import read_model
+        from xgraph.ir.onnx.safe_reader import read_model
         model = read_model(path)[0]
     declared = {o.name for o in model.graph.output}
     for t in graph.get_output_tensors():
@@ -142,7 +142,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequen
     try:
         from onnx.reference import ReferenceEvaluator
 
-        from xgraph.runners.kernels.reference import evaluator_fixes
+        from xgraph.kernels.reference import evaluator_fixes
         evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
         return "ONNX reference evaluator", evaluator.run(list(names), feeds)
     except Exception as e:  # the evaluator raises many types; all mean it cannot run this model

@@ -48,7 +48,7 @@ def _report_writer(path: str | None):
         return None
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
-        from xgraph.partition.report import write_report
+        from xgraph.compiler.report import write_report
         return write_report
     if suffix in (".html", ".htm"):
         from xgraph.view.report_html import write_html_report
@@ -150,7 +150,7 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
 
 def _run(args: argparse.Namespace) -> int:
     import xgraph
-    from xgraph.partition.report import report as make_report
+    from xgraph.compiler.report import report as make_report
 
     writer = _report_writer(args.report)
     output = _output_path(args.model, args.output)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
-from xgraph.ir.attrs import AttrsMixin
+from xgraph.ir.attr_store import AttrsMixin
 from xgraph.ir.op import Op
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.tensor import Tensor
@@ -54,23 +54,23 @@ class Graph(AttrsMixin):
     @classmethod
     def from_onnx(cls, model: "str | Path | bytes | onnx.ModelProto", *, infer_shapes: bool = True) -> "Graph":
         """Import an ONNX model (path, bytes or ModelProto); shapes come from onnx shape inference."""
-        from xgraph.ir.onnx_import import graph_from_onnx
+        from xgraph.ir.onnx.importer import graph_from_onnx
         return graph_from_onnx(model, infer_shapes=infer_shapes)
 
     def to_onnx(self) -> onnx.ModelProto:
         """Export as an ONNX ModelProto that onnx.checker accepts and onnxruntime runs."""
-        from xgraph.ir.onnx_export import graph_to_onnx
+        from xgraph.ir.onnx.exporter import graph_to_onnx
         return graph_to_onnx(self)
 
     def serialize(self, path: "str | Path") -> None:
         """Write a lossless .xmodel (graph, weights, subgraph tree, all attrs) to `path`."""
-        from xgraph.ir.xmodel import serialize
+        from xgraph.ir.onnx.xmodel import serialize
         serialize(self, path)
 
     @classmethod
     def deserialize(cls, path: "str | Path | bytes") -> "Graph":
         """Read an .xmodel written by `serialize`."""
-        from xgraph.ir.xmodel import deserialize
+        from xgraph.ir.onnx.xmodel import deserialize
         return deserialize(path)
 
     def _touch(self) -> None:
@@ -387,7 +387,7 @@ class Graph(AttrsMixin):
 
     def infer_shapes(self) -> None:
         """Fill in unknown shapes and dtypes of op outputs with onnx shape inference."""
-        from xgraph.ir.onnx_import import apply_shape_inference
+        from xgraph.ir.onnx.importer import apply_shape_inference
         apply_shape_inference(self)
 
     # -- subgraph tree -------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from xgraph.errors import GraphError
-from xgraph.ir import attributes as onnx_attrs
-from xgraph.ir.attrs import AttrsMixin, check_attr_value
+from xgraph.ir import attribute_values as onnx_attrs
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 
 if TYPE_CHECKING:
     from xgraph.ir.graph import Graph

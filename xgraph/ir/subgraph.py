@@ -10,7 +10,7 @@ import heapq
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
-from xgraph.ir.attrs import AttrsMixin
+from xgraph.ir.attr_store import AttrsMixin
 
 if TYPE_CHECKING:
     from xgraph.ir.graph import Graph
@@ -222,5 +222,5 @@ class Subgraph(AttrsMixin):
 
     def to_onnx(self):
         """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside."""
-        from xgraph.ir.onnx_export import subgraph_to_onnx
+        from xgraph.ir.onnx.exporter import subgraph_to_onnx
         return subgraph_to_onnx(self)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xgraph.ir.attrs import AttrsMixin
+from xgraph.ir.attr_store import AttrsMixin
 
 if TYPE_CHECKING:
     from xgraph.ir.graph import Graph

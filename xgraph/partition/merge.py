@@ -72,7 +72,7 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     order = topological_order(preds)
     if len(order) < len(preds):
         raise PartitionError(f"the children of {root.name!r} in graph {root.get_graph().name!r} depend on each "
-                             "other in a cycle; the subgraph tree is damaged (check it with xgraph.ir.checks)")
+                             "other in a cycle; the subgraph tree is damaged (check it with xgraph.ir.links)")
     position = [0] * len(order)
     for i, v in enumerate(order):
         position[v] = i

@@ -7,7 +7,7 @@ from xgraph.hookspecs import hookimpl
 @hookimpl
 def xgraph_devices() -> list:
     """AICORE, AICPU, DVPP and CPU, from their op-info TOML files."""
-    from xgraph.plugins.devices import builtin_device_files
+    from xgraph.devices import builtin_device_files
     return builtin_device_files()
 
 
@@ -21,7 +21,7 @@ def xgraph_runners() -> dict:
 @hookimpl
 def xgraph_kernels(registry) -> None:
     """The numpy kernel library (it registers itself on import)."""
-    from xgraph.runners.kernels import KERNELS, load_builtin_kernels
+    from xgraph.kernels import KERNELS, load_builtin_kernels
     load_builtin_kernels()
     if registry is not KERNELS:
         for k in KERNELS:

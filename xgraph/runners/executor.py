@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
-from xgraph.runners.blas import configure_blas_once
+from xgraph.kernels.blas import configure_blas_once
 from xgraph.runners.buffers import BufferPool
 from xgraph.runners.fusion import fuse_steps
-from xgraph.runners.kernels.parallel import intra_op_threads
+from xgraph.kernels.parallel import intra_op_threads
 from xgraph.runners.ort_session import is_standard_onnx, onnxruntime_available, ort_session, ort_unexchangeable
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Subgraph, Tensor
-    from xgraph.runners.kernels import KernelRegistry
+    from xgraph.kernels import KernelRegistry
 
 _registry_lock = threading.Lock()
 _registry: "KernelRegistry | None" = None
@@ -44,7 +44,7 @@ def kernel_registry() -> "KernelRegistry":
     with _registry_lock:
         if _registry is None:
             from xgraph.plugins.manager import get_plugin_manager
-            from xgraph.runners.kernels import KERNELS
+            from xgraph.kernels import KERNELS
             get_plugin_manager().hook.xgraph_kernels(registry=KERNELS)
             _registry = KERNELS
         return _registry
@@ -216,7 +216,7 @@ class SubgraphExecutor:
                 if k.wants_num_outputs and "num_outputs" not in attrs:  # e.g. Split < 18 without 'split'
                     attrs = dict(attrs, num_outputs=len(op.get_output_tensors()))
                 return k.fn, attrs, f"numpy:{candidate}"
-        from xgraph.runners.kernels.reference import make_reference_kernel
+        from xgraph.kernels.reference import make_reference_kernel
         graph = self.subgraph.graph
         inputs = op.get_input_tensors()
         try:
@@ -341,7 +341,7 @@ class ReferenceExecutor:
     def __init__(self, subgraph: "Subgraph", device: str) -> None:
         from onnx.reference import ReferenceEvaluator
 
-        from xgraph.runners.kernels.reference import evaluator_fixes, registry_ops
+        from xgraph.kernels.reference import evaluator_fixes, registry_ops
         self.where = f"subgraph {subgraph.name!r} on {device}"
         self.backend = "reference"
         self._inputs = [t.name for t in subgraph.get_input_tensors()]
@@ -360,7 +360,7 @@ class ReferenceExecutor:
                 results = self._evaluator.run(self._outputs, dict(zip(self._inputs, inputs)))
             except Exception as e:  # numpy and evaluator errors alike
                 raise KernelError(f"{self.where}: reference evaluator failed: {type(e).__name__}: {e}") from e
-        from xgraph.runners.kernels.reference import plain_value
+        from xgraph.kernels.reference import plain_value
         return [plain_value(r if isinstance(r, list) or r is None else np.asarray(r)) for r in results]
 
     def release(self) -> None:

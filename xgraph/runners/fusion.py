@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.runners.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
-from xgraph.runners.kernels.op_nn_norm import batch_norm_scale_shift, channel_affine
+from xgraph.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
+from xgraph.kernels.op_nn_norm import batch_norm_scale_shift, channel_affine
 
 if TYPE_CHECKING:
     from xgraph.ir import Op, Tensor
@@ -63,7 +63,7 @@ def builtin_kernel(step: "Step") -> bool:
     return step.source.startswith("numpy") and getattr(step.fn, "__module__", "").startswith(_KERNEL_MODULES)
 
 
-_KERNEL_MODULES = "xgraph.runners.kernels."
+_KERNEL_MODULES = "xgraph.kernels."
 
 
 class _Plan:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
-from xgraph.plugins.devices import memory_of
+from xgraph.devices import memory_of
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler

@@ -62,8 +62,8 @@ def crossing_copies(graph: Graph) -> list[dict[str, Any]]:
     """The host/device copies the runtime makes between device subgraphs: {"tensor", "from", "to", "direction"}."""
     if graph.get_root_subgraph().is_leaf:
         return []
-    from xgraph.partition.placement import count_crossings
-    from xgraph.plugins.devices import get_devices
+    from xgraph.compiler.placement import count_crossings
+    from xgraph.devices import get_devices
     return count_crossings(graph, get_devices())
 
 

@@ -81,9 +81,9 @@ def _fallback_report(compiled: Graph) -> dict[str, Any]:
 def report_data(compiled: Graph) -> dict[str, Any]:
     """`xgraph.report(compiled)`, or the same keys computed here when the report module is absent."""
     try:
-        from xgraph.partition.report import report
+        from xgraph.compiler.report import report
     except ModuleNotFoundError as e:
-        if e.name != "xgraph.partition.report":
+        if e.name != "xgraph.compiler.report":
             raise
         return _fallback_report(compiled)
     return report(compiled)

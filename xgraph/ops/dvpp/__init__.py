@@ -3,7 +3,7 @@
 DVPP is the Ascend AI processor's media engine: JPEGD and PNGD decode, JPEGE encodes, and VPC
 resizes, crops, pastes and converts colour before the AI Core runs the network. The ops below
 describe those jobs on uint8 pictures, HWC (one picture) or NHWC (a batch). Their kernels
-(``xgraph/runners/kernels/op_dvpp.py``) enforce the rules on every device, so a model behaves
+(``xgraph/kernels/op_dvpp.py``) enforce the rules on every device, so a model behaves
 on the host exactly as it would on the card, and placement reads the same table (`DVPP_RULES`).
 
 Device rules, as documented for the Ascend 310 (Atlas 200/300/500 inference products);

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xgraph.errors import RunnerError
-from xgraph.runners.cost import DeviceTimeEstimate, Roofline
+from xgraph.devices.cost import DeviceTimeEstimate, Roofline
 from xgraph.runners.executor import ReferenceExecutor, SubgraphExecutor
 from xgraph.runners.fusion import fusion_enabled
 from xgraph.runners.runner import KERNEL_CHOICES, MODES, Runner, describe
@@ -27,7 +27,7 @@ FP16_PRECISION_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
 
 def device_cost(device: str) -> Any:
     """The cost profile of a registered device, or None when the device table does not know it."""
-    from xgraph.plugins.devices import get_devices
+    from xgraph.devices import get_devices
     spec = get_devices().get(device)
     return None if spec is None else spec.cost
 

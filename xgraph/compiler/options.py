@@ -1,0 +1,191 @@
+"""Compile options: the JSON object `xcompile --options` and `xgraph.compile(options=...)` take.
+
+`parse_options` validates everything before the graph is touched, so a bad option changes
+nothing. Unknown keys name the valid ones; bad values name the expected form.
+
+    >>> parse_options('{"devices": "aicore,cpu", "input_shape": "ids:1,16"}').input_shape
+    {'ids': (1, 16)}
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from xgraph.errors import OptionError
+
+#: ATC's precision modes (the default keeps every op in its original dtype).
+PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
+#: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
+FALLBACKS = ("cpu", "error")
+OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape")
+_EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Validated compile options (defaults are what an empty options object means)."""
+
+    plugins: tuple[str, ...] = ()
+    devices: tuple[str, ...] | None = None  # None: every registered device
+    fallback: str = "cpu"
+    output_ops: tuple[str, ...] = ()
+    min_subgraph_ops: int = 1
+    precision_mode: str = "must_keep_origin_dtype"
+    input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options in their JSON form (what `parse_options` reads back to the same value)."""
+        out: dict[str, Any] = {"fallback": self.fallback, "min_subgraph_ops": self.min_subgraph_ops,
+                               "precision_mode": self.precision_mode}
+        if self.plugins:
+            out["plugins"] = ",".join(self.plugins)
+        if self.devices is not None:
+            out["devices"] = ",".join(self.devices)
+        if self.output_ops:
+            out["output_ops"] = ",".join(self.output_ops)
+        if self.input_shape:
+            out["input_shape"] = format_input_shape(self.input_shape)
+        return out
+
+    def to_json(self) -> str:
+        """`to_dict` as a JSON string (the graph's "compile_options" attr)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _bad(key: str, value: Any, expected: str) -> OptionError:
+    return OptionError(f"option {key!r} has invalid value {value!r}: expected {expected}")
+
+
+def _names(key: str, value: Any, expected: str) -> tuple[str, ...]:
+    """A comma-separated string or a list of strings, as a tuple of stripped names."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+        if value.strip() == "":
+            return ()
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise _bad(key, value, expected)
+    if any(not v for v in items):
+        raise _bad(key, value, f"{expected} (an empty name is not allowed)")
+    if len(set(items)) != len(items):
+        dup = sorted({v for v in items if items.count(v) > 1})
+        raise _bad(key, value, f"{expected}, each name once (repeated: {', '.join(dup)})")
+    return tuple(items)
+
+
+def parse_input_shape(value: Any) -> dict[str, tuple[int, ...]]:
+    """ATC's "name:1,16;mask:1,16" (or {"name": [1, 16]}) as {name: dims}; -1 keeps a dim as it is."""
+    expected = ('"name:d0,d1,...;name2:..." with integer dims (-1 keeps a dim), '
+                'e.g. "input_ids:1,16;attention_mask:1,16"')
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, str):
+        pairs = []
+        for part in (p.strip() for p in value.split(";")):
+            if not part:
+                continue
+            name, sep, dims = part.rpartition(":")
+            if not sep or not name.strip():
+                raise _bad("input_shape", value, expected)
+            pairs.append((name.strip(), [d.strip() for d in dims.split(",")] if dims.strip() else []))
+    else:
+        raise _bad("input_shape", value, expected)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in pairs:
+        if not isinstance(name, str) or not name or name in shapes or not isinstance(dims, (list, tuple)):
+            raise _bad("input_shape", value, expected + " (each input named once)")
+        parsed = []
+        for d in dims:
+            try:
+                n = int(d) if not isinstance(d, bool) else None
+            except (TypeError, ValueError):
+                n = None
+            if n is None or n < -1 or (isinstance(d, float) and not d.is_integer()):
+                raise _bad("input_shape", value, f"{expected}; dim {d!r} of {name!r} is not an integer >= -1")
+            parsed.append(n)
+        shapes[name] = tuple(parsed)
+    return shapes
+
+
+def format_input_shape(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """{name: dims} back in ATC's form."""
+    return ";".join(f"{name}:{','.join(str(d) for d in dims)}" for name, dims in shapes.items())
+
+
+def _load(options: "Mapping[str, Any] | str | None") -> dict[str, Any]:
+    if options is None:
+        return {}
+    if isinstance(options, (bytes, bytearray)):
+        options = options.decode("utf-8", "replace")
+    if isinstance(options, str):
+        if not options.strip():
+            return {}
+        try:
+            options = json.loads(options)
+        except json.JSONDecodeError as e:
+            raise OptionError(f"options are not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                              f"write a JSON object such as {_EXAMPLE}") from None
+    if not isinstance(options, Mapping):
+        raise OptionError(f"options must be a JSON object (dict), got {type(options).__name__}; e.g. {_EXAMPLE}")
+    return dict(options)
+
+
+def _devices(value: Any, known_devices: Iterable[str]) -> tuple[str, ...]:
+    known = list(known_devices)
+    by_upper = {k.upper(): k for k in known}
+    names = _names("devices", value, 'comma-separated device names such as "aicore,aicpu,cpu"')
+    if not names:
+        raise _bad("devices", value, f"at least one device of {', '.join(known)}")
+    unknown = [n for n in names if n.upper() not in by_upper]
+    if unknown:
+        raise OptionError(f"option 'devices' names unknown device(s) {', '.join(unknown)}; "
+                          f"known devices: {', '.join(known)}")
+    return tuple(by_upper[n.upper()] for n in names)
+
+
+def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
+                  known_devices: Iterable[str] | None = None) -> CompileOptions:
+    """Validate an options dict or JSON string; OptionError naming the key and the expected form."""
+    if isinstance(options, CompileOptions):
+        return options
+    raw = _load(options)
+    unknown = [k for k in raw if k not in OPTION_KEYS]
+    if unknown:
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(str(k), OPTION_KEYS, 1))
+                 else repr(k) for k in unknown]
+        raise OptionError(f"unknown compile option(s) {', '.join(hints)}; valid options: {', '.join(OPTION_KEYS)}")
+    kwargs: dict[str, Any] = {}
+    if "plugins" in raw:
+        kwargs["plugins"] = _names("plugins", raw["plugins"], 'comma-separated plugin names such as "a,b"')
+    if "devices" in raw:
+        if known_devices is None:
+            from xgraph.devices import get_devices
+            known_devices = get_devices()
+        kwargs["devices"] = _devices(raw["devices"], known_devices)
+    if "fallback" in raw:
+        if raw["fallback"] not in FALLBACKS:
+            raise _bad("fallback", raw["fallback"], " or ".join(f'"{f}"' for f in FALLBACKS))
+        kwargs["fallback"] = raw["fallback"]
+    if "output_ops" in raw:
+        kwargs["output_ops"] = _names("output_ops", raw["output_ops"], 'comma-separated op names such as "fc1,prob"')
+    if "min_subgraph_ops" in raw:
+        n = raw["min_subgraph_ops"]
+        if isinstance(n, str) and n.strip().isdigit():
+            n = int(n)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise _bad("min_subgraph_ops", raw["min_subgraph_ops"], "an integer >= 0 (0 or 1: keep every island)")
+        kwargs["min_subgraph_ops"] = max(n, 1)
+    if "precision_mode" in raw:
+        if raw["precision_mode"] not in PRECISION_MODES:
+            raise _bad("precision_mode", raw["precision_mode"], "one of " + ", ".join(PRECISION_MODES))
+        kwargs["precision_mode"] = raw["precision_mode"]
+    if "input_shape" in raw:
+        kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
+    return CompileOptions(**kwargs)
+
+
+__all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PRECISION_MODES", "format_input_shape", "parse_input_shape",
+           "parse_options"]

@@ -1,0 +1,153 @@
+"""`xgraph.compile`: load, prepare, plugin chain, device placement and merge, device compile.
+
+Every stage reads the Graph and its attrs and hands it on (DESIGN.md, "Data flow"). The
+caller's graph, ModelProto or file is never changed: compiling works on a fresh graph.
+
+The compiled graph carries, besides the subgraph tree with "device"/"runner" attrs:
+
+- graph attrs "compile_options" (the options as a JSON str), "precision_mode",
+  "prepare_summary" (what prepare did) and "plugin_runs" (one record per plugin);
+- op annotations "device", "placement_reason" (why not a cheaper device) and "kernel":
+  "numpy" (a kernel of the registry), "reference" (the ONNX reference evaluator fallback),
+  "plugin" (the plugin's runner decides) or "none" (nothing on this host can run it).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import onnx
+
+from xgraph.errors import XGraphError
+from xgraph.ir import Graph
+from xgraph.compiler.host import numpy_kernel, reference_can_run
+from xgraph.compiler.options import CompileOptions, parse_options
+from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
+from xgraph.compiler.prepare import copy_graph, prepare
+from xgraph.devices import DeviceSpec, get_devices
+
+#: Op annotations a compile writes (dropped when an already compiled graph is compiled again).
+COMPILE_ANNOTATIONS = ("device", "placement_reason", "kernel")
+#: The stages, in order, as the progress callback names them.
+STAGES = ("load", "prepare", "plugins", "placement", "kernels")
+
+Progress = Callable[[str, int, int], None]
+
+
+def load_for_compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike") -> Graph:
+    """A fresh Graph to compile: a copy of a Graph, or a new one from a path (.onnx/.xmodel), bytes or ModelProto."""
+    if isinstance(graph_or_path, Graph):
+        return copy_graph(graph_or_path, drop_annotations=COMPILE_ANNOTATIONS)
+    if isinstance(graph_or_path, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(graph_or_path)
+        graph_or_path = proto
+    elif not isinstance(graph_or_path, (str, bytes, os.PathLike)):
+        raise XGraphError(f"compile takes a Graph, an onnx.ModelProto, bytes or a path, got "
+                          f"{type(graph_or_path).__name__}")
+    from xgraph.ir.onnx.xmodel import load
+    graph = load(graph_or_path)
+    if not graph.get_root_subgraph().is_leaf or any(op.is_annotation(k) for op in graph.get_ops()
+                                                    for k in COMPILE_ANNOTATIONS):
+        graph = copy_graph(graph, drop_annotations=COMPILE_ANNOTATIONS)
+    return graph
+
+
+def choose_kernel(op: Any, device: str) -> str:
+    """What will run `op` on `device`: "numpy", "reference" or "none"."""
+    if numpy_kernel(op, device):
+        return "numpy"
+    return "reference" if reference_can_run(op) else "none"
+
+
+def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec]) -> None:
+    """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin"."""
+    for child in graph.get_root_subgraph().get_children():
+        device = str(child.get_attr("device")) if child.has_attr("device") else ""
+        built_in = device in devices and child.has_attr("runner") and \
+            dict(child.get_attr("runner")) == dict(devices[device].runner)
+        for op in child.get_ops():
+            if op.has_attr("kernel") and not op.is_annotation("kernel"):
+                continue  # an ONNX attribute of that name: leave it alone
+            op.set_attr("kernel", choose_kernel(op, device) if built_in else "plugin", onnx_type=None)
+
+
+def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
+    """Mark ops that compute in float16 only because precision_mode allowed it ("precision" annotation).
+
+    ATC's allow_fp32_to_fp16: an op keeps float32 where its device supports float32, and drops
+    to float16 where the device takes float32 data only as float16 (`needs_fp16` in the op-info
+    library). The sim runner rounds exactly those ops to float16. Under force_fp16 every float
+    op of an fp16 device runs in float16, which the runner applies to whole subgraphs.
+    """
+    if precision_mode != "allow_fp32_to_fp16":
+        return
+    for child in graph.get_root_subgraph().get_children():
+        spec = devices.get(str(child.get_attr("device"))) if child.has_attr("device") else None
+        if spec is None:
+            continue
+        for op in child.get_ops():
+            rule = spec.ops.rule_for(op.type, op.domain)
+            dtype = next((t.dtype for t in op.get_input_tensors() if t is not None and t.dtype is not None), None)
+            if rule is not None and dtype is not None and dtype in rule.needs_fp16 and dtype not in rule.dtypes:
+                op.set_attr("precision", "float16", onnx_type=None)
+
+
+def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
+    root = graph.get_root_subgraph()
+    for run in runs:
+        for name in run["subgraphs"]:
+            sg = next((c for c in root.get_children() if c.name == name), None)
+            if sg is None:
+                continue
+            for op in sg.get_ops():
+                for key, value in (("device", run["device"]), ("placement_reason", f"chosen by plugin {run['name']!r}")):
+                    if not op.has_attr(key) or op.is_annotation(key):
+                        op.set_attr(key, value, onnx_type=None)
+
+
+def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",
+            options: "Mapping[str, Any] | str | CompileOptions | None" = None,
+            plugin_path: "list[str] | str | None" = None, *, progress: Progress | None = None) -> Graph:
+    """Partition a model into device subgraphs; returns the compiled Graph (the input is not changed).
+
+    `progress(stage, index, total)` is called as each stage of `STAGES` starts.
+    """
+    def stage(name: str) -> None:
+        if progress is not None:
+            progress(name, STAGES.index(name), len(STAGES))
+
+    devices = get_devices()
+    opts = parse_options(options, devices)
+    if isinstance(plugin_path, (str, Path)):
+        plugin_path = [str(plugin_path)]
+    stage("load")
+    graph = load_for_compile(graph_or_path)
+    stage("prepare")
+    summary = prepare(graph, opts)
+    root = graph.get_root_subgraph()
+    if root.is_leaf and graph.get_op_num():
+        root.create_child_subgraph()
+    stage("plugins")
+    runs: list[dict[str, Any]] = []
+    if opts.plugins:
+        from xgraph.plugins.chain import run_plugin_chain
+        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path)
+        _annotate_plugin_ops(graph, runs)
+    stage("placement")
+    bind_nested_graph_inputs(graph)
+    apply_placement(graph, propose_placement(graph, devices, opts), devices)
+    stage("kernels")
+    annotate_kernels(graph, devices)
+    annotate_precision(graph, devices, opts.precision_mode)
+    graph.set_attr("compile_options", opts.to_json())
+    graph.set_attr("precision_mode", opts.precision_mode)
+    graph.set_attr("prepare_summary", summary)
+    graph.set_attr("plugin_runs", runs)
+    if progress is not None:
+        progress("done", len(STAGES), len(STAGES))
+    return graph
+
+
+__all__ = ["COMPILE_ANNOTATIONS", "STAGES", "annotate_kernels", "choose_kernel", "compile", "load_for_compile"]

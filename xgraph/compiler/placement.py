@@ -1,0 +1,360 @@
+"""Device placement: propose a device (with the reason) for every op no plugin took, then apply it.
+
+`propose_placement` is pure. It works on the unassigned depth-1 children of the root (one
+op each after `create_child_subgraph`, unless a plugin merged some without taking them):
+
+1. **First fit.** Devices are tried in cost order (cheapest first); a child goes to the
+   first device whose op-info library accepts all its ops. The reason recorded for an op
+   says why every cheaper device refused it ("" when the first choice took it). With
+   ``fallback: "cpu"`` the host takes what nobody accepts; with ``"error"`` such ops are a
+   PartitionError listing each op and every device's refusal.
+2. **Small islands.** With ``min_subgraph_ops: n``, every device-memory subgraph the merge
+   would form (`plan_merge`, per device) with fewer than n ops goes back to the host.
+3. **No ping-pong.** Every host island (connected host ops) whose ops a device-memory
+   device also accepts moves back to the device side when that strictly reduces the
+   tensors crossing between host and device memory. So a small device island between
+   device ops (a shape computation such as Shape -> Gather -> Unsqueeze -> Concat feeding
+   a Reshape) stays on the device even when it is smaller than min_subgraph_ops: sending
+   it to the host would cost two copies to save one launch.
+
+`apply_placement` is the one place that mutates: it merges each device's children with
+`plan_merge` and sets "device"/"runner" on the subgraphs and "device"/"placement_reason"
+annotations on the ops. Before proposing, `bind_nested_graph_inputs` merges every op whose
+nested graphs (If/Loop/Scan bodies) read tensors by name with those tensors' producers: such
+reads are invisible edges, and a runner only sees what its own subgraph holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from xgraph.errors import GraphError, PartitionError
+from xgraph.compiler.checks import Verdict
+from xgraph.partition.merge import plan_merge
+from xgraph.compiler.options import CompileOptions, parse_options
+from xgraph.compiler.prepare import outer_scope_inputs
+from xgraph.compiler.support import op_info
+from xgraph.devices import DeviceSpec, memory_of
+
+if TYPE_CHECKING:
+    from xgraph.ir import Graph, Op, Subgraph, Tensor
+
+Proposal = dict["Op", tuple[str, str]]
+
+
+def candidate_devices(devices: Mapping[str, DeviceSpec], options: CompileOptions) -> tuple[list[DeviceSpec], DeviceSpec | None]:
+    """(devices first fit tries, cheapest first; the host fallback, or None under fallback "error").
+
+    Devices without an op-info library (a plugin's free-text device) are never tried: their
+    plugin places their ops. Under fallback "error" the host is tried only when "devices"
+    names it explicitly.
+    """
+    placeable = [s for s in devices.values() if s.ops.rules or s.ops.any_op is not None]
+    if options.devices is not None:
+        chosen = [devices[name] for name in options.devices if name in devices]
+        chosen = [s for s in chosen if s in placeable]
+    else:
+        chosen = [s for s in placeable if options.fallback == "cpu" or not s.is_host]
+    chosen.sort(key=lambda s: (s.cost_rank, s.name))
+    host = None
+    if options.fallback == "cpu":
+        hosts = sorted((s for s in placeable if s.is_host), key=lambda s: (s.cost_rank, s.name))
+        if not hosts:
+            raise PartitionError("fallback is 'cpu' but no host device is registered; register one (memory = "
+                                 "\"host\") or use fallback \"error\"")
+        host = hosts[0]
+    return chosen, host
+
+
+@dataclass(eq=False)
+class _Unit:
+    """One unassigned child: its ops and every candidate's verdict on each of them."""
+
+    child: "Subgraph"
+    ops: list["Op"]
+    verdicts: dict[str, dict["Op", Verdict]]
+
+    def accepts(self, device: str) -> bool:
+        return all(v.ok for v in self.verdicts[device].values())
+
+
+def _bare(device: str, reason: str) -> str:
+    prefix = f"{device}: "
+    return reason[len(prefix):] if reason.startswith(prefix) else reason
+
+
+def join_refusals(refusals: list[tuple[str, str]]) -> str:
+    """"AICORE, AICPU: X is not in its op-info library; DVPP: ..." from (device, reason) pairs in cost order."""
+    merged: list[tuple[list[str], str]] = []
+    for device, reason in refusals:
+        bare = _bare(device, reason)
+        if merged and merged[-1][1] == bare:
+            merged[-1][0].append(device)
+        else:
+            merged.append(([device], bare))
+    return "; ".join(f"{', '.join(names)}: {bare}" for names, bare in merged)
+
+
+def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
+    """Why each device in `cheaper` did not take the unit, for this op."""
+    refusals = []
+    for spec in cheaper:
+        v = unit.verdicts[spec.name][op]
+        if not v.ok:
+            refusals.append((spec.name, v.reason))
+        else:
+            other = next(o for o in unit.ops if not unit.verdicts[spec.name][o].ok)
+            refusals.append((spec.name, f"refused {other.name!r}, which shares its subgraph"))
+    return join_refusals(refusals)
+
+
+def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions) -> list[_Unit]:
+    checks = {s.name: op_info(s, options.precision_mode) for s in specs}
+    units = []
+    for child in graph.get_root_subgraph().toposort_child_subgraph():
+        if child.has_attr("device"):
+            continue
+        ops = child.toposort()
+        units.append(_Unit(child, ops, {name: {op: check(op) for op in ops} for name, check in checks.items()}))
+    return units
+
+
+def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
+    choice: dict[_Unit, tuple[str, dict]] = {}
+    failures = []
+    for unit in units:
+        for i, spec in enumerate(candidates):
+            if unit.accepts(spec.name):
+                choice[unit] = (spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops})
+                break
+        else:
+            if host is None:
+                failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
+                             for op in unit.ops]
+                continue
+            reasons = {}
+            for op in unit.ops:
+                refusals = [(s.name, unit.verdicts[s.name][op].reason) for s in candidates
+                            if s is not host and not unit.verdicts[s.name][op].ok]
+                if not unit.verdicts[host.name][op].ok:
+                    refusals.append((host.name, unit.verdicts[host.name][op].reason +
+                                     " (placed there anyway: fallback is cpu)"))
+                reasons[op] = join_refusals(refusals)
+            choice[unit] = (host.name, reasons)
+    return choice, failures
+
+
+def _memory(device: str, devices: Mapping[str, DeviceSpec]) -> str:
+    spec = devices.get(device)
+    return "device" if spec is not None and not spec.is_host else "host"
+
+
+def _demote_small_islands(graph: "Graph", units: list[_Unit], choice: dict, devices: Mapping[str, DeviceSpec],
+                          host: DeviceSpec | None, min_ops: int) -> None:
+    if min_ops <= 1 or host is None or not units:
+        return
+    by_child = {u.child: u for u in units}
+    groups = plan_merge(graph.get_root_subgraph(), {u.child: choice[u][0] for u in units})
+    for group in groups:
+        device = choice[by_child[group[0]]][0]
+        size = sum(len(by_child[c].ops) for c in group)
+        if _memory(device, devices) == "device" and size < min_ops:
+            why = f"{device} island of {size} op(s) is smaller than min_subgraph_ops={min_ops}"
+            for child in group:
+                unit = by_child[child]
+                choice[unit] = (host.name, {op: why for op in unit.ops})
+
+
+def _islands(units: list[_Unit], choice: dict, host: DeviceSpec) -> list[list[_Unit]]:
+    """Connected groups of host-placed units, in topological order of their first unit."""
+    on_host = [u for u in units if choice[u][0] == host.name]
+    unit_of = {op: u for u in on_host for op in u.ops}
+    seen: set = set()
+    islands = []
+    for start in on_host:
+        if start in seen:
+            continue
+        seen.add(start)
+        island, stack = [], [start]
+        while stack:
+            u = stack.pop()
+            island.append(u)
+            for op in u.ops:
+                for n in op.get_input_ops() + op.get_fanout_ops():
+                    v = unit_of.get(n)
+                    if v is not None and v not in seen:
+                        seen.add(v)
+                        stack.append(v)
+        islands.append(island)
+    return islands
+
+
+def _crossings_around(island: list[_Unit], memory_of_op, memory_inside: dict["Op", str]) -> int:
+    """Distinct tensors that cross between the island and the rest, for the given memory of its ops."""
+    inside = set(memory_inside)
+    count = 0
+    seen: set["Tensor"] = set()
+    for unit in island:
+        for op in unit.ops:
+            for t in op.get_input_tensors():
+                if t is None or t in seen or t.producer is None or t.producer in inside:
+                    continue
+                seen.add(t)
+                count += memory_of_op(t.producer) != memory_inside[op]
+            for t in op.get_output_tensors():
+                outside = {memory_of_op(c) for c in t.consumers if c not in inside}
+                count += any(m != memory_inside[op] for m in outside)
+    return count
+
+
+def _promote_host_islands(graph: "Graph", units: list[_Unit], choice: dict, candidates: list[DeviceSpec],
+                          devices: Mapping[str, DeviceSpec], host: DeviceSpec | None) -> None:
+    if host is None:
+        return
+    device_side = [s for s in candidates if _memory(s.name, devices) == "device"]
+    unit_of = {op: u for u in units for op in u.ops}
+
+    def memory_of_op(op: "Op") -> str:
+        unit = unit_of.get(op)
+        if unit is not None:
+            return _memory(choice[unit][0], devices)
+        sg = graph.get_root_subgraph().find_child_subgraph_by_op(op)
+        return _memory(str(sg.get_attr("device")) if sg is not None and sg.has_attr("device") else "", devices)
+
+    for island in _islands(units, choice, host):
+        alternatives = {}
+        for unit in island:
+            spec = next((s for s in device_side if unit.accepts(s.name)), None)
+            if spec is None:
+                break
+            alternatives[unit] = spec
+        else:
+            now = _crossings_around(island, memory_of_op, {op: "host" for u in island for op in u.ops})
+            moved = _crossings_around(island, memory_of_op, {op: "device" for u in island for op in u.ops})
+            if moved < now:
+                for unit, spec in alternatives.items():
+                    cheaper = candidates[:candidates.index(spec)]
+                    choice[unit] = (spec.name, {op: _reason(unit, op, cheaper) for op in unit.ops})
+
+
+def _hull(sources: list["Op"], target: "Op") -> set["Op"]:
+    """`sources`, `target` and every op on a path from a source to the target (a convex set)."""
+    def reach(start: list["Op"], step) -> set["Op"]:
+        seen: set["Op"] = set()
+        stack = list(start)
+        while stack:
+            op = stack.pop()
+            if op not in seen:
+                seen.add(op)
+                stack.extend(step(op))
+        return seen
+
+    return (reach(sources, lambda op: op.get_fanout_ops()) & reach([target], lambda op: op.get_input_ops())) | \
+        set(sources) | {target}
+
+
+def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
+    """Merge each op whose nested graphs read graph tensors by name with their producers (and the ops between)
+    into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
+    root = graph.get_root_subgraph()
+    merged = []
+    for op in graph.toposort():
+        producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]
+        if not producers:
+            continue
+        children = {root.find_child_subgraph_by_op(o) for o in _hull(producers, op)}
+        if len(children) == 1 or any(c.has_attr("device") for c in children):
+            continue  # already together, or a plugin took part of it (its runner must cope)
+        try:
+            merged.append(root.merge_children(children))
+        except GraphError as e:
+            raise PartitionError(f"op {op.name!r} ({op.type}) reads {[t.name for t in outer_scope_inputs(op)]} from "
+                                 f"its nested graphs, so it must share a subgraph with their producers, but: {e}") from e
+    return merged
+
+
+def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
+                      options: "CompileOptions | Mapping[str, Any] | str | None" = None) -> Proposal:
+    """{op: (device, reason)} for every op of an unassigned child; pure. PartitionError under fallback "error".
+
+    Cost: one op-info check per (op, device), plus one `plan_merge` when min_subgraph_ops > 1:
+    O(V * D + (V + E) log V).
+
+        >>> g = Graph.from_onnx("net.onnx"); g.get_root_subgraph().create_child_subgraph()  # doctest: +SKIP
+        >>> propose_placement(g, get_devices(), {"devices": "aicpu,cpu"})[g.get_op("conv")]  # doctest: +SKIP
+        ('AICPU', '')
+    """
+    options = parse_options(options, devices)
+    candidates, host = candidate_devices(devices, options)
+    specs = candidates + ([host] if host is not None and host not in candidates else [])
+    units = _units(graph, specs, options)
+    choice, failures = _first_fit(units, candidates, host)
+    if failures:
+        shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
+        raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
+                             "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
+                             "with a plugin")
+    _demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
+    _promote_host_islands(graph, units, choice, candidates, devices, host)
+    return {op: (choice[u][0], choice[u][1][op]) for u in units for op in u.ops}
+
+
+def _annotate(op: "Op", key: str, value: Any) -> None:
+    """Set an xgraph annotation, never overwriting an ONNX attribute of the same name."""
+    if op.has_attr(key) and not op.is_annotation(key):
+        return
+    op.set_attr(key, value, onnx_type=None)
+
+
+def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
+    """Merge each device's children (`plan_merge`), set subgraph "device"/"runner" and op annotations."""
+    root = graph.get_root_subgraph()
+    labels: dict["Subgraph", str] = {}
+    for child in root.get_children():
+        if child.has_attr("device"):
+            continue
+        placed = {proposal[op][0] if op in proposal else None for op in child.get_ops()}
+        if None in placed:
+            missing = sorted(op.name for op in child.get_ops() if op not in proposal)
+            raise PartitionError(f"the placement proposal has no device for op(s) {missing[:5]}; propose again")
+        if len(placed) != 1:
+            raise PartitionError(f"the placement proposal splits subgraph {child.name!r} over {sorted(placed)}; "
+                                 "a subgraph goes to one device")
+        device = placed.pop()
+        if device not in devices:
+            raise PartitionError(f"the placement proposal names unknown device {device!r}; known: {', '.join(devices)}")
+        labels[child] = device
+    groups = plan_merge(root, labels)
+    merged = graph._apply_merges(root, groups, check_cycles=False)
+    for group, sg in zip(groups, merged):
+        spec = devices[labels[group[0]]]
+        sg.set_attr("device", spec.name)
+        sg.set_attr("runner", dict(spec.runner))
+    for op, (device, reason) in proposal.items():
+        _annotate(op, "device", device)
+        _annotate(op, "placement_reason", reason)
+    return merged
+
+
+def count_crossings(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[dict[str, Any]]:
+    """Every host/device copy between root children: one per tensor and direction, as the runtime copies.
+
+    Each entry: {"tensor", "from" (subgraph), "to" (subgraphs on the other side), "direction"
+    ("H2D" | "D2H")}. Graph inputs and outputs are not counted. Devices the table does not
+    know count as host memory, as in the runtime.
+    """
+    root = graph.get_root_subgraph()
+    memory = {c: memory_of(c, devices) for c in root.get_children()}
+    edges = []
+    for child in root.toposort_child_subgraph():
+        for t in child.get_output_tensors():
+            targets = {root.find_child_subgraph_by_op(c) for c in t.consumers} - {child, None}
+            across = sorted(s.name for s in targets if memory[s] != memory[child])
+            if across:
+                direction = "D2H" if memory[child] == "device" else "H2D"
+                edges.append({"tensor": t.name, "from": child.name, "to": across, "direction": direction})
+    return edges
+
+
+__all__ = ["Proposal", "apply_placement", "bind_nested_graph_inputs", "candidate_devices", "count_crossings",
+           "join_refusals", "propose_placement"]

@@ -1,0 +1,341 @@
+"""The prepare stage: fix input shapes, cut at output ops, fold constants, drop dead ops.
+
+Runs on the graph in place, before any subgraph exists; `xgraph.compile` hands it a copy
+(`copy_graph`) so the caller's graph is never changed. Option problems (unknown input or op
+names, conflicting dims) are found before anything is modified.
+
+Constant folding evaluates each op whose inputs are all weights with the ONNX reference
+evaluator (one node at a time, in topological order, so chains fold), and replaces its outputs
+by weights of the same names. It skips nondeterministic ops (Random*, Bernoulli, Multinomial),
+ops with nested graphs, ops producing graph outputs or tensors a nested graph reads by name, and
+results larger than `MAX_FOLD_BYTES`.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from xgraph.errors import OptionError, XGraphError
+from xgraph.ir import Graph, Op, Tensor
+from xgraph.compiler.options import CompileOptions
+
+#: Results larger than this stay computed at run time rather than becoming weights.
+MAX_FOLD_BYTES = 64 << 20
+_NONDETERMINISTIC = frozenset({"Bernoulli", "Multinomial"})
+
+
+# ------------------------------------------------------------------------------------ copy
+
+def copy_graph(graph: Graph, drop_annotations: Sequence[str] = ()) -> Graph:
+    """A deep copy for compiling: ops (typed attributes, annotations, doc strings), tensors (shapes,
+    dtypes, attrs), weights (arrays shared, never written), inputs/outputs, opsets, functions,
+    model info and graph attrs. The subgraph tree is not copied: compiling builds a new one.
+    Op annotations named in `drop_annotations` (an earlier compile's) are left out.
+    """
+    new = Graph(graph.name)
+    new.opset_imports = dict(graph.opset_imports)
+    new.ir_version = graph.ir_version
+    new.model_info = _plain_copy(graph.model_info)
+    for f in graph.functions:
+        proto = onnx.FunctionProto()
+        proto.CopyFrom(f)
+        new.functions.append(proto)
+    for k, v in graph.get_attrs().items():
+        new.set_attr(k, _plain_copy(v))
+    inputs = set(graph.get_input_tensors())
+    for t in graph.get_tensors():
+        if t in inputs:
+            _copy_tensor_info(t, new.create_input(t.name, t.shape, t.dtype))
+        elif t.is_const:
+            _copy_tensor_info(t, new.create_const(t.name, t.data))
+        elif t.producer is None:  # a dangling tensor: neither input, weight nor op output
+            _copy_tensor_info(t, new.create_input(t.name, t.shape, t.dtype))
+    for op in _creation_order(graph):
+        copy = new.create_op(op.name, op.type, inputs=[None if t is None else t.name for t in op.get_input_tensors()],
+                             domain=op.domain, outputs=[t.name for t in op.get_output_tensors()])
+        copy.doc_string = op.doc_string
+        for key, value in op.get_attrs().items():
+            if key in drop_annotations and op.is_annotation(key):
+                continue
+            kind = None if op.is_annotation(key) else op._attr_types[key]
+            copy.set_attr(key, _plain_copy(value), onnx_type=kind)
+        for t, tc in zip(op.get_output_tensors(), copy.get_output_tensors()):
+            _copy_tensor_info(t, tc)
+    new.set_inputs([t.name for t in graph.get_input_tensors()])
+    new.set_outputs([t.name for t in graph.get_output_tensors()])
+    return new
+
+
+def _creation_order(graph: Graph) -> list[Op]:
+    seen: set[Op] = set()
+    ops = graph.get_ops()
+    for op in ops:
+        if any(p not in seen for p in op.get_input_ops()):
+            return graph.toposort()
+        seen.add(op)
+    return ops
+
+
+def _copy_tensor_info(src: Tensor, dst: Tensor) -> None:
+    if not dst.is_const:
+        dst.shape, dst.dtype = src.shape, src.dtype
+    dst._type_proto = src._type_proto  # protobuf TypeProtos are never mutated after import
+    for k, v in src.get_attrs().items():
+        dst.set_attr(k, _plain_copy(v))
+
+
+def _plain_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, onnx.GraphProto):
+        g = onnx.GraphProto()
+        g.CopyFrom(value)
+        return g
+    return value
+
+
+# ---------------------------------------------------------------------------- nested graphs
+
+def _nested_graphs(op: Op) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in op.get_onnx_attrs().items()
+            if isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))]
+
+
+def outer_scope_inputs(op: Op) -> list[Tensor]:
+    """Tensors of the graph that `op`'s nested graphs (If/Loop/Scan bodies) read by name: hidden inputs."""
+    return op.get_implicit_input_tensors()
+
+
+def _read_by_nested_graphs(graph: Graph) -> set[Tensor]:
+    return {t for op in graph.get_ops() for t in outer_scope_inputs(op)}
+
+
+# ----------------------------------------------------------------------------- input shape
+
+def plan_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple], dict[str, int]]:
+    """({input name: new shape}, {symbolic dim: value}) for ATC-style input shapes; OptionError if they do not fit."""
+    inputs = {t.name: t for t in graph.get_input_tensors()}
+    new_shapes: dict[str, tuple] = {}
+    symbols: dict[str, int] = {}
+    for name, dims in shapes.items():
+        t = inputs.get(name)
+        if t is None:
+            raise OptionError(f"option 'input_shape' names {name!r}, which is not a graph input; "
+                              f"the inputs are: {', '.join(inputs) or 'none'}")
+        old = t.shape
+        if old is not None and len(old) != len(dims):
+            raise OptionError(f"option 'input_shape' gives {name!r} {len(dims)} dims, but the model declares rank "
+                              f"{len(old)} {_fmt_shape(old)}; give one value per dim (-1 keeps a dim)")
+        shape = []
+        for i, d in enumerate(dims):
+            before = None if old is None else old[i]
+            if d == -1:
+                shape.append(before)
+                continue
+            if isinstance(before, int) and before != d:
+                raise OptionError(f"option 'input_shape' sets dim {i} of {name!r} to {d}, but the model fixes it at "
+                                  f"{before}; use {before} or -1")
+            if isinstance(before, str):
+                if symbols.get(before, d) != d:
+                    raise OptionError(f"option 'input_shape' gives symbolic dim {before!r} two values "
+                                      f"({symbols[before]} and {d}); inputs sharing a dim need the same value")
+                symbols[before] = d
+            shape.append(d)
+        new_shapes[name] = tuple(shape)
+    return new_shapes, symbols
+
+
+def apply_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Fix input dims (and the symbolic dims they name, everywhere), then re-infer shapes."""
+    new_shapes, symbols = plan_input_shape(graph, shapes)
+    if not new_shapes:
+        return
+    for name, shape in new_shapes.items():
+        graph.get_tensor(name).shape = shape
+    if symbols:
+        for t in graph.get_tensors():
+            if not t.is_const and t.shape is not None and any(isinstance(d, str) and d in symbols for d in t.shape):
+                t.shape = tuple(symbols.get(d, d) if isinstance(d, str) else d for d in t.shape)
+    graph.infer_shapes()
+
+
+def _fmt_shape(shape: Sequence) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+# ------------------------------------------------------------------------------ output cut
+
+def plan_output_cut(graph: Graph, names: Sequence[str]) -> tuple[list[Op], set[Op]]:
+    """(the named ops, every op they depend on); OptionError naming an unknown op."""
+    targets = []
+    for name in names:
+        if not graph.has_op(name):
+            close = difflib.get_close_matches(name, [op.name for op in graph.get_ops()], 3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise OptionError(f"option 'output_ops' names {name!r}, which is not an op of graph {graph.name!r}{hint}")
+        targets.append(graph.get_op(name))
+    keep: set[Op] = set()
+    stack = list(targets)
+    while stack:
+        op = stack.pop()
+        if op not in keep:
+            keep.add(op)
+            stack.extend(op.get_input_ops())
+            stack.extend(t.producer for t in outer_scope_inputs(op) if t.producer is not None)
+    return targets, keep
+
+
+def cut_at_output_ops(graph: Graph, names: Sequence[str]) -> int:
+    """Keep only the named ops and what they depend on; their outputs become the graph outputs. Returns ops removed."""
+    targets, keep = plan_output_cut(graph, names)
+    graph.set_outputs([t for op in targets for t in op.get_output_tensors() if not _unused_placeholder(t)])
+    removed = 0
+    for op in reversed(graph.toposort()):
+        if op not in keep:
+            graph.remove_op(op)
+            removed += 1
+    _remove_unused_weights(graph)
+    return removed
+
+
+def _unused_placeholder(t: Tensor) -> bool:
+    return ":unused:" in t.name and not t.consumers
+
+
+# ------------------------------------------------------------------------- constant folding
+
+def _foldable(op: Op, keep: set[Tensor]) -> bool:
+    if op.type.startswith("Random") or op.type in _NONDETERMINISTIC or _nested_graphs(op):
+        return False
+    if any(t in keep for t in op.get_output_tensors()):
+        return False
+    return all(t is None or t.is_const for t in op.get_input_tensors())
+
+
+def _estimated_bytes(op: Op) -> int | None:
+    """Bytes the op's results will take, when the shapes tell (None: unknown until evaluated)."""
+    total = 0
+    for t in op.get_output_tensors():
+        if t.is_static() and t.dtype is not None:
+            total += t.numel() * t.dtype.itemsize
+        elif op.type == "ConstantOfShape" and op.get_input_tensors()[0] is not None:
+            total += int(np.prod(op.get_input_tensors()[0].data, dtype=np.int64)) * 8
+        else:
+            return None
+    return total
+
+
+def _evaluate(op: Op) -> list[np.ndarray] | None:
+    from xgraph.kernels.reference import make_reference_kernel
+    inputs = op.get_input_tensors()
+    graph = op.graph
+    try:
+        kernel = make_reference_kernel(op.type, op.domain, op.attribute_protos(), graph.opset_imports, len(inputs),
+                                       len(op.get_output_tensors()), graph.functions,
+                                       omitted_inputs=[i for i, t in enumerate(inputs) if t is None])
+        results = kernel(*[None if t is None else t.data for t in inputs])
+    except XGraphError:
+        return None  # the evaluator cannot run it (custom op, bad data): it stays an op
+    if len(results) != len(op.get_output_tensors()) or not all(isinstance(r, np.ndarray) for r in results):
+        return None
+    return [np.asarray(r) for r in results]
+
+
+def _replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
+    """Turn `op`'s outputs into weights of the same names (through the public IR API only)."""
+    staged = []
+    for t, a in zip(op.get_output_tensors(), arrays):
+        if not t.consumers:
+            continue
+        temp = graph.create_const(_free_name(graph, f"{t.name}__folded"), a)
+        graph.replace_uses(t, temp)
+        staged.append((t.name, temp, a))
+    graph.remove_op(op)
+    for name, temp, a in staged:
+        graph.replace_uses(temp, graph.create_const(name, a))
+        graph.remove_tensor(temp)
+
+
+def _free_name(graph: Graph, base: str) -> str:
+    name, i = base, 0
+    while graph.has_tensor(name) or graph.has_op(name):
+        i += 1
+        name = f"{base}{i}"
+    return name
+
+
+def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
+    """Evaluate ops whose inputs are all weights and make their results weights. Returns ops folded."""
+    keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
+    folded = 0
+    for op in graph.toposort():
+        if not _foldable(op, keep):
+            continue
+        estimate = _estimated_bytes(op)
+        if estimate is not None and estimate > max_bytes:
+            continue
+        arrays = _evaluate(op)
+        if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
+            continue
+        _replace_by_weights(graph, op, arrays)
+        folded += 1
+    return folded
+
+
+# ----------------------------------------------------------------------------- dead ops
+
+def remove_dead_ops(graph: Graph) -> int:
+    """Remove ops whose results nobody reads (repeatedly), then unused weights. Returns ops removed.
+
+    A tensor a nested graph (If/Loop/Scan body) reads by name counts as read.
+    """
+    used = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)
+    removed = 0
+    for op in reversed(graph.toposort()):
+        if not any(t.consumers or t in used for t in op.get_output_tensors()):
+            graph.remove_op(op)
+            removed += 1
+    _remove_unused_weights(graph)
+    return removed
+
+
+def _remove_unused_weights(graph: Graph) -> int:
+    used = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)
+    unused = [t for t in graph.get_const_tensors() if not t.consumers and t not in used]
+    for t in unused:
+        graph.remove_tensor(t)
+    return len(unused)
+
+
+# ---------------------------------------------------------------------------------- stage
+
+def _has_unknown_shapes(graph: Graph) -> bool:
+    outputs = set(graph.get_output_tensors())
+    return any(not t.is_static() for op in graph.get_ops() for t in op.get_output_tensors()
+               if t.consumers or t in outputs)
+
+
+def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
+    """Run the whole stage in place; returns what it did (for the compile report)."""
+    new_shapes, _ = plan_input_shape(graph, options.input_shape)
+    if options.output_ops:
+        plan_output_cut(graph, options.output_ops)
+    summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
+    apply_input_shape(graph, options.input_shape)
+    summary["cut_ops"] = cut_at_output_ops(graph, options.output_ops) if options.output_ops else 0
+    summary["folded_ops"] = fold_constants(graph)
+    summary["dead_ops"] = remove_dead_ops(graph)
+    if summary["folded_ops"] and _has_unknown_shapes(graph):
+        graph.infer_shapes()  # folded weights may pin down shapes inference left open
+    return summary
+
+
+__all__ = ["MAX_FOLD_BYTES", "apply_input_shape", "copy_graph", "cut_at_output_ops", "fold_constants",
+           "outer_scope_inputs", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops"]

@@ -1,0 +1,111 @@
+"""`xgraph.report`: what a compile decided, as plain JSON-ready data (`xcompile --report out.json`).
+
+Keys: "ops" (name, type, device, subgraph, reason, kernel), "subgraphs" (name, device, runner,
+ops, inputs, outputs), "devices" ({device: {"subgraphs", "ops"}}, cheapest device first),
+"crossings" (number of host/device copies) with "crossing_tensors", "fallbacks" (ops that
+did not get the cheapest device, grouped by device and reason, largest group first),
+"reference_ops" (ops run by the ONNX reference evaluator), "unrunnable_ops", "options",
+"prepare" and "plugins".
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from xgraph.errors import PartitionError
+from xgraph.ir import Graph, Op
+from xgraph.compiler.placement import count_crossings
+from xgraph.devices import get_devices
+
+
+def _annotation(op: Op, key: str) -> Any:
+    return op.get_attr(key) if op.has_attr(key) and op.is_annotation(key) else None
+
+
+def _attr(graph: Graph, key: str, default: Any) -> Any:
+    return graph.get_attr(key) if graph.has_attr(key) else default
+
+
+def _runner_attr(subgraph) -> dict[str, str]:
+    runner = subgraph.get_attr("runner") if subgraph.has_attr("runner") else {}
+    if not isinstance(runner, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in runner.items()):
+        raise PartitionError(f"subgraph {subgraph.name!r}: its 'runner' attr {runner!r:.80} is not a dict of mode -> "
+                             "runner name; the compiled graph is damaged, compile the model again")
+    return dict(runner)
+
+
+def _options_attr(graph_name: str, options: Any) -> Any:
+    if not isinstance(options, str):
+        return options
+    try:
+        return json.loads(options)
+    except json.JSONDecodeError as e:
+        raise PartitionError(f"graph {graph_name!r}: its 'compile_options' attr is not JSON ({e}); the compiled "
+                             "graph is damaged, compile the model again") from None
+
+
+def report(compiled: Graph) -> dict[str, Any]:
+    """The placement report of a compiled graph (see the module docstring for the keys)."""
+    root = compiled.get_root_subgraph()
+    if root.is_leaf and compiled.get_op_num():
+        raise PartitionError(f"graph {compiled.name!r} is not compiled (its root has no device subgraphs); "
+                             "run xgraph.compile first")
+    devices = get_devices()
+    children = root.toposort_child_subgraph()
+    child_of = {op: child for child in children for op in child.get_ops()}
+    ops = []
+    for op in compiled.toposort():
+        child = child_of[op]
+        ops.append({"name": op.name, "type": op.type,
+                    "device": str(child.get_attr("device")) if child.has_attr("device") else "",
+                    "subgraph": child.name, "reason": _annotation(op, "placement_reason") or "",
+                    "kernel": _annotation(op, "kernel") or ""})
+    subgraphs = [{"name": c.name, "device": str(c.get_attr("device")) if c.has_attr("device") else "",
+                  "runner": _runner_attr(c),
+                  "ops": [op.name for op in c.toposort()],
+                  "inputs": [t.name for t in c.get_input_tensors()],
+                  "outputs": [t.name for t in c.get_output_tensors()]} for c in children]
+    rank = {name: i for i, name in enumerate(devices)}
+    per_device: dict[str, dict[str, int]] = {}
+    for sg in sorted(subgraphs, key=lambda s: (rank.get(s["device"], len(rank)), s["device"])):
+        entry = per_device.setdefault(sg["device"], {"subgraphs": 0, "ops": 0})
+        entry["subgraphs"] += 1
+        entry["ops"] += len(sg["ops"])
+    crossings = count_crossings(compiled, devices)
+    options = _attr(compiled, "compile_options", "{}")
+    return {
+        "ops": ops,
+        "subgraphs": subgraphs,
+        "devices": per_device,
+        "crossings": len(crossings),
+        "crossing_tensors": crossings,
+        "fallbacks": _fallbacks(ops),
+        "reference_ops": [{"name": o["name"], "type": o["type"], "device": o["device"]}
+                          for o in ops if o["kernel"] == "reference"],
+        "unrunnable_ops": [{"name": o["name"], "type": o["type"], "device": o["device"]}
+                           for o in ops if o["kernel"] == "none"],
+        "options": _options_attr(compiled.name, options),
+        "prepare": _attr(compiled, "prepare_summary", {}),
+        "plugins": _attr(compiled, "plugin_runs", []),
+    }
+
+
+def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ops with a reason, grouped by (device, reason), largest group first (ties: first seen)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for o in ops:
+        if o["reason"]:
+            groups.setdefault((o["device"], o["reason"]), []).append(o["name"])
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    return [{"device": device, "reason": reason, "count": len(names), "ops": names}
+            for (device, reason), names in ordered]
+
+
+def write_report(compiled: Graph, path: str) -> None:
+    """Write `report(compiled)` as JSON to `path`."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report(compiled), f, indent=2, default=str)
+        f.write("\n")
+
+
+__all__ = ["report", "write_report"]

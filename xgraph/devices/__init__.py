@@ -1,0 +1,221 @@
+"""The device table: every device placement may use, with its op-info library and cost profile.
+
+Devices are data. Each built-in device (AICORE, AICPU, DVPP, CPU) is one TOML file beside
+this module, contributed through the `xgraph_devices` hook like any installed package's
+device; `get_devices()` collects the hook's contributions once. A partition plugin whose
+device is free text (e.g. "SMFC") may `register_device(DeviceSpec("SMFC", ...))` so that
+reports and runtimes know its memory and cost profile.
+
+A device TOML file has these tables (`oprules` explains every rule key):
+
+    [device]   name, description, cost_rank (lower = preferred), memory ("device" | "host"),
+               runner = { run = "...", sim = "...", ref = "..." }
+    [cost]     peak_gflops = { float16 = ..., float32 = ... }, bandwidth_gbps, launch_overhead_us
+    [defaults] rule keys every op entry starts from
+    [ops.Conv] one op entry;  [[group]] ops = [...] plus shared rule keys
+    [any_op]   any = true: a catch-all rule for unlisted ops, with exclude = { Op = "why" }
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from xgraph.errors import PluginError
+from xgraph.devices.oprules import OpTable, check_keys, Location, parse_op_table
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+#: Names of the built-in checks a table may list under `checks` (registered in xgraph.compiler.support.NAMED_CHECKS).
+CHECK_NAMES = frozenset({"host_runnable", "dvpp_image_rules"})
+#: Memory kinds: "device" memory is shared by the accelerators; "host" is the CPU's.
+MEMORY_KINDS = ("device", "host")
+#: Runner modes a device's runner map may name.
+RUNNER_MODES = ("run", "sim", "ref")
+_BUILTIN_FILES = ("aicore.toml", "aicpu.toml", "dvpp.toml", "cpu.toml")
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """What the runtime's roofline model needs: peak GFLOP/s per dtype, memory bandwidth, launch overhead."""
+
+    peak_gflops: Mapping[str, float] = field(default_factory=dict)
+    bandwidth_gbps: float = 0.0
+    launch_overhead_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device: name, preference (cost_rank), memory kind, runner map, op-info library, cost profile."""
+
+    name: str
+    cost_rank: int = 50
+    memory: str = "device"
+    runner: Mapping[str, str] = field(default_factory=dict)
+    ops: OpTable = field(default_factory=OpTable)
+    cost: CostProfile = field(default_factory=CostProfile)
+    description: str = ""
+    source: str = "<python>"
+
+    def __post_init__(self) -> None:
+        where = f"device {self.name!r} ({self.source})"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise PluginError(f"device from {self.source}: name must be a non-empty str, got {self.name!r}")
+        if isinstance(self.cost_rank, bool) or not isinstance(self.cost_rank, int) or self.cost_rank < 0:
+            raise PluginError(f"{where}: cost_rank must be an int >= 0, got {self.cost_rank!r}")
+        if self.memory not in MEMORY_KINDS:
+            raise PluginError(f"{where}: memory must be one of {MEMORY_KINDS}, got {self.memory!r}")
+        bad = {k: v for k, v in dict(self.runner).items()
+               if k not in RUNNER_MODES or not isinstance(v, str) or not v}
+        if bad:
+            raise PluginError(f"{where}: runner entries {bad} are not mode -> runner name; modes are {RUNNER_MODES}")
+        if not isinstance(self.ops, OpTable):
+            raise PluginError(f"{where}: ops must be an OpTable (load op-info libraries with device_from_dict)")
+
+    @property
+    def is_host(self) -> bool:
+        """True for host memory (the CPU): a tensor crossing to or from it is a host/device copy."""
+        return self.memory == "host"
+
+
+def _parse_cost(table: Any, where: Location) -> CostProfile:
+    t = check_keys(table, ("peak_gflops", "bandwidth_gbps", "launch_overhead_us"), where)
+    peaks = t.get("peak_gflops", {})
+    if not isinstance(peaks, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
+                                          for v in peaks.values()):
+        raise (where / "peak_gflops").error("must be a table of dtype name -> positive number, "
+                                            "e.g. { float16 = 8000.0, float32 = 1000.0 }")
+    values = {}
+    for key in ("bandwidth_gbps", "launch_overhead_us"):
+        v = t.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise (where / key).error(f"must be a number >= 0, got {v!r}")
+        values[key] = float(v)
+    return CostProfile(peak_gflops={k: float(v) for k, v in peaks.items()}, **values)
+
+
+def device_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DeviceSpec:
+    """A DeviceSpec from a parsed device document (the TOML schema above); PluginError naming file and key."""
+    root = Location(source)
+    doc = check_keys(dict(doc), ("device", "cost", "defaults", "ops", "group", "any_op"), root)
+    if "device" not in doc:
+        raise root.error("needs a [device] table with at least name = \"...\"")
+    d = check_keys(doc["device"], ("name", "description", "cost_rank", "memory", "runner"), root / "device")
+    if "name" not in d:
+        raise (root / "device").error("needs name = \"...\"")
+    runner = d.get("runner", {})
+    if not isinstance(runner, dict):
+        raise (root / "device" / "runner").error("must be a table such as { run = \"cpu\", sim = \"cpu\" }")
+    return DeviceSpec(
+        name=d["name"], cost_rank=d.get("cost_rank", 50), memory=d.get("memory", "device"),
+        runner=dict(runner), ops=parse_op_table(doc, source, CHECK_NAMES),
+        cost=_parse_cost(doc.get("cost", {}), root / "cost"),
+        description=d.get("description", ""), source=source)
+
+
+def load_device_file(path: "str | Path") -> DeviceSpec:
+    """Read and validate one device TOML file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise PluginError(f"device table {path}: file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PluginError(f"device table {path}: not valid TOML: {e}") from None
+    return device_from_dict(doc, str(path))
+
+
+def builtin_device_files() -> list[Path]:
+    """Paths of the built-in device tables (AICORE, AICPU, DVPP, CPU)."""
+    here = Path(__file__).parent
+    return [here / name for name in _BUILTIN_FILES]
+
+
+def as_device_spec(item: Any, contributor: str) -> DeviceSpec:
+    """A hook contribution (DeviceSpec, TOML-schema dict, or path to a TOML file) as a DeviceSpec."""
+    if isinstance(item, DeviceSpec):
+        return item
+    if isinstance(item, Mapping):
+        return device_from_dict(item, f"<dict from {contributor}>")
+    if isinstance(item, (str, Path)):
+        return load_device_file(item)
+    raise PluginError(f"{contributor} contributed {type(item).__name__} {item!r:.60} as a device; "
+                      "return DeviceSpecs, dicts in the device TOML schema, or paths to TOML files")
+
+
+_lock = threading.RLock()
+_devices: dict[str, DeviceSpec] | None = None
+
+
+def _add(table: dict[str, DeviceSpec], spec: DeviceSpec) -> None:
+    other = table.get(spec.name)
+    if other is not None and other is not spec:
+        raise PluginError(f"device {spec.name!r} is registered twice: by {other.source} and by {spec.source}; "
+                          "give one of them another name")
+    table[spec.name] = spec
+
+
+def _collect() -> dict[str, DeviceSpec]:
+    from xgraph.plugins.manager import get_plugin_manager
+    pm = get_plugin_manager()
+    table: dict[str, DeviceSpec] = {}
+    for impl in pm.hook.xgraph_devices.get_hookimpls():
+        contributor = f"xgraph_devices hook of {impl.plugin_name}"
+        items = impl.function()
+        if items is None:
+            continue
+        if isinstance(items, (DeviceSpec, Mapping, str, Path)) or not isinstance(items, (list, tuple)):
+            raise PluginError(f"{contributor} returned {type(items).__name__}; return a list of devices")
+        for item in items:
+            _add(table, as_device_spec(item, contributor))
+    return table
+
+
+def get_devices() -> dict[str, DeviceSpec]:
+    """name -> DeviceSpec for every known device, cheapest (lowest cost_rank) first; built once."""
+    global _devices
+    with _lock:
+        if _devices is None:
+            _devices = _collect()
+        ordered = sorted(_devices.values(), key=lambda s: (s.cost_rank, s.name))
+        return {s.name: s for s in ordered}
+
+
+def register_device(spec: DeviceSpec) -> DeviceSpec:
+    """Add a device (e.g. a plugin's free-text device) to the table; a name clash is a PluginError."""
+    global _devices
+    spec = as_device_spec(spec, "register_device")
+    with _lock:
+        if _devices is None:
+            _devices = _collect()
+        _add(_devices, spec)
+    return spec
+
+
+def memory_of(subgraph: Any, devices: Mapping[str, DeviceSpec] | None = None) -> str:
+    """"host" or "device" for a device subgraph: its "memory" attr (a plugin device says where its
+    buffers live), else its device's table entry, else "host" (an unknown device is not trusted
+    to share device memory, so tensors to and from it are copied)."""
+    if subgraph.has_attr("memory") and subgraph.get_attr("memory") in MEMORY_KINDS:
+        return subgraph.get_attr("memory")
+    if not subgraph.has_attr("device"):
+        return "host"
+    spec = (get_devices() if devices is None else devices).get(str(subgraph.get_attr("device")))
+    return spec.memory if spec is not None else "host"
+
+
+def unregister_device(name: str) -> None:
+    """Remove a device added with `register_device` (tests, interactive sessions)."""
+    with _lock:
+        if _devices is not None:
+            _devices.pop(name, None)
+
+
+__all__ = ["CHECK_NAMES", "CostProfile", "DeviceSpec", "as_device_spec", "builtin_device_files", "device_from_dict",
+           "get_devices", "load_device_file", "register_device", "unregister_device"]

@@ -1,0 +1,362 @@
+"""The .xmodel file: an ONNX ModelProto (so onnx and Netron open it) plus xgraph's own state.
+
+Layout:
+- the graph and its weights, as ordinary ONNX (nodes, initializers, value_info);
+- ``metadata_props["xgraph.meta"]``: JSON with the format version, graph attrs, op
+  annotations and order, tensor attrs, and the subgraph tree with every subgraph's attrs;
+- numpy arrays found in attrs, as initializers named ``xgraph.attr/<n>`` (referenced from the
+  JSON as ``["a", "<n>"]``).
+
+Attr values are tagged in the JSON (``["s", "text"]``, ``["i", 3]``, ``["l", [...]]``...) so
+loading restores exactly the Python types that were saved. Loading never unpickles and
+never imports or executes anything named in the file; every field is type-checked and the
+tree must partition the ops, else a ModelFileError names the file and the problem.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from xgraph.errors import GraphError, ModelFileError, XGraphError
+from xgraph.ir.attribute_values import array_to_tensor
+from xgraph.ir.graph import Graph
+from xgraph.ir.onnx.safe_reader import read_model
+from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
+from xgraph.ir.subgraph import Subgraph
+
+META_KEY = "xgraph.meta"
+ARRAY_PREFIX = "xgraph.attr/"
+FORMAT = "xgraph.xmodel"
+VERSION = 1
+MAX_JSON_DEPTH = 64
+
+
+class _Encoder:
+    """Tags Python attr values for JSON; collects arrays to store as initializers."""
+
+    def __init__(self) -> None:
+        self.arrays: list[onnx.TensorProto] = []
+
+    def encode(self, v: Any) -> list:
+        if v is None:
+            return ["n", None]
+        if isinstance(v, (bool, np.bool_)):
+            return ["b", bool(v)]
+        if isinstance(v, (int, np.integer)):
+            return ["i", int(v)]
+        if isinstance(v, (float, np.floating)):
+            f = float(v)
+            return ["f", f if np.isfinite(f) else repr(f)]
+        if isinstance(v, str):
+            return ["s", v]
+        if isinstance(v, bytes):
+            return ["y", base64.b64encode(v).decode("ascii")]
+        if isinstance(v, np.ndarray):
+            key = f"{ARRAY_PREFIX}{len(self.arrays)}"
+            self.arrays.append(array_to_tensor(v, key))
+            return ["a", key]
+        if isinstance(v, tuple):
+            return ["t", [self.encode(x) for x in v]]
+        if isinstance(v, list):
+            return ["l", [self.encode(x) for x in v]]
+        if isinstance(v, dict):
+            return ["d", {k: self.encode(x) for k, x in v.items()}]
+        raise GraphError(f"cannot store a {type(v).__name__} attribute in an .xmodel")
+
+    def encode_attrs(self, attrs: dict[str, Any]) -> dict[str, list]:
+        return {k: self.encode(v) for k, v in attrs.items()}
+
+
+class _Decoder:
+    """Checks and untags JSON attr values; arrays come from the reserved initializers."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], label: str) -> None:
+        self.arrays = arrays
+        self.label = label
+
+    def fail(self, what: str) -> None:
+        raise ModelFileError(f"{self.label}: xgraph metadata is damaged: {what}")
+
+    def decode(self, v: Any, depth: int = 0) -> Any:
+        if depth > MAX_JSON_DEPTH:
+            self.fail(f"attribute values nested more than {MAX_JSON_DEPTH} levels")
+        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)):
+            self.fail(f"attribute value {str(v)[:60]!r} is not a [tag, value] pair")
+        tag, x = v
+        checks = {"n": lambda: x is None, "b": lambda: isinstance(x, bool),
+                  "i": lambda: isinstance(x, int) and not isinstance(x, bool),
+                  "f": lambda: isinstance(x, (int, float, str)) and not isinstance(x, bool),
+                  "s": lambda: isinstance(x, str), "y": lambda: isinstance(x, str),
+                  "a": lambda: isinstance(x, str), "t": lambda: isinstance(x, list),
+                  "l": lambda: isinstance(x, list), "d": lambda: isinstance(x, dict)}
+        if tag not in checks or not checks[tag]():
+            self.fail(f"attribute value tagged {tag!r} holds {type(x).__name__}")
+        if tag == "f":
+            try:
+                return float(x)
+            except (ValueError, OverflowError):
+                self.fail(f"{str(x)[:60]!r} is not a float")
+        if tag == "y":
+            try:
+                return base64.b64decode(x, validate=True)
+            except ValueError:
+                self.fail("bytes attribute is not base64")
+        if tag == "a":
+            if x not in self.arrays:
+                self.fail(f"attribute refers to array {x!r}, which the file does not carry")
+            return self.arrays[x]
+        if tag == "t":
+            return tuple(self.decode(e, depth + 1) for e in x)
+        if tag == "l":
+            return [self.decode(e, depth + 1) for e in x]
+        if tag == "d":
+            return {k: self.decode(e, depth + 1) for k, e in x.items()}
+        return x
+
+    def attrs(self, d: Any, where: str) -> dict[str, Any]:
+        if not isinstance(d, dict):
+            self.fail(f"attrs of {where} are not an object")
+        return {k: self.decode(v) for k, v in d.items()}
+
+
+def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
+    node: dict[str, Any] = {"name": sg.name, "attrs": enc.encode_attrs(sg._attrs)}
+    if sg._children:
+        node["children"] = [_tree_to_json(c, enc) for c in sg.toposort_child_subgraph()]
+    elif not sg.is_root:
+        node["ops"] = sorted(op.name for op in sg._ops)
+    return node
+
+
+def to_model_proto(graph: Graph) -> onnx.ModelProto:
+    """The .xmodel content of `graph` as a ModelProto."""
+    clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
+    if clash is not None:
+        raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
+                         ".xmodel files reserve for attribute arrays; rename the tensor before saving")
+    model = graph.to_onnx()
+    enc = _Encoder()
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph._attrs)},
+        "op_order": [op.name for op in graph._ops.values()],
+        "tensor_order": [t.name for t in graph._tensors.values() if ":unused:" not in t.name],
+        "op_annotations": {op.name: enc.encode_attrs({k: v for k, v in op._attrs.items() if op.is_annotation(k)})
+                           for op in graph._ops.values() if any(op.is_annotation(k) for k in op._attrs)},
+        "tensor_attrs": {t.name: enc.encode_attrs(t._attrs) for t in graph._tensors.values() if t._attrs},
+        "inputs": [t.name for t in graph._inputs],
+        "tree": _tree_to_json(graph._root, enc),
+    }
+    model.graph.initializer.extend(enc.arrays)
+    model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
+    return model
+
+
+def _create_temp(folder: Path, name: str) -> tuple[int, str]:
+    """A new, exclusively created file beside the target, with the mode open() would give.
+
+    Created with mode 0o666 so the kernel applies the process umask (mkstemp's 0600 would stick
+    to the final file, and changing the umask to learn it is not thread-safe).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {folder}")
+
+
+def serialize(graph: Graph, path: str | os.PathLike) -> None:
+    """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
+
+    Only `path` itself (and a temporary file beside it) is ever written: all data is inline,
+    so no name from the graph becomes a path. A `path` that is a symbolic link is refused
+    rather than replaced or written through.
+    """
+    path = Path(path)
+    try:
+        data = to_model_proto(graph).SerializeToString()
+    except (ValueError, RuntimeError) as e:  # e.g. over protobuf's 2 GiB message limit
+        raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e})") from None
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        if not folder.is_dir():
+            raise ModelFileError(f"{path}: folder {folder} does not exist")
+        if path.is_symlink():
+            raise ModelFileError(f"{path}: is a symbolic link (to {os.readlink(path)}); xgraph does not write "
+                                 "through links: write to the real path, or remove the link first")
+        if path.is_dir():
+            raise ModelFileError(f"{path}: is a folder; give a file name such as {path / 'model.xmodel'}")
+        fd, tmp = _create_temp(folder, path.name)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise ModelFileError(f"{path}: cannot write ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # renames over `path`; never follows a link created meanwhile
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise ModelFileError(f"{path}: cannot write ({e.strerror or e})") from None
+        raise
+
+
+def _read_meta(model: onnx.ModelProto, label: str) -> dict:
+    entries = [p.value for p in model.metadata_props if p.key == META_KEY]
+    if not entries:
+        raise ModelFileError(f"{label}: not an .xmodel (no {META_KEY!r} metadata); "
+                             "load a plain ONNX model with Graph.from_onnx or xgraph.load")
+    if len(entries) > 1:
+        raise ModelFileError(f"{label}: {META_KEY!r} metadata appears {len(entries)} times")
+    try:
+        meta = json.loads(entries[0])
+    except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, or an int of too many digits
+        raise ModelFileError(f"{label}: xgraph metadata is not valid JSON ({str(e)[:200]})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ModelFileError(f"{label}: xgraph metadata does not declare format {FORMAT!r}")
+    if meta.get("version") != VERSION:
+        raise ModelFileError(f"{label}: .xmodel version {meta.get('version')!r} is not supported (this xgraph reads {VERSION})")
+    for key, kind in (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
+                      ("inputs", list), ("tree", dict)):
+        if not isinstance(meta.get(key), kind):
+            raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
+    return meta
+
+
+def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
+    root = graph._root
+    root._attrs = dec.attrs(node.get("attrs", {}), "the root subgraph")
+    claimed: dict[str, str] = {}
+    child_names: dict[Subgraph, set[str]] = {}
+
+    def build(parent: Subgraph, spec: Any, depth: int) -> set:
+        if depth > MAX_JSON_DEPTH:
+            dec.fail(f"subgraph tree deeper than {MAX_JSON_DEPTH}")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            dec.fail(f"a subgraph under {parent.name!r} has no name")
+        siblings = child_names.setdefault(parent, set())
+        if spec["name"] in siblings:
+            dec.fail(f"two subgraphs under {parent.name!r} are named {spec['name']!r}")
+        siblings.add(spec["name"])
+        sg = Subgraph(graph, spec["name"], parent)
+        sg._attrs = dec.attrs(spec.get("attrs", {}), f"subgraph {spec['name']!r}")
+        if "children" in spec:
+            kids = spec["children"]
+            if not isinstance(kids, list) or not kids:
+                dec.fail(f"subgraph {sg.name!r} has an empty or malformed children list")
+            for k in kids:
+                sg._ops |= build(sg, k, depth + 1)
+        else:
+            names = spec.get("ops")
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+                dec.fail(f"leaf subgraph {sg.name!r} has no op list")
+            for n in names:
+                if n not in graph._ops:
+                    dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
+                if n in claimed:
+                    dec.fail(f"op {n!r} is in both subgraph {claimed[n]!r} and {sg.name!r}")
+                claimed[n] = sg.name
+                op = graph._ops[n]
+                sg._ops.add(op)
+                graph._leaf_of[op] = sg
+        parent._children[sg] = None
+        return sg._ops
+
+    kids = node.get("children")
+    if kids is None:
+        return
+    if not isinstance(kids, list):
+        dec.fail("the root's children are not a list")
+    for k in kids:
+        build(root, k, 1)
+    missing = [n for n in graph._ops if n not in claimed]
+    if missing:
+        dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
+
+
+def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
+    """Rebuild a Graph from an .xmodel ModelProto (data inline and checked)."""
+    check_text(model, label)
+    meta = _read_meta(model, label)
+    arrays: dict[str, np.ndarray] = {}
+    reserved = frozenset(i.name for i in model.graph.initializer if i.name.startswith(ARRAY_PREFIX))
+    for init in model.graph.initializer:
+        if init.name in reserved:
+            try:
+                arrays[init.name] = onnx.numpy_helper.to_array(init)
+            except Exception as e:  # malformed tensor data
+                raise ModelFileError(f"{label}: attribute array {init.name!r} cannot be read: {e}") from None
+    dec = _Decoder(arrays, label)
+    if reserved:
+        keep = [i for i in model.graph.initializer if i.name not in reserved]
+        keep_inputs = [i for i in model.graph.input if i.name not in reserved]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(keep)
+        del model.graph.input[:]
+        model.graph.input.extend(keep_inputs)
+    graph = graph_from_model_proto(model, label, infer_shapes=False)
+    graph.model_info["metadata"].pop(META_KEY, None)
+    g = meta["graph"]
+    if not isinstance(g.get("name"), str):
+        dec.fail("graph name missing")
+    graph.name = g["name"]
+    graph._attrs = dec.attrs(g.get("attrs", {}), "the graph")
+    order = meta["op_order"]
+    if (not all(isinstance(n, str) for n in order) or len(order) != len(graph._ops)
+            or set(order) != set(graph._ops)):
+        dec.fail("op order does not list exactly the graph's ops")
+    graph._ops = {n: graph._ops[n] for n in order}
+    for i, op in enumerate(graph._ops.values()):
+        op._seq = i
+    tensor_order = meta.get("tensor_order")
+    if not isinstance(tensor_order, list) or not all(isinstance(n, str) and n in graph._tensors for n in tensor_order):
+        dec.fail("tensor order is missing or names unknown tensors")
+    listed = set(tensor_order)
+    rest = [n for n in graph._tensors if n not in listed]
+    graph._tensors = {n: graph._tensors[n] for n in list(dict.fromkeys(tensor_order)) + rest}
+    for name, attrs in meta["op_annotations"].items():
+        if name not in graph._ops:
+            dec.fail(f"annotations for unknown op {name!r}")
+        op = graph._ops[name]
+        for k, v in dec.attrs(attrs, f"op {name!r}").items():
+            op._attrs[k] = v
+            op._attr_types[k] = None
+    for name, attrs in meta["tensor_attrs"].items():
+        if name not in graph._tensors:
+            dec.fail(f"attrs for unknown tensor {name!r}")
+        graph._tensors[name]._attrs = dec.attrs(attrs, f"tensor {name!r}")
+    if [t.name for t in graph._inputs] != meta["inputs"]:
+        dec.fail("graph inputs do not match the recorded inputs")
+    _restore_tree(graph, meta["tree"], dec)
+    graph._touch()
+    return graph
+
+
+def deserialize(src: str | os.PathLike | bytes) -> Graph:
+    """Load an .xmodel from a path or bytes."""
+    model, _, label = read_model(src)
+    return from_model_proto(model, label)
+
+
+def load(src: str | os.PathLike | bytes | onnx.ModelProto) -> Graph:
+    """Load an .onnx or .xmodel (by content: .xmodel files carry xgraph metadata)."""
+    model, _, label = read_model(src)
+    if any(p.key == META_KEY for p in model.metadata_props):
+        return from_model_proto(model, label)
+    return graph_from_model_proto(model, label)
+
+
+__all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto", "XGraphError"]

@@ -1,0 +1,42 @@
+"""Built-in numpy kernels: one op family per module, each registered with @kernel on import."""
+from __future__ import annotations
+
+import importlib
+
+from xgraph.kernels.registry import DEFAULT_DEVICES, KERNELS, Kernel, KernelRegistry, kernel
+
+#: The op-family modules, imported once so their @kernel decorators run (explicit, no scanning).
+FAMILIES = (
+    "op_elementwise",
+    "op_math",
+    "op_reduce",
+    "op_tensor",
+    "op_cast",
+    "op_constant",
+    "op_shape",
+    "op_index",
+    "op_nn_conv",
+    "op_nn_pool",
+    "op_nn_roi",
+    "op_nn_norm",
+    "op_nn_activation",
+    "op_image",
+    "op_resize",
+    "op_dvpp",
+    "op_misc",
+)
+
+_loaded = False
+
+
+def load_builtin_kernels() -> KernelRegistry:
+    """Import every built-in op-family module (idempotent) and return the filled registry."""
+    global _loaded
+    if not _loaded:
+        for name in FAMILIES:
+            importlib.import_module(f"{__name__}.{name}")
+        _loaded = True
+    return KERNELS
+
+
+__all__ = ["DEFAULT_DEVICES", "KERNELS", "Kernel", "KernelRegistry", "kernel", "load_builtin_kernels"]
