@@ -142,7 +142,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequen
     try:
         from onnx.reference import ReferenceEvaluator
 
-        from xgraph.kernels.reference import evaluator_fixes
+        from xgraph.kernels.reference_fixes import evaluator_fixes
         evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
         return "ONNX reference evaluator", evaluator.run(list(names), feeds)
     except Exception as e:  # the evaluator raises many types; all mean it cannot run this model

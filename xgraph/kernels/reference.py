@@ -37,6 +37,7 @@ from onnx import helper
 
 from xgraph.errors import KernelError
 from xgraph.ir.nested import free_names
+from xgraph.kernels.reference_fixes import evaluator_fixes
 
 
 def _graphs(attributes: Iterable[onnx.AttributeProto]) -> list[onnx.GraphProto]:
@@ -107,9 +108,6 @@ def plain_value(value: Any) -> Any:
     return value
 
 
-_fixed_ops: list | None = None
-
-
 #: Domains the ONNX reference evaluator implements itself.
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
@@ -141,62 +139,6 @@ def registry_ops(op_keys: Iterable[tuple[str, str]]) -> list:
         classes.append(type(op_type, (OpRun,), {"op_domain": domain, "_run": _run,
                                                  "__doc__": f"{domain}:{op_type} through xgraph's kernel"}))
     return classes
-
-
-def evaluator_fixes() -> list:
-    """Op classes replacing evaluator ops that disagree with the ONNX spec (pass as `new_ops=`).
-
-    Loop: the evaluator joins scan outputs with ``np.vstack``, which turns scalar iterations
-    into shape (N, 1) and concatenates, instead of stacking, iterations of rank >= 2; the
-    replacement records each iteration's scan values and stacks them on a new first axis.
-    Optional: the evaluator wraps the value in a list (``[x]``, ``[None]`` when empty), which
-    OptionalHasElement/OptionalGetElement then read as a present sequence; the replacement
-    returns the value itself (None when empty), the convention every other op follows.
-    """
-    global _fixed_ops
-    if _fixed_ops is None:
-        from onnx.reference.ops.op_loop import Loop as EvaluatorLoop
-        from onnx.reference.ops.op_optional import Optional as EvaluatorOptional
-
-        class Optional(EvaluatorOptional):
-            """ONNX Optional: the value itself, or None for an empty optional."""
-
-            def run(self, *args, **kwargs):  # the base class's output check refuses None, so unwrap after it
-                (wrapped,) = super().run(*args, **kwargs)
-                return (wrapped[0],)
-
-        class Loop(EvaluatorLoop):
-            """ONNX Loop with scan outputs stacked along a new first axis."""
-
-            def __init__(self, onnx_node, run_params):
-                super().__init__(onnx_node, run_params)
-                self._scans: list | None = None
-                run_body = self._run_body
-
-                def recording_body(inputs, attributes=None, bindings=None):
-                    outputs = run_body(inputs, attributes=attributes, bindings=bindings)
-                    if self._scans is not None and self.K > 0:
-                        self._scans.append(outputs[len(outputs) - self.K:])
-                    return outputs
-
-                self._run_body = recording_body
-
-            def _run(self, M, cond, *args, **kwargs):
-                self._scans = []
-                try:
-                    results = super()._run(M, cond, *args, **kwargs)
-                    scans = self._scans
-                finally:
-                    self._scans = None
-                if not self.K or not scans:
-                    return results
-                results = list(results)
-                for k in range(self.K):
-                    results[self.N + k] = np.stack([np.asarray(s[k]) for s in scans])
-                return tuple(results)
-
-        _fixed_ops = [Loop, Optional]
-    return _fixed_ops
 
 
 class ReferenceKernel:
