@@ -51,11 +51,12 @@ def add_input_argument(p: argparse.ArgumentParser, missing: str) -> None:
                    f"model with one input, or for an .npz whose arrays are named like the inputs. {missing}")
 
 
-def add_kernels_argument(p: argparse.ArgumentParser) -> None:
+def add_kernels_argument(p: argparse.ArgumentParser, default: str | None = "auto",
+                         help_default: str = "default: auto") -> None:
     """--kernels: what runs the ops in "run" mode."""
-    p.add_argument("--kernels", choices=KERNELS, default="auto",
+    p.add_argument("--kernels", choices=KERNELS, default=default,
                    help="run mode's kernels: xgraph's numpy kernels, onnxruntime sessions for standard-ONNX "
-                   "subgraphs, or auto (onnxruntime where installed and applicable; default)")
+                   f"subgraphs, or auto (onnxruntime where installed and applicable); {help_default}")
 
 
 def plugin_path_of(args: argparse.Namespace) -> list[str] | None:

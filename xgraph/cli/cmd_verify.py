@@ -3,8 +3,12 @@
     xgraph verify MODEL.onnx [--options JSON] [--plugin-path DIR] [--mode run|sim]
                   [--kernels ...] [--input NAME=FILE ...] [--seed N] [--rtol R] [--atol A]
 
-Inputs not given are seeded random values. The reference is onnxruntime on the original
-model (the ONNX reference evaluator when onnxruntime cannot load or run it). Each output
+Inputs not given are seeded random values. By default xgraph's own kernels (`numpy`) run the
+compiled partition and, where onnxruntime is installed, the default `auto` path does too. Each
+path is compared with a reference independent of it: onnxruntime on the original, uncompiled
+model, or the ONNX reference evaluator (with xgraph's inference fixes) when onnxruntime cannot
+run the model or runs the path itself. A warning says when the reference output is degenerate
+(every element equal, or unchanged by a second random input). Each output
 passes when max|err| <= rtol * max|ref| + atol; the defaults are rtol 1e-4, atol 1e-6, and
 rtol 1e-2, atol 1e-3 in "sim" mode when the precision_mode makes AI Core compute in float16.
 Strings must match exactly; sequences are compared element by element. Exit code 0 when
@@ -125,16 +129,22 @@ def reference_model(path: Path, graph: "Graph") -> "onnx.ModelProto":
 
 
 def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequence[str],
-                  label: str) -> tuple[str, list[Any]]:
-    """(which reference ran, its outputs): onnxruntime, else the ONNX reference evaluator."""
+                  label: str, allow_onnxruntime: bool = True) -> tuple[str, list[Any]]:
+    """(which reference ran, its outputs): onnxruntime, else (or when it may not be used) the ONNX
+    reference evaluator with xgraph's inference fixes."""
     problems = []
     try:
+        if not allow_onnxruntime:
+            raise _NotAllowed
+
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         wanted = {i.name for i in session.get_inputs()}
         return "onnxruntime", session.run(list(names), {k: v for k, v in feeds.items() if k in wanted})
+    except _NotAllowed:
+        problems.append("onnxruntime: runs the path being checked")
     except ImportError:
         problems.append("onnxruntime: not installed")
     except Exception as e:  # onnxruntime raises its own exception types for models it cannot run
@@ -148,6 +158,10 @@ def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequen
     except Exception as e:  # the evaluator raises many types; all mean it cannot run this model
         problems.append(f"reference evaluator: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
     raise XGraphError(f"{label}: no reference can run this model, so it cannot be verified ({'; '.join(problems)})")
+
+
+class _NotAllowed(Exception):
+    """onnxruntime runs the path under check, so it cannot be that path's reference."""
 
 
 def tolerances(args: argparse.Namespace, graph: "Graph") -> tuple[float, float]:
@@ -168,7 +182,9 @@ def add_parser(subparsers) -> None:
     add_compile_arguments(p)
     p.add_argument("--mode", choices=("run", "sim"), default="run",
                    help="run: fastest on this host (default); sim: device numerics (fp16 on AI Core when asked)")
-    add_kernels_argument(p)
+    add_kernels_argument(p, default=None, help_default="default: numpy, and auto too where onnxruntime is installed; "
+                         "a path running on onnxruntime is compared with the ONNX reference evaluator, never "
+                         "with onnxruntime itself")
     add_input_argument(p, "Inputs not given get seeded random values.")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--rtol", type=float, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
@@ -176,25 +192,71 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Compile, run, compare, print; 0 when every output is within tolerance, 1 otherwise."""
+def _onnxruntime_installed() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def kernel_paths(args: argparse.Namespace) -> list[str]:
+    """The kernels choices to check: the one asked for, else xgraph's own (numpy) and, where
+    onnxruntime is installed, also the default `auto` path."""
+    if args.kernels is not None:
+        return [args.kernels]
+    return ["numpy", "auto"] if args.mode == "run" and _onnxruntime_installed() else ["numpy"]
+
+
+class References:
+    """The independent references, each computed once: onnxruntime on the original model (when
+    it can run it) and the corrected ONNX reference evaluator."""
+
+    def __init__(self, model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequence[str], label: str):
+        self.model, self.feeds, self.names, self.label = model, feeds, names, label
+        self._results: dict[bool, tuple[str, list[Any]]] = {}
+
+    def get(self, avoid_onnxruntime: bool) -> tuple[str, list[Any]]:
+        """(which reference ran, its outputs); never onnxruntime when the checked path runs on it."""
+        if avoid_onnxruntime not in self._results:
+            self._results[avoid_onnxruntime] = run_reference(self.model, self.feeds, self.names, self.label,
+                                                             allow_onnxruntime=not avoid_onnxruntime)
+        return self._results[avoid_onnxruntime]
+
+
+def degenerate_warnings(refs: References, filled: Sequence[str], graph: "Graph", seed: int) -> list[str]:
+    """Why a match against this reference would prove little: outputs whose elements are all
+    equal, or that stay the same for two different random inputs (constant weights do that)."""
+    reference, expected = refs.get(False)
+    notes = [f"warning: reference output {name!r} has all {np.size(v)} elements equal; a match proves little"
+             for name, v in zip(refs.names, expected)
+             if isinstance(v, np.ndarray) and v.size > 1 and v.dtype.kind in "fc" and np.all(v == v.flat[0])]
+    if filled:
+        other = dict(refs.feeds)
+        other.update(complete_inputs({}, [t for t in graph.get_input_tensors() if t.name in filled], seed + 1)[0])
+        _, again = run_reference(refs.model, other, refs.names, refs.label, allow_onnxruntime=reference == "onnxruntime")
+        same = [n for n, a, b in zip(refs.names, expected, again)
+                if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)]
+        if same and len(same) == len(refs.names):
+            notes.append(f"warning: the reference outputs do not change with the random inputs (seed {seed} vs "
+                         f"{seed + 1}): the model's weights are probably constant, so a match proves little and "
+                         f"rounding alone can decide a mismatch; give it real or random weights")
+    return notes
+
+
+def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kernels: str,
+               rtol: float, atol: float, source: str) -> bool:
+    """Run the compiled graph on one kernels choice, compare with a reference independent of it, print."""
     import xgraph
-    graph = load_compiled(args)
-    inputs = graph.get_input_tensors()
-    feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
-    rtol, atol = tolerances(args, graph)
-    names = [t.name for t in graph.get_output_tensors()]
-    reference, expected = run_reference(reference_model(Path(args.model), graph), feeds, names, args.model)
-    with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, args.kernels) as runner:
+    with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, kernels) as runner:
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow shows in the table as inf, not as noise
-        got = runner.run(feeds)
+        got = runner.run(refs.feeds)
         backends = sorted({getattr(r, "backend", type(r).__name__) for r in runner.runners.values()})
-    given = [n for n in feeds if n not in filled]
-    source = ", ".join(filter(None, [f"{len(filled)} random (seed {args.seed})" if filled else "",
-                                     f"{len(given)} from files" if given else ""])) or "none"
-    print(f"verify {args.model}: mode {args.mode}, kernels {args.kernels} ({', '.join(backends)}); "
-          f"reference {reference}; inputs: {source}")
-    checks = [check_output(n, g, e, rtol, atol) for n, g, e in zip(names, got, expected)]
+    reference, expected = refs.get(avoid_onnxruntime="onnxruntime" in backends)
+    where = "on the original model" if reference == "onnxruntime" else "on the original model, fixed for inference"
+    print(f"verify {args.model}: mode {args.mode}, kernels {kernels} ({', '.join(backends)}) on the compiled "
+          f"partition vs reference {reference} {where}; inputs: {source}")
+    checks = [check_output(n, g, e, rtol, atol) for n, g, e in zip(refs.names, got, expected)]
     width = max([len(c.name) for c in checks] + [6])
     print(f"  {'output':<{width}}  {'dtype':<9} {'shape':<16} {'max|err|':>10} {'max|ref|':>10} {'limit':>10}  result")
     for c in checks:
@@ -203,8 +265,27 @@ def run(args: argparse.Namespace) -> int:
               f"{c.limit:>10.3g}  {result}")
     bad = [c.name for c in checks if not c.ok]
     if bad:
-        print(f"verify: FAIL: {len(bad)} of {len(checks)} outputs differ from {reference} "
+        print(f"verify: FAIL: kernels {kernels}: {len(bad)} of {len(checks)} outputs differ from {reference} "
               f"({', '.join(bad)}); tolerance max|err| <= {rtol:g} * max|ref| + {atol:g}")
-        return EXIT_MISMATCH
-    print(f"verify: PASS: {len(checks)} outputs match {reference} within max|err| <= {rtol:g} * max|ref| + {atol:g}")
-    return 0
+        return False
+    print(f"verify: PASS: {len(checks)} outputs match {reference} within max|err| <= {rtol:g} * max|ref| + {atol:g} "
+          f"(kernels {kernels})")
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compile, run each kernels path, compare each with an independent reference, print; 0 when all pass."""
+    graph = load_compiled(args)
+    inputs = graph.get_input_tensors()
+    feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
+    rtol, atol = tolerances(args, graph)
+    names = [t.name for t in graph.get_output_tensors()]
+    refs = References(reference_model(Path(args.model), graph), feeds, names, args.model)
+    refs.get(avoid_onnxruntime=False)  # a model no reference can run fails here, before any work
+    given = [n for n in feeds if n not in filled]
+    source = ", ".join(filter(None, [f"{len(filled)} random (seed {args.seed})" if filled else "",
+                                     f"{len(given)} from files" if given else ""])) or "none"
+    results = [check_path(args, graph, refs, kernels, rtol, atol, source) for kernels in kernel_paths(args)]
+    for note in degenerate_warnings(refs, filled, graph, args.seed):
+        print(note)
+    return 0 if all(results) else EXIT_MISMATCH

@@ -1,0 +1,76 @@
+"""`xgraph verify` is honest: it runs xgraph's own kernels, never compares a path with itself,
+trusts a corrected reference (BatchNormalization before opset 14), and says when a match proves little."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xgraph.cli.main import main
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def conv_bn_relu(path: Path, opset: int = 9) -> Path:
+    """Conv -> BatchNormalization (random statistics) -> Relu at an old opset, random weights."""
+    rng = np.random.default_rng(0)
+    c = 8
+    inits = [numpy_helper.from_array(rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3, "w"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "s"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "m"),
+             numpy_helper.from_array(rng.uniform(0.5, 2.0, c).astype(np.float32), "v")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "cbr", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    onnx.save(model, path)
+    return path
+
+
+def test_default_checks_numpy_and_auto_each_against_an_independent_reference(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    assert main(["verify", str(conv_bn_relu(tmp_path / "m.onnx"))]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("verify ")]
+    assert len(lines) == 2
+    numpy_line, auto_line = lines
+    assert "kernels numpy (numpy)" in numpy_line and "reference onnxruntime" in numpy_line
+    # the auto path runs on onnxruntime, so onnxruntime cannot be its reference
+    assert "kernels auto (onnxruntime)" in auto_line and "reference ONNX reference evaluator" in auto_line
+
+
+def test_explicit_onnxruntime_path_is_not_compared_with_onnxruntime(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    assert main(["verify", str(conv_bn_relu(tmp_path / "m.onnx")), "--kernels", "onnxruntime"]) == 0
+    out = capsys.readouterr().out
+    assert "reference ONNX reference evaluator" in out and "reference onnxruntime" not in out
+
+
+def test_old_batch_norm_verifies_without_onnxruntime(tmp_path, capsys, monkeypatch):
+    """The evaluator alone (as on a default install) is a correct reference for BatchNormalization-9."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
+    assert main(["verify", str(conv_bn_relu(tmp_path / "m.onnx"))]) == 0
+    out = capsys.readouterr().out
+    assert "kernels numpy" in out and "reference ONNX reference evaluator" in out and "MISMATCH" not in out
+
+
+@pytest.mark.zoo
+def test_constant_zoo_weights_are_flagged_as_degenerate(capsys):
+    """The zoo's constant weights make every logit equal up to rounding: whatever the verdict, verify says
+    why it means little (here the last bits of logits of 6.8e9 decide a softmax, so it even mismatches)."""
+    assert main(["verify", str(ZOO / "light_squeezenet.onnx"), "--kernels", "numpy"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "warning: reference output" in out and "elements equal" in out
+    assert "do not change with the random inputs" in out
+
+
+def test_random_weights_are_not_flagged(tmp_path, capsys):
+    assert main(["verify", str(conv_bn_relu(tmp_path / "m.onnx")), "--kernels", "numpy"]) == 0
+    assert "warning" not in capsys.readouterr().out
