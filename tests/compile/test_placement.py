@@ -90,8 +90,10 @@ def test_small_island_between_device_ops_stays_on_the_device(models):
         r = xgraph.report(g)
         assert r["devices"] == {"AICORE": {"subgraphs": 2, "ops": 12}, "AICPU": {"subgraphs": 1, "ops": 4}}
         assert r["crossings"] == 0
+        kept = ("; kept on AICPU: sending this 4-op island to the host (min_subgraph_ops=5) would add 2 "
+                "host/device copies") if min_ops == 5 else ""
         assert placed(g)["neg7"] == ("AICPU", "AICORE: Neg with dtype int64 unsupported: takes float16, float32, "
-                                              "int8, int32")
+                                              "int8, int32" + kept)
 
 
 def test_small_islands_without_device_neighbours_go_to_the_host(models):

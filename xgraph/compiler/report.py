@@ -14,7 +14,7 @@ from typing import Any
 
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, Op
-from xgraph.compiler.placement import count_crossings
+from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.devices import get_devices
 
 
@@ -79,6 +79,7 @@ def report(compiled: Graph) -> dict[str, Any]:
         "devices": per_device,
         "crossings": len(crossings),
         "crossing_tensors": crossings,
+        "copies_per_run": count_copies(compiled, devices),
         "fallbacks": _fallbacks(ops),
         "reference_ops": [{"name": o["name"], "type": o["type"], "device": o["device"]}
                           for o in ops if o["kernel"] == "reference"],

@@ -60,9 +60,12 @@ class Plugin:
         """Mode -> registered runner name for its subgraphs: by default the CPU runner for every mode."""
         return {mode: DEFAULT_RUNNER for mode in RUNNER_MODES}
 
-    def get_memory(self) -> str:
-        """Where its buffers live: "device" (shared with AI Core/AI CPU/DVPP, no copies) or "host"."""
-        return "device"
+    def get_memory(self) -> "str | None":
+        """Where its buffers live: "device" (shared with AI Core/AI CPU/DVPP, no copies) or "host".
+
+        By default (None) the memory of the registered device of the same name (a plugin placing
+        ops on "CPU" works in host memory, so the runtime copies what crosses), else "device"."""
+        return None
 
     def partition(self, graph: "Graph") -> "set[Subgraph]":
         """The unassigned depth-1 subgraphs this plugin takes; by default none."""

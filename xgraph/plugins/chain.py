@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
 from xgraph.errors import PartitionError, PluginError
+from xgraph.devices import get_devices
 from xgraph.ir import Graph, Subgraph
 from xgraph.plugins.base import RUNNER_MODES
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
@@ -113,7 +114,10 @@ def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
     if not isinstance(device, str) or not device.strip():
         raise call.error(f"get_device() returned {device!r}; return a non-empty str such as 'SMFC'")
     runner = _check_runner(call, call("get_runner()", plugin.get_runner))
-    memory = call("get_memory()", plugin.get_memory) if hasattr(plugin, "get_memory") else "device"
+    memory = call("get_memory()", plugin.get_memory) if hasattr(plugin, "get_memory") else None
+    if memory is None:  # as its device says: a plugin on "CPU" works in host memory
+        spec = get_devices().get(device)
+        memory = spec.memory if spec is not None else "device"
     if memory not in ("device", "host"):
         raise call.error(f"get_memory() returned {memory!r}; return 'device' (buffers shared with AI Core/AI CPU/DVPP) "
                          "or 'host' (every tensor in or out is copied)")
