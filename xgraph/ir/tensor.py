@@ -83,6 +83,12 @@ class Tensor(AttrsMixin):
         """The weight's values, or None for non-const tensors."""
         return self._data
 
+    @property
+    def is_tensor_value(self) -> bool:
+        """True for a plain tensor; False for ONNX's other value types (sequences, maps, optionals),
+        whose values are lists, dicts or None rather than arrays."""
+        return self._type_proto is None
+
     def is_static(self) -> bool:
         """True when the shape is fully known (every dim an int)."""
         return self._shape is not None and all(isinstance(d, int) for d in self._shape)

@@ -20,6 +20,7 @@ import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
+from xgraph.runners.result_check import ResultCheck
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
@@ -161,6 +162,7 @@ class _Runtime:
         self.stats_lock = threading.Lock()
         self.worker: threading.Thread | None = None
         self.io: tuple[list, list] | None = None
+        self.result_check: ResultCheck | None = None
         self.closed = False
         self.stats = {"runs": 0, "failures": 0, "total_s": 0.0, "last_s": 0.0, "bytes_in": 0, "bytes_out": 0}
 
@@ -275,11 +277,12 @@ class Runner:
                     rt.stats["failures"] += 1
                 raise
             elapsed = time.perf_counter() - start
-        expected = len(self._io()[1])
-        if not isinstance(results, (list, tuple)) or len(results) != expected:
-            got = f"{len(results)} values" if isinstance(results, (list, tuple)) else type(results).__name__
-            raise RunnerError(f"{self._owner()}: execute returned {got}; it must return a list of "
-                              f"{expected} arrays (one per output tensor)")
+        try:
+            self._check_results(inputs, results)
+        except RunnerError:
+            with rt.stats_lock:
+                rt.stats["failures"] += 1
+            raise
         with rt.stats_lock:
             s = rt.stats
             s["runs"] += 1
@@ -288,6 +291,20 @@ class Runner:
             s["bytes_in"] += sum(getattr(x, "nbytes", 0) for x in inputs)
             s["bytes_out"] += sum(getattr(r, "nbytes", 0) for r in results)
         return list(results)
+
+    def _check_results(self, inputs: list, results: Any) -> None:
+        """One value per output tensor, each of its tensor's dtype and shape (see result_check.py)."""
+        rt = self._rt
+        expected = len(self._io()[1])
+        if not isinstance(results, (list, tuple)) or len(results) != expected:
+            got = f"{len(results)} values" if isinstance(results, (list, tuple)) else type(results).__name__
+            raise RunnerError(f"{self._owner()}: execute returned {got}; it must return a list of "
+                              f"{expected} arrays (one per output tensor)")
+        if rt.result_check is None:
+            inputs_declared, outputs_declared = self._io()
+            rt.result_check = ResultCheck.of(f"{self._owner()}, runner {type(self).__name__}",
+                                             outputs_declared, inputs_declared)
+        rt.result_check(inputs, results)
 
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray]) -> tuple[int, int]:
         """Queue a run that fills the preallocated `outputs` in place; returns (job_id, 0) at once."""

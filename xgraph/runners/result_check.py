@@ -1,0 +1,111 @@
+"""Checking what a runner returns against the tensors it declares, on every run.
+
+A runner (built-in or a plugin's) returns one value per output tensor. Before those values
+reach a caller, the next subgraph or a preallocated buffer, each is checked: a numpy array of
+the declared dtype, of the declared rank, with every fixed dim equal and every symbolic dim
+("batch") bound to one value for the whole run, inputs included. A mismatch fails the job with
+a message naming the subgraph, the runner, the output and what was expected vs returned.
+
+Cost: the expected signature is built once per runner; a check is a few attribute reads per
+output (about 0.5 us each; `benchmarks/result_check.py` measures it).
+
+    >>> import numpy as np
+    >>> check = ResultCheck("runner R", [("y", np.dtype(np.float32), (1, 1000))], [])
+    >>> check([], [np.zeros(3)])
+    Traceback (most recent call last):
+    ...
+    xgraph.errors.RunnerError: runner R: output 'y' must be float32 of shape (1, 1000), got float64 of shape (3,)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from xgraph.errors import RunnerError
+
+#: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
+Signature = tuple[str, "np.dtype | None", "tuple | None"]
+
+
+def _describe(dtype: "np.dtype | None", shape: "tuple | None") -> str:
+    return f"{dtype if dtype is not None else 'any dtype'} of shape {shape if shape is not None else '(any)'}"
+
+
+def _returned(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} of shape {value.shape}"
+    return f"a {type(value).__name__} ({value!r:.60})"
+
+
+class _Output:
+    """One output's expected value, precomputed so the per-run check is a few comparisons."""
+
+    __slots__ = ("name", "dtype", "shape", "static", "rank", "fixed", "symbolic")
+
+    def __init__(self, name: str, dtype: "np.dtype | None", shape: "tuple | None"):
+        self.name, self.dtype, self.shape = name, dtype, shape
+        self.static = shape if shape is not None and all(isinstance(d, int) for d in shape) else None
+        self.rank = None if shape is None else len(shape)
+        self.fixed = () if shape is None else tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int))
+        self.symbolic = () if shape is None else tuple((i, d) for i, d in enumerate(shape) if isinstance(d, str))
+
+
+class ResultCheck:
+    """The output signature of one runner, and the check of one run's results against it."""
+
+    __slots__ = ("owner", "outputs", "inputs", "_symbolic")
+
+    def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
+        self.owner = owner
+        self.outputs = tuple(None if sig is None else _Output(*sig) for sig in outputs)
+        self.inputs = tuple((i, shape) for i, (_, _, shape) in enumerate(inputs)
+                            if shape and any(isinstance(d, str) for d in shape))
+        self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
+
+    @classmethod
+    def of(cls, owner: str, outputs: Sequence, inputs: Sequence) -> "ResultCheck":
+        """The check for tensors (xgraph Tensors); sequence and optional values are not checked."""
+        def signature(t) -> Signature | None:
+            if not t.is_tensor_value:
+                return None
+            return (t.name, t.dtype, None if t.shape is None else tuple(t.shape))
+        return cls(owner, [signature(t) for t in outputs], [signature(t) or (t.name, None, None) for t in inputs])
+
+    def __call__(self, inputs: Sequence, results: Sequence) -> None:
+        """Raise RunnerError naming the first output that does not match its tensor."""
+        bound: dict[str, int] | None = self._bind_inputs(inputs) if self._symbolic else None
+        for out, value in zip(self.outputs, results):
+            if out is None:
+                continue
+            if value.__class__ is not np.ndarray and not isinstance(value, np.ndarray):
+                self._fail(out, value)
+            if out.dtype is not None and value.dtype != out.dtype:
+                self._fail(out, value)
+            if out.static is not None:
+                if value.shape != out.static:
+                    self._fail(out, value)
+                continue
+            if out.rank is None:
+                continue
+            actual = value.shape
+            if len(actual) != out.rank or any(actual[i] != d for i, d in out.fixed):
+                self._fail(out, value)
+            for i, d in out.symbolic:
+                if bound.setdefault(d, actual[i]) != actual[i]:
+                    raise RunnerError(f"{self.owner}: output {out.name!r} has {d}={actual[i]}, but this run bound "
+                                      f"{d}={bound[d]} (shape {out.shape}, got {actual})")
+
+    def _bind_inputs(self, inputs: Sequence) -> dict[str, int]:
+        bound: dict[str, int] = {}
+        for index, shape in self.inputs:
+            value = inputs[index] if index < len(inputs) else None
+            if isinstance(value, np.ndarray) and len(value.shape) == len(shape):
+                for d, a in zip(shape, value.shape):
+                    if isinstance(d, str):
+                        bound.setdefault(d, a)
+        return bound
+
+    def _fail(self, out: _Output, value) -> None:
+        raise RunnerError(f"{self.owner}: output {out.name!r} must be {_describe(out.dtype, out.shape)}, "
+                          f"got {_returned(value)}")
