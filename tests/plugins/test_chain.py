@@ -156,7 +156,7 @@ def test_duck_typed_plugin_without_the_base_class(tmp_path):
     sg = g.get_subgraph("subgraph_a")
     assert record["subgraphs"] == ["subgraph_a"]
     assert sg.get_attrs() == {"compiled": True, "device": "DUCK", "runner": {"run": "duckrunner", "ref": "cpu"},
-                              "memory": "device"}
+                              "memory": "device", "plugin": "duck"}
 
 
 def test_compile_may_touch_its_own_subgraph_ops_and_children(tmp_path):
@@ -255,7 +255,6 @@ BAD = {
     "get_device not str": (plugin_with("get_device", "return None"), r"get_device\(\) returned None"),
     "get_runner raises": (plugin_with("get_runner", "raise ValueError('r')"), r"get_runner\(\) raised ValueError"),
     "get_runner not dict": (plugin_with("get_runner", "return ['cpu']"), r"get_runner\(\) returned a list"),
-    "get_runner without run": (plugin_with("get_runner", "return {'sim': 'cpu'}"), "without a 'run' entry"),
     "get_runner non-str name": (plugin_with("get_runner", "return {'run': 1}"), "not str -> non-empty str"),
     "get_runner unknown mode": (plugin_with("get_runner", "return {'run': 'cpu', 'debug': 'x'}"),
                                 r"unknown mode\(s\) \['debug'\]"),

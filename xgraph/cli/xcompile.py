@@ -113,6 +113,7 @@ class _ProgressBar:
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
     """The device table, crossings and the most common fallback reasons, printed with rich."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(highlight=False)
@@ -132,6 +133,8 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         table.add_row(device or "(none)", str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0)))
     console.print(table)
     console.print(f"host/device crossings: {report['crossings']}")
+    for warning in report.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
         console.print(f"[red]{len(report['unrunnable_ops'])} op(s) nothing on this host can run[/red]: {names}")

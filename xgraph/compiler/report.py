@@ -88,7 +88,22 @@ def report(compiled: Graph) -> dict[str, Any]:
         "options": _options_attr(compiled.name, options),
         "prepare": _attr(compiled, "prepare_summary", {}),
         "plugins": _attr(compiled, "plugin_runs", []),
+        "warnings": runner_warnings(children),
     }
+
+
+def runner_warnings(children) -> list[str]:
+    """One line per device subgraph that cannot run yet: its runner map has no "run" entry
+    (a compile-only plugin), so `create_runner` and the graph runner will refuse it."""
+    warnings = []
+    for child in children:
+        runners = _runner_attr(child)
+        if "run" in runners:
+            continue
+        plugin = child.get_attr("plugin") if child.has_attr("plugin") else None
+        who = f"plugin {plugin!r}" if plugin else f"device {child.get_attr('device') if child.has_attr('device') else '?'}"
+        warnings.append(f"subgraph {child.name!r} runs nowhere yet: {who} registered no runner for mode 'run'")
+    return warnings
 
 
 def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:

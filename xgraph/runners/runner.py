@@ -205,6 +205,12 @@ class Runner:
         if not isinstance(runners, dict):
             raise RunnerError(f"{where}: its 'runner' attr must be a dict mode -> runner name, got {runners!r}")
         if mode not in runners:
+            plugin = subgraph.get_attr("plugin") if subgraph.has_attr("plugin") else None
+            if plugin:
+                raise RunnerError(f"{where}: plugin {plugin!r} registered no runner for mode {mode!r} (its modes: "
+                                  f"{', '.join(sorted(runners)) or 'none'}), so this subgraph compiles but cannot "
+                                  f"run; register one with xgraph.register_runner and name it in the plugin's "
+                                  f"get_runner()")
             raise RunnerError(f"{where} has no runner for mode {mode!r}; it has modes: "
                               f"{', '.join(sorted(runners)) or 'none'}")
         name = runners[mode]
