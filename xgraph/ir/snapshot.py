@@ -183,7 +183,8 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
             g._ops, g._tensors = dict(state.ops), dict(state.tensors)
             g._inputs, g._outputs, g._seq = list(state.inputs), list(state.outputs), state.seq
             _rebuild_op_sets(state)
-        g._touch()  # drop caches (toposort, networkx view) computed from a changed structure
+        g._cache.clear()  # toposort, networkx view... computed from a changed structure
+        g._version = state.version
 
 
 def _parse_type(data: bytes) -> "onnx.TypeProto":
