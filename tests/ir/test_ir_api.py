@@ -15,15 +15,15 @@ from xgraph.ir.onnx.xmodel import to_model_proto
 def small_graph() -> Graph:
     """x -> conv(w) -> relu -> add(relu, conv); a Constant; annotations and attrs everywhere."""
     g = Graph("net")
-    x = g.create_input("x", (1, 3, 8, 8), np.float32)
-    w = g.create_const("w", np.ones((4, 3, 3, 3), np.float32))
-    conv = g.create_op("conv", "Conv", {"pads": [1, 1, 1, 1]}, [x, w])
-    relu = g.create_op("relu", "Relu", inputs=[conv.get_output_tensor()])
-    add = g.create_op("add", "Add", inputs=[relu.get_output_tensor(), conv.get_output_tensor()])
-    g.create_op("k", "Constant", {"value": np.arange(3, dtype=np.float32)})
-    g.set_outputs([add.get_output_tensor()])
-    conv.set_attr("device", "AICORE", onnx_type=None)
-    conv.set_attr("note", {"why": [1, 2]}, onnx_type=None)
+    g.create_input("x", (1, 3, 8, 8), np.float32)
+    g.create_const("w", np.ones((4, 3, 3, 3), np.float32))
+    for name, op_type, attrs, inputs in [("conv", "Conv", {"pads": [1, 1, 1, 1]}, ["x", "w"]),
+                                         ("relu", "Relu", {}, ["conv"]), ("add", "Add", {}, ["relu", "conv"]),
+                                         ("k", "Constant", {"value": np.arange(3, dtype=np.float32)}, [])]:
+        g.create_op(name, op_type, attrs, inputs)
+    g.set_outputs(["add"])
+    g.get_op("conv").set_attr("device", "AICORE", onnx_type=None)
+    g.get_op("conv").set_attr("note", {"why": [1, 2]}, onnx_type=None)
     g.get_tensor("relu").set_attr("layout", "NCHW")
     g.set_attr("origin", {"tool": "test"})
     return g

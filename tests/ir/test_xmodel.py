@@ -93,6 +93,7 @@ def test_serialize_roundtrip_is_lossless(tmp_path_factory, seed, n, values, deep
 def test_onnx_roundtrip_keeps_graph(seed, n):
     g = build(seed, n)
     h = Graph.from_onnx(g.to_onnx())
+    check_links(h)
     s, t = snapshot(g), snapshot(h)
     assert s["ops"] == t["ops"] and s["io"] == t["io"] and sorted(s["tensors"]) == sorted(t["tensors"])
 
