@@ -33,11 +33,11 @@ def link_input(op: Op, index: int, tensor: "Tensor | None") -> None:
 
 
 def unlink_input(op: Op, index: int) -> None:
-    """Empty input slot `index` of `op`, dropping one use from the tensor it read."""
+    """Drop the use of input slot `index` of `op` from the tensor it reads (the slot keeps naming it
+    until `link_input` overwrites it: a removed op still says what it read)."""
     t = op._inputs[index]
     if t is None:
         return
-    op._inputs[index] = None
     n = t._consumers.get(op, 0) - 1
     if n <= 0:
         t._consumers.pop(op, None)
@@ -116,6 +116,28 @@ class GraphBuilder:
         self._tensors[name] = t
         op._outputs.append(t)
         return t
+
+    def remove_op(self, op: Op) -> None:
+        """Take `op` and its output tensors out of the tables, the links and the tree (emptied subgraphs go too)."""
+        for i in range(len(op._inputs)):
+            unlink_input(op, i)
+        for t in op._outputs:
+            del self._tensors[t.name]
+        del self._ops[op.name]
+        self.graph._nested_ops.discard(op)
+        s = self._leaf_of.pop(op)
+        while s is not None:
+            s._ops.discard(op)
+            parent = s._parent
+            if parent is not None and not s._ops:
+                del parent._children[s]
+            s = parent
+
+    def remove_tensor(self, t: Tensor) -> None:
+        """Take an unlinked tensor (weight or graph input) out of the tables."""
+        del self._tensors[t.name]
+        if t in self.graph._inputs:
+            self.graph._inputs.remove(t)
 
     @staticmethod
     def set_tensor_type(t: Tensor, shape, dtype, type_proto=None) -> None:

@@ -143,19 +143,7 @@ class GraphCore(AttrsMixin):
         exposed = [t.name for t in op._outputs if t in outs]
         if exposed:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
-        for i in range(len(op._inputs)):
-            unlink_input(op, i)
-        for t in op._outputs:
-            del self._tensors[t.name]
-        del self._ops[op.name]
-        self._nested_ops.discard(op)
-        s = self._leaf_of.pop(op)
-        while s is not None:
-            s._ops.discard(op)
-            parent = s._parent
-            if parent is not None and not s._ops:
-                del parent._children[s]
-            s = parent
+        GraphBuilder(self).remove_op(op)
         self._touch()
 
     def remove_tensor(self, tensor: "Tensor | str") -> None:
@@ -164,9 +152,7 @@ class GraphCore(AttrsMixin):
         implicit = self._nested_ops and t in self._implicit_index()[1]
         if t._producer is not None or t._consumers or implicit or t in self._output_set():
             raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
-        del self._tensors[t.name]
-        if t in self._inputs:
-            self._inputs.remove(t)
+        GraphBuilder(self).remove_tensor(t)
         self._touch()
 
     def replace_uses(self, old: "Tensor | str", new: "Tensor | str") -> None:
@@ -189,7 +175,7 @@ class GraphCore(AttrsMixin):
                 if t is old:
                     unlink_input(c, i)
                     link_input(c, i, new)
-        self._outputs = [new if t is old else t for t in self._outputs]
+        GraphBuilder(self).set_outputs([new if t is old else t for t in self._outputs])
         self._touch()
 
     def _set_input(self, op: Op, index: int, tensor: "Tensor | None") -> None:
@@ -206,7 +192,7 @@ class GraphCore(AttrsMixin):
 
     def set_outputs(self, tensors: Iterable["Tensor | str"]) -> None:
         """Declare the graph outputs, in order."""
-        self._outputs = [self._check_own_tensor(t, "a graph output") for t in tensors]
+        GraphBuilder(self).set_outputs([self._check_own_tensor(t, "a graph output") for t in tensors])
         self._touch()
 
     def add_output(self, tensor: "Tensor | str") -> None:
@@ -219,7 +205,7 @@ class GraphCore(AttrsMixin):
         bad = [t.name for t in ts if t._producer is not None or t._data is not None]
         if bad:
             raise GraphError(f"graph {self.name!r}: {bad} cannot be graph inputs (produced by an op, or weights)")
-        self._inputs = ts
+        GraphBuilder(self).set_inputs(ts)
         self._touch()
 
     # -- queries -------------------------------------------------------------------------------
