@@ -7,9 +7,7 @@ opsets, IR version, model info, functions).
 """
 from __future__ import annotations
 
-import sys
 import textwrap
-import types
 from pathlib import Path
 
 import numpy as np

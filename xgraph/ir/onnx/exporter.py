@@ -36,16 +36,10 @@ def _elem_type(dtype: np.dtype | None) -> int:
         return onnx.TensorProto.UNDEFINED
 
 
-def _shape_dtype(t: "Tensor", types: Types | None) -> tuple:
-    if types:
-        over = types.get(t.name)
-        if over is not None:
-            return over
-    return t._shape, t._dtype
-
-
 def _typed(t: "Tensor", types: Types | None) -> bool:
-    return t._type_proto is not None or _shape_dtype(t, types)[1] is not None
+    if t._type_proto is not None or t._dtype is not None:
+        return True
+    return bool(types) and t.name in types and types[t.name][1] is not None
 
 
 def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
@@ -54,7 +48,9 @@ def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
         vi = onnx.ValueInfoProto(name=t.name)
         vi.type.CopyFrom(t._type_proto)
         return vi
-    shape, dtype = _shape_dtype(t, types)
+    shape, dtype = t._shape, t._dtype
+    if types:
+        shape, dtype = types.get(t.name, (shape, dtype))
     if dtype is None:
         return onnx.ValueInfoProto(name=t.name)  # type unknown: left for shape inference
     shape = None if shape is None else [d if isinstance(d, (int, str)) else None for d in shape]
@@ -104,8 +100,13 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
     out_set = set(outputs)
     nodes = [_node(op, out_set) for op in ops]
     io = set(inputs) | out_set
-    value_infos = [value_info(t, types) for op in ops for t in op._outputs
-                   if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types)]
+    if types:
+        value_infos = [value_info(t, types) for op in ops for t in op._outputs
+                       if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types)]
+    else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
+        value_infos = [value_info(t) for op in ops for t in op._outputs
+                       if t not in io and not _is_unused_placeholder(t, out_set)
+                       and (t._dtype is not None or t._type_proto is not None)]
     initializers = [array_to_tensor(t._data, t.name) for t in consts]
     graph_inputs = [value_info(t, types) for t in inputs]
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
