@@ -74,7 +74,8 @@ def mutate(g: Graph, kind: str, pick: int) -> None:
     elif kind == "shape":
         g.get_tensors()[pick % len(g.get_tensors())].shape = (pick,)
     elif kind == "rename_tensor":
-        g.get_tensors()[pick % len(g.get_tensors())].name = f"renamed{pick}"
+        t = g.get_tensors()[pick % len(g.get_tensors())]
+        t.name = f"renamed{pick}_{t.name}"  # never the name of another tensor
     elif kind == "opset":
         g.opset_imports["custom"] = pick % 5 + 1
     elif kind == "ir_version":

@@ -22,6 +22,7 @@ from xgraph.ir.copying import copy_graph
 from xgraph.ir.nested import outer_names
 from xgraph.ir.op import Op
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
+from xgraph.ir.state_diff import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.template import find_matches
 from xgraph.ir.tensor import Tensor
@@ -400,6 +401,13 @@ class GraphCore(AttrsMixin):
     def restore(self, state: "GraphState") -> None:
         """Put this graph back exactly as `state` (from `snapshot()`) recorded it, the same objects included."""
         restore_state(self, state)
+
+    def changes_since(self, state: "GraphState") -> StateDiff:
+        """What differs now from `state` (from `snapshot()`), per op, tensor, subgraph and model fact.
+
+        Compares in place, O(ops + tensors + subgraphs); nothing is captured again.
+        """
+        return changes_since(self, state)
 
     def _export_subgraph(self, subgraph: Subgraph) -> onnx.ModelProto:
         """`Subgraph.to_onnx`, provided by the class that knows the ONNX codec (`xgraph.Graph`)."""

@@ -11,8 +11,8 @@ attrs, and each op's leaf; the model-level facts (opset imports, IR version, mod
 functions). Restoring brings back the same objects (a merge is undone by putting the
 pre-merge Subgraphs back, so references held elsewhere stay valid).
 
-Two states of one graph can be compared field by field (the chain's before/after check,
-`xgraph.plugins.snapshot`). Attr values are copied with their nested dicts and lists;
+`Graph.changes_since(state)` (`xgraph.ir.state_diff`) says what differs now, by kind; the
+plugin chain's before/after check (`xgraph.plugins.snapshot`) is built on it. Attr values are copied with their nested dicts and lists;
 arrays are shared, which is safe because weights and ONNX tensor attributes are stored
 read-only. Cost: O(ops + tensors + subgraphs) time and memory per capture.
 """
@@ -122,25 +122,30 @@ def copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     return attrs.copy()
 
 
-def _type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
+def type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
+    """A TypeProto as comparable bytes (None stays None)."""
     return None if tp is None else tp.SerializeToString(deterministic=True)
 
 
 def capture_state(g: "GraphCore") -> GraphState:
     """The state of `g` now (`Graph.snapshot`)."""
+    new = tuple.__new__  # NamedTuple's own __new__ is a Python call: this is the C one, same result
     with collector_paused():
         functions = tuple(g.functions)
         return GraphState(
             graph=g, version=g._version, name=g.name, attrs=copy_attrs(g._attrs),
             ops=dict(g._ops), tensors=dict(g._tensors), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
-            op_states={op: OpState(op.name, op.type, op.domain, op.doc_string, copy_attrs(op._attrs),
-                                   op._attr_types.copy(), tuple(op._inputs), tuple(op._outputs))
+            op_states={op: new(OpState, (op.name, op.type, op.domain, op.doc_string,
+                                         copy_attrs(op._attrs) if op._attrs else {}, op._attr_types.copy(),
+                                         tuple(op._inputs), tuple(op._outputs)))
                        for op in g._ops.values()},
-            tensor_states={t: TensorState(t.name, t._shape, t._dtype, t._producer, t._consumers.copy(), t._data,
-                                          copy_attrs(t._attrs), _type_bytes(t._type_proto))
+            tensor_states={t: new(TensorState, (t.name, t._shape, t._dtype, t._producer, t._consumers.copy(), t._data,
+                                                copy_attrs(t._attrs) if t._attrs else {},
+                                                None if t._type_proto is None else type_bytes(t._type_proto)))
                            for t in g._tensors.values()},
             root=g._root,
-            subgraphs={sg: SubgraphState(sg._name, sg._parent, tuple(sg._children), copy_attrs(sg._attrs))
+            subgraphs={sg: new(SubgraphState, (sg._name, sg._parent, tuple(sg._children),
+                                               copy_attrs(sg._attrs) if sg._attrs else {}))
                        for sg in g.iter_subgraphs()},
             leaf_of=dict(g._leaf_of),
             model=ModelState(dict(g.opset_imports), g.ir_version, copy_value(g.model_info), functions,
@@ -170,7 +175,7 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
         for t, s in state.tensor_states.items():
             t.name, t._shape, t._dtype, t._producer = s.name, s.shape, s.dtype, s.producer
             t._consumers, t._data, t._attrs = s.consumers.copy(), s.data, copy_attrs(s.attrs)
-            if _type_bytes(t._type_proto) != s.type_proto:
+            if type_bytes(t._type_proto) != s.type_proto:
                 t._type_proto = None if s.type_proto is None else _parse_type(s.type_proto)
         m = state.model
         g.opset_imports, g.ir_version = dict(m.opset_imports), m.ir_version
