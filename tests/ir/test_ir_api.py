@@ -217,3 +217,28 @@ def test_weights_and_tensor_attributes_are_read_only_everywhere(tmp_path):
                         value[...] = 42
     assert np.array_equal(Graph.from_onnx(model).get_tensor("w").data, [1.0, 2.0])
     assert np.array_equal(g.get_op("k").get_attr("value"), [0, 1, 2])
+
+
+def test_changes_since_names_each_kind_of_change_and_nothing_else():
+    g = small_graph()
+    g.get_root_subgraph().create_child_subgraph()
+    state = g.snapshot()
+    empty = g.changes_since(state)
+    assert (empty.structure, empty.name, empty.graph_attrs, empty.model, empty.ops, empty.tensors,
+            empty.subgraph_attrs, empty.subgraph_children, empty.new_subgraphs) == \
+        (False, False, [], [], {}, {}, {}, set(), {})
+    leaf = g.get_leaf_subgraph("relu")
+    g.get_tensor("relu").name = "sneaky"
+    g.get_op("conv").get_attr("note")["why"].append(3)
+    leaf.set_attr("device", "X")
+    g.ir_version = 3
+    diff = g.changes_since(state)
+    assert not diff.structure and diff.model == [f"the model's IR version ({state.model.ir_version} -> 3)"]
+    assert diff.tensors == {g.get_tensor("relu"): "the name of tensor 'relu' (now 'sneaky')"}
+    assert diff.ops == {g.get_op("conv"): ["attrs ['note'] of op 'conv'"]}
+    assert diff.subgraph_attrs == {leaf: ["device"]}
+    g.restore(state)
+    check_links(g)
+    assert g.get_tensor("relu").name == "relu" and g.changes_since(state).tensors == {}
+    g.create_op("late", "Relu", inputs=["add"])
+    assert g.changes_since(state).structure
