@@ -15,7 +15,7 @@ from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": "xgraph.ir.onnx.xmodel",
+    "load": "xgraph.ir.graph",
     "compile": "xgraph.compiler.pipeline",
     "report": "xgraph.compiler.report",
     "Runner": "xgraph.runners.runner",

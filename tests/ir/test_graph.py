@@ -140,6 +140,7 @@ def test_toposort_deterministic_and_independent_of_rewiring():
     b = g.create_op("b", "Neg", inputs=[x])
     g.create_op("c", "Add", inputs=[a.get_output_tensor(), b.get_output_tensor()])
     a.set_input(0, b.get_output_tensor())  # a now comes after b
+    check_links(g)
     order = [op.name for op in g.toposort()]
     assert order == ["b", "a", "c"] and order == [op.name for op in g.toposort()]
     onnx.checker.check_model(g.to_onnx())  # exported in a valid order

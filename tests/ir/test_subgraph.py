@@ -70,6 +70,7 @@ def test_merge_children_raises_exactly_on_cycles(seed, n, p, picks):
         assert nx.is_directed_acyclic_graph(quotient(root, []))
         root.toposort_child_subgraph()
     check_tree(g)
+    check_links(g)
 
 
 @settings(max_examples=30, deadline=None)
@@ -103,6 +104,7 @@ def test_merge_refuses_bad_requests_without_change():
     with pytest.raises(XGraphError, match="already has children"):
         root.create_child_subgraph()
     assert tree_snapshot(g) == before
+    check_links(g)
 
 
 def test_boundary_tensors_xir_semantics():
@@ -125,6 +127,7 @@ def test_boundary_tensors_xir_semantics():
     assert [s.name for s in root.toposort_child_subgraph()] == ["subgraph_a", "subgraph_c"]
     assert ab.has_op("b") and not ab.has_op("c") and g.get_subgraph("subgraph_c") is cs
     assert ab.is_leaf and not root.is_leaf and root.is_root and ab.depth == 1 and root.is_child(ab)
+    check_links(g)
 
 
 def test_subgraph_to_onnx_runs_alone():
@@ -134,6 +137,7 @@ def test_subgraph_to_onnx_runs_alone():
     root.create_child_subgraph()
     kids = root.toposort_child_subgraph()
     sg = root.merge_children(set(kids[3:8]))
+    check_links(g)
     m = sg.to_onnx()
     import onnx
     onnx.checker.check_model(m, full_check=True)
@@ -166,6 +170,7 @@ def test_nested_graph_reads_are_implicit_inputs():
     assert [t.name for t in root.find_child_subgraph_by_op("relu").get_output_tensors()] == ["h"]
     with pytest.raises(XGraphError, match="consumers"):
         g.remove_op("relu")
+    check_links(g)
     sub = s_if.to_onnx()
     onnx.checker.check_model(sub, full_check=True)
     import onnxruntime as ort

@@ -214,7 +214,7 @@ def test_plan_merge_several_labels():
     labels = {g.get_leaf_subgraph(n): dev for n, dev in device.items()}
     groups = plan_merge(g.get_root_subgraph(), labels)
     assert [sorted(sg.name[-1] for sg in group) for group in groups] == [["a", "d"], ["b", "e"], ["c", "f"]]
-    g._apply_merges(g.get_root_subgraph(), groups, check_cycles=False)
+    g.get_root_subgraph().merge_child_groups(groups, check_cycles=False)
     assert_partition_sound(g)
 
 
@@ -413,7 +413,7 @@ def test_plan_merge_with_several_labels(case):
     assert all(len({labels[c] for c in group}) == 1 for group in groups)
     per_label = Counter(labels[group[0]] for group in groups)
     assert all(per_label[label] <= bound[label] for label in bound)
-    g._apply_merges(root, groups, check_cycles=False)
+    root.merge_child_groups(groups, check_cycles=False)
     assert_partition_sound(g)
     assert unlabelled <= root.get_children()
 

@@ -1,9 +1,11 @@
-"""GraphSnapshot: any sequence of API mutations is undone exactly, and reported by `changes`."""
+"""GraphSnapshot (over Graph.snapshot/restore): any sequence of API mutations, model-level facts and
+renames included, is undone exactly, and reported by `changes`."""
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
+import onnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,11 +38,14 @@ def full_state(g: Graph):
            for op in g.toposort()]
     tensors = sorted((t.name, t.shape, repr(sorted(t.get_attrs().items())), tuple(c.name for c in t.consumers))
                      for t in g.get_tensors())
-    return repr(sorted(g.get_attrs().items())), tree, ops, tensors, [t.name for t in g.get_output_tensors()]
+    model = (g.name, sorted(g.opset_imports.items()), g.ir_version, repr(g.model_info),
+             [f.SerializeToString() for f in g.functions], [op.doc_string for op in g.get_ops()])
+    return repr(sorted(g.get_attrs().items())), tree, ops, tensors, [t.name for t in g.get_output_tensors()], model
 
 
 MUTATIONS = st.lists(st.tuples(st.sampled_from(["merge", "graph_attr", "sg_attr", "op_attr", "tensor_attr",
-                                                "add_op", "split_leaf", "shape"]),
+                                                "add_op", "split_leaf", "shape", "rename_tensor", "opset",
+                                                "ir_version", "model_info", "function", "doc"]),
                                st.integers(0, 10_000)), min_size=1, max_size=8)
 
 
@@ -68,6 +73,22 @@ def mutate(g: Graph, kind: str, pick: int) -> None:
             leaf.create_child_subgraph()
     elif kind == "shape":
         g.get_tensors()[pick % len(g.get_tensors())].shape = (pick,)
+    elif kind == "rename_tensor":
+        t = g.get_tensors()[pick % len(g.get_tensors())]
+        t.name = f"renamed{pick}_{t.name}"  # never the name of another tensor
+    elif kind == "opset":
+        g.opset_imports["custom"] = pick % 5 + 1
+    elif kind == "ir_version":
+        g.ir_version = pick % 3 + 3
+    elif kind == "model_info":
+        g.model_info.setdefault("metadata", {})["k"] = str(pick)
+    elif kind == "function":
+        if g.functions and pick % 2:
+            g.functions[0].name = f"f{pick}"  # in place
+        else:
+            g.functions.append(onnx.FunctionProto(name=f"f{pick}", domain="custom"))
+    elif kind == "doc":
+        ops[pick % len(ops)].doc_string = f"doc {pick}"
 
 
 @settings(max_examples=60, deadline=None)

@@ -92,7 +92,7 @@ def gate_runner():
 def test_create_runner_without_runner_attr_names_subgraph_and_device():
     graph = relu_add_graph()
     sg = only_child(graph)
-    sg._attrs.pop("runner")
+    sg.del_attr("runner")
     with pytest.raises(RunnerError, match=rf"subgraph '{sg.name}' \(device CPU\).*compile"):
         Runner.create_runner(sg)
 

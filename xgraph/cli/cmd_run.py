@@ -94,7 +94,7 @@ def load_compiled(args: argparse.Namespace) -> "Graph":
 # -- inputs --------------------------------------------------------------------------------------
 
 def _is_tensor(t: "Tensor") -> bool:
-    return getattr(t, "_type_proto", None) is None
+    return t.type_proto is None
 
 
 def _load_array_file(path: Path, what: str) -> np.ndarray | dict[str, np.ndarray]:

@@ -46,7 +46,7 @@ def load_for_compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.
     elif not isinstance(graph_or_path, (str, bytes, os.PathLike)):
         raise XGraphError(f"compile takes a Graph, an onnx.ModelProto, bytes or a path, got "
                           f"{type(graph_or_path).__name__}")
-    from xgraph.ir.onnx.xmodel import load
+    from xgraph.ir.graph import load
     graph = load(graph_or_path)
     if not graph.get_root_subgraph().is_leaf or any(op.is_annotation(k) for op in graph.get_ops()
                                                     for k in COMPILE_ANNOTATIONS):

@@ -394,7 +394,7 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
             raise PartitionError(f"the placement proposal names unknown device {device!r}; known: {', '.join(devices)}")
         labels[child] = device
     groups = plan_merge(root, labels)
-    merged = graph._apply_merges(root, groups, check_cycles=False)
+    merged = root.merge_child_groups(groups, check_cycles=False)
     for group, sg in zip(groups, merged):
         spec = devices[labels[group[0]]]
         sg.set_attr("device", spec.name)

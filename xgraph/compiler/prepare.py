@@ -30,75 +30,9 @@ _NONDETERMINISTIC = frozenset({"Bernoulli", "Multinomial"})
 # ------------------------------------------------------------------------------------ copy
 
 def copy_graph(graph: Graph, drop_annotations: Sequence[str] = ()) -> Graph:
-    """A deep copy for compiling: ops (typed attributes, annotations, doc strings), tensors (shapes,
-    dtypes, attrs), weights (arrays shared, never written), inputs/outputs, opsets, functions,
-    model info and graph attrs. The subgraph tree is not copied: compiling builds a new one.
-    Op annotations named in `drop_annotations` (an earlier compile's) are left out.
-    """
-    new = Graph(graph.name)
-    new.opset_imports = dict(graph.opset_imports)
-    new.ir_version = graph.ir_version
-    new.model_info = _plain_copy(graph.model_info)
-    for f in graph.functions:
-        proto = onnx.FunctionProto()
-        proto.CopyFrom(f)
-        new.functions.append(proto)
-    for k, v in graph.get_attrs().items():
-        new.set_attr(k, _plain_copy(v))
-    inputs = set(graph.get_input_tensors())
-    for t in graph.get_tensors():
-        if t in inputs:
-            _copy_tensor_info(t, new.create_input(t.name, t.shape, t.dtype))
-        elif t.is_const:
-            _copy_tensor_info(t, new.create_const(t.name, t.data))
-        elif t.producer is None:  # a dangling tensor: neither input, weight nor op output
-            _copy_tensor_info(t, new.create_input(t.name, t.shape, t.dtype))
-    for op in _creation_order(graph):
-        copy = new.create_op(op.name, op.type, inputs=[None if t is None else t.name for t in op.get_input_tensors()],
-                             domain=op.domain, outputs=[t.name for t in op.get_output_tensors()])
-        copy.doc_string = op.doc_string
-        for key, value in op.get_attrs().items():
-            if key in drop_annotations and op.is_annotation(key):
-                continue
-            kind = None if op.is_annotation(key) else op._attr_types[key]
-            copy.set_attr(key, _plain_copy(value), onnx_type=kind)
-        for t, tc in zip(op.get_output_tensors(), copy.get_output_tensors()):
-            _copy_tensor_info(t, tc)
-    new.set_inputs([t.name for t in graph.get_input_tensors()])
-    new.set_outputs([t.name for t in graph.get_output_tensors()])
-    return new
-
-
-def _creation_order(graph: Graph) -> list[Op]:
-    seen: set[Op] = set()
-    ops = graph.get_ops()
-    for op in ops:
-        if any(p not in seen for p in op.get_input_ops()):
-            return graph.toposort()
-        seen.add(op)
-    return ops
-
-
-def _copy_tensor_info(src: Tensor, dst: Tensor) -> None:
-    if not dst.is_const:
-        dst.shape, dst.dtype = src.shape, src.dtype
-    dst._type_proto = src._type_proto  # protobuf TypeProtos are never mutated after import
-    for k, v in src.get_attrs().items():
-        dst.set_attr(k, _plain_copy(v))
-
-
-def _plain_copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_copy(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, onnx.GraphProto):
-        g = onnx.GraphProto()
-        g.CopyFrom(value)
-        return g
-    return value
+    """A deep copy for compiling (`Graph.copy`): everything but the subgraph tree, which compiling
+    builds anew; op annotations named in `drop_annotations` (an earlier compile's) are left out."""
+    return graph.copy(drop_annotations=drop_annotations)
 
 
 # ---------------------------------------------------------------------------- nested graphs

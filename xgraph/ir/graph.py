@@ -1,26 +1,22 @@
-"""Graph: ops, tensors, weights, graph inputs/outputs, and the subgraph tree over the ops."""
+"""Graph: the public graph class, `GraphCore` plus reading and writing ONNX and .xmodel files.
+
+This module sits above the codec (`xgraph/ir/onnx/`): the codec builds graphs of the class
+it is given and never imports this module, so the IR has no import cycle. `load` (re-exported
+as `xgraph.load`) lives here for the same reason.
+"""
 from __future__ import annotations
 
-import heapq
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import numpy as np
 import onnx
 
-from xgraph.errors import GraphError
-from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.op import Op
+from xgraph.ir.graph_core import GraphCore
+from xgraph.ir.onnx import exporter, importer, xmodel
 from xgraph.ir.subgraph import Subgraph
-from xgraph.ir.tensor import Tensor
-
-if TYPE_CHECKING:
-    import networkx as nx
-
-    from xgraph.ir.template import GraphTemplate
 
 
-class Graph(AttrsMixin):
+class Graph(GraphCore):
     """A framework-neutral computation graph, imported from or exported to ONNX.
 
     Ops are kept in insertion order. Since `create_op` needs its inputs to exist, insertion
@@ -28,422 +24,37 @@ class Graph(AttrsMixin):
     is deterministic either way (Kahn's algorithm, ties broken by insertion order).
     """
 
-    def __init__(self, name: str = "graph"):
-        self.name = name
-        self._ops: dict[str, Op] = {}
-        self._tensors: dict[str, Tensor] = {}
-        self._inputs: list[Tensor] = []
-        self._outputs: list[Tensor] = []
-        self._attrs: dict[str, Any] = {}
-        self._seq = 0
-        self._version = 0
-        self._cache: dict[str, Any] = {}
-        self._leaf_of: dict[Op, Subgraph] = {}
-        self._nested_ops: set[Op] = set()  # ops with graph attributes (If/Loop/Scan bodies)
-        self._root = Subgraph(self, "root", None)
-        #: ONNX model-level facts kept for a faithful export.
-        self.opset_imports: dict[str, int] = {"": onnx.defs.onnx_opset_version()}
-        self.ir_version: int = onnx.IR_VERSION
-        self.model_info: dict[str, Any] = {}
-        self.functions: list[onnx.FunctionProto] = []
-
-    def __repr__(self) -> str:
-        return f"Graph({self.name!r}, ops={len(self._ops)}, tensors={len(self._tensors)})"
-
-    # -- construction --------------------------------------------------------------------------
     @classmethod
     def from_onnx(cls, model: "str | Path | bytes | onnx.ModelProto", *, infer_shapes: bool = True) -> "Graph":
         """Import an ONNX model (path, bytes or ModelProto); shapes come from onnx shape inference."""
-        from xgraph.ir.onnx.importer import graph_from_onnx
-        return graph_from_onnx(model, infer_shapes=infer_shapes)
+        return importer.graph_from_onnx(model, infer_shapes=infer_shapes, graph_class=cls)
 
     def to_onnx(self) -> onnx.ModelProto:
-        """Export as an ONNX ModelProto that onnx.checker accepts and onnxruntime runs."""
-        from xgraph.ir.onnx.exporter import graph_to_onnx
-        return graph_to_onnx(self)
+        """Export as an ONNX ModelProto that onnx.checker accepts and onnxruntime runs; the graph is not changed."""
+        return exporter.graph_to_onnx(self)
 
     def serialize(self, path: "str | Path") -> None:
         """Write a lossless .xmodel (graph, weights, subgraph tree, all attrs) to `path`."""
-        from xgraph.ir.onnx.xmodel import serialize
-        serialize(self, path)
+        xmodel.serialize(self, path)
 
     @classmethod
     def deserialize(cls, path: "str | Path | bytes") -> "Graph":
         """Read an .xmodel written by `serialize`."""
-        from xgraph.ir.onnx.xmodel import deserialize
-        return deserialize(path)
-
-    def _touch(self) -> None:
-        self._version += 1
-        self._cache.clear()
-
-    def _check_new_name(self, name: str, what: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise GraphError(f"graph {self.name!r}: {what} needs a non-empty str name, got {name!r}")
-
-    def _check_own_tensor(self, t: Any, where: str) -> Tensor:
-        if isinstance(t, str):
-            t = self.get_tensor(t)
-        if not isinstance(t, Tensor) or self._tensors.get(t.name) is not t:
-            raise GraphError(f"graph {self.name!r}: {where} is {t!r}, which is not a tensor of this graph")
-        return t
-
-    def create_input(self, name: str, shape: Sequence | None = None, dtype=np.float32) -> Tensor:
-        """Add a graph input tensor."""
-        self._check_new_name(name, "an input")
-        if name in self._tensors:
-            raise GraphError(f"graph {self.name!r} already has a tensor named {name!r}")
-        t = Tensor(self, name, shape, dtype)
-        self._tensors[name] = t
-        self._inputs.append(t)
-        self._touch()
-        return t
-
-    def create_const(self, name: str, array) -> Tensor:
-        """Add a weight: a const tensor with data and no producer."""
-        self._check_new_name(name, "a const")
-        if name in self._tensors:
-            raise GraphError(f"graph {self.name!r} already has a tensor named {name!r}")
-        t = Tensor(self, name, data=np.asarray(array))
-        self._tensors[name] = t
-        self._touch()
-        return t
-
-    def create_op(self, name: str, type: str, attrs: dict[str, Any] | None = None,
-                  inputs: Sequence["Tensor | str | None"] | None = None, domain: str = "",
-                  num_outputs: int = 1, outputs: Sequence[str] | None = None) -> Op:
-        """Add an op reading `inputs` (Tensor, name or None) and writing new output tensors.
-
-        Outputs are named `outputs` when given, else the op's name (one output) or
-        "<name>:<i>". The op joins the root and, if the root already has children, a new
-        leaf child of its own, so every level still partitions its parent.
-        """
-        self._check_new_name(name, "an op")
-        if name in self._ops:
-            raise GraphError(f"graph {self.name!r} already has an op named {name!r}")
-        if not isinstance(type, str) or not type:
-            raise GraphError(f"op {name!r}: type must be a non-empty str, got {type!r}")
-        in_tensors = [None if t is None or t == "" else self._check_own_tensor(t, f"input {i} of op {name!r}")
-                      for i, t in enumerate(inputs or [])]
-        if outputs is None:
-            outputs = [name] if num_outputs == 1 else [f"{name}:{i}" for i in range(num_outputs)]
-        outputs = list(outputs)
-        if len(set(outputs)) != len(outputs) or any(not isinstance(o, str) or not o for o in outputs):
-            raise GraphError(f"op {name!r}: output names must be distinct non-empty strs, got {outputs!r}")
-        taken = [o for o in outputs if o in self._tensors]
-        if taken:
-            raise GraphError(f"op {name!r}: output tensor name(s) {taken} already exist in graph {self.name!r}")
-        # plan done: nothing below can fail
-        op = Op(self, name, type, domain, self._seq)
-        self._seq += 1
-        for k, v in (attrs or {}).items():
-            op.set_attr(k, v, onnx_type=0)
-        op._link_inputs(in_tensors)
-        for o in outputs:
-            t = Tensor(self, o)
-            t._producer = op
-            self._tensors[o] = t
-            op._outputs.append(t)
-        self._ops[name] = op
-        self._add_to_tree(op)
-        self._touch()
-        return op
-
-    def _add_to_tree(self, op: Op) -> None:
-        self._root._ops.add(op)
-        if self._root._children:
-            child = Subgraph(self, f"subgraph_{op.name}", self._root, (op,))
-            self._root._children[child] = None
-            self._leaf_of[op] = child
-        else:
-            self._leaf_of[op] = self._root
-
-    def remove_op(self, op: "Op | str") -> None:
-        """Remove an op whose outputs nobody reads (and that are not graph outputs)."""
-        op = self._resolve_op(op)
-        readers = self._implicit_index()[1] if self._nested_ops else {}
-        used = [t.name for t in op._outputs if t._consumers or t in readers]
-        if used:
-            raise GraphError(f"cannot remove op {op.name!r}: its output(s) {used} still have consumers")
-        outs = self._output_set()
-        exposed = [t.name for t in op._outputs if t in outs]
-        if exposed:
-            raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
-        for i in range(len(op._inputs)):
-            op._unlink_input(i)
-        for t in op._outputs:
-            del self._tensors[t.name]
-        del self._ops[op.name]
-        self._nested_ops.discard(op)
-        s = self._leaf_of.pop(op)
-        while s is not None:
-            s._ops.discard(op)
-            parent = s._parent
-            if parent is not None and not s._ops:
-                del parent._children[s]
-            s = parent
-        self._touch()
-
-    def remove_tensor(self, tensor: "Tensor | str") -> None:
-        """Remove an unused weight or graph input."""
-        t = self._check_own_tensor(tensor, "the tensor to remove")
-        implicit = self._nested_ops and t in self._implicit_index()[1]
-        if t._producer is not None or t._consumers or implicit or t in self._output_set():
-            raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
-        del self._tensors[t.name]
-        if t in self._inputs:
-            self._inputs.remove(t)
-        self._touch()
-
-    def replace_uses(self, old: "Tensor | str", new: "Tensor | str") -> None:
-        """Make every reader of `old` (ops and graph outputs) read `new` instead.
-
-        The op producing `new` keeps reading `old`, so inserting an op after a tensor is
-        `create_op(..., inputs=[old])` followed by `replace_uses(old, new_op_output)`.
-        """
-        old = self._check_own_tensor(old, "the tensor to replace")
-        new = self._check_own_tensor(new, "the replacement tensor")
-        if old is new:
-            return
-        readers = [c for c in old._consumers if c is not new._producer]
-        if new._producer is not None:
-            for c in readers:
-                if self._reaches(c, new._producer):
-                    raise GraphError(f"replacing {old.name!r} by {new.name!r} would create a cycle through {c.name!r}")
-        for c in readers:
-            for i, t in enumerate(c._inputs):
-                if t is old:
-                    c._unlink_input(i)
-                    c._inputs[i] = new
-                    new._consumers[c] = new._consumers.get(c, 0) + 1
-        self._outputs = [new if t is old else t for t in self._outputs]
-        self._touch()
-
-    def set_outputs(self, tensors: Iterable["Tensor | str"]) -> None:
-        """Declare the graph outputs, in order."""
-        self._outputs = [self._check_own_tensor(t, "a graph output") for t in tensors]
-        self._touch()
-
-    def add_output(self, tensor: "Tensor | str") -> None:
-        """Append a graph output."""
-        self.set_outputs(self._outputs + [self._check_own_tensor(tensor, "a graph output")])
-
-    def set_inputs(self, tensors: Iterable["Tensor | str"]) -> None:
-        """Reorder the graph inputs (the same tensors, or a subset of producer-less non-const tensors)."""
-        ts = [self._check_own_tensor(t, "a graph input") for t in tensors]
-        bad = [t.name for t in ts if t._producer is not None or t._data is not None]
-        if bad:
-            raise GraphError(f"graph {self.name!r}: {bad} cannot be graph inputs (produced by an op, or weights)")
-        self._inputs = ts
-        self._touch()
-
-    # -- queries -------------------------------------------------------------------------------
-    def get_name(self) -> str:
-        """The graph's name."""
-        return self.name
-
-    def get_ops(self) -> list[Op]:
-        """All ops in insertion order."""
-        return list(self._ops.values())
-
-    def get_op_num(self) -> int:
-        """Number of ops."""
-        return len(self._ops)
-
-    def get_op(self, name: str) -> Op:
-        """The op called `name`; GraphError if there is none."""
-        try:
-            return self._ops[name]
-        except (KeyError, TypeError):
-            raise GraphError(f"graph {self.name!r} has no op named {name!r}") from None
-
-    def has_op(self, name: str) -> bool:
-        """True when an op called `name` exists."""
-        return name in self._ops
-
-    def _resolve_op(self, op: "Op | str", strict: bool = True) -> Op | None:
-        if isinstance(op, Op):
-            if self._ops.get(op.name) is op:
-                return op
-            if strict:
-                raise GraphError(f"op {op.name!r} does not belong to graph {self.name!r}")
-            return None
-        found = self._ops.get(op) if isinstance(op, str) else None
-        if found is None and strict:
-            raise GraphError(f"graph {self.name!r} has no op named {op!r}")
-        return found
-
-    def get_tensors(self) -> list[Tensor]:
-        """All tensors (inputs, weights, op outputs) in creation order."""
-        return list(self._tensors.values())
-
-    def get_tensor(self, name: str) -> Tensor:
-        """The tensor called `name`; GraphError if there is none."""
-        try:
-            return self._tensors[name]
-        except (KeyError, TypeError):
-            raise GraphError(f"graph {self.name!r} has no tensor named {name!r}") from None
-
-    def has_tensor(self, name: str) -> bool:
-        """True when a tensor called `name` exists."""
-        return name in self._tensors
-
-    def get_const_tensors(self) -> list[Tensor]:
-        """The weights."""
-        return [t for t in self._tensors.values() if t._data is not None]
-
-    def get_input_tensors(self) -> list[Tensor]:
-        """Graph inputs (not weights), in model order."""
-        return list(self._inputs)
-
-    def get_output_tensors(self) -> list[Tensor]:
-        """Graph outputs, in model order."""
-        return list(self._outputs)
-
-    def _output_set(self) -> set[Tensor]:
-        s = self._cache.get("outputs")
-        if s is None:
-            s = self._cache["outputs"] = set(self._outputs)
-        return s
-
-    def toposort(self) -> list[Op]:
-        """Ops in a deterministic topological order (insertion order breaks ties). O((V+E) log V)."""
-        order = self._cache.get("topo")
-        if order is None:
-            order = self._cache["topo"] = self._kahn()
-        return list(order)
-
-    def _kahn(self) -> list[Op]:
-        indeg = {op: len(op.get_input_ops()) for op in self._ops.values()}
-        heap = [op for op, n in indeg.items() if n == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            op = heapq.heappop(heap)
-            order.append(op)
-            for c in op.get_fanout_ops():
-                indeg[c] -= 1
-                if indeg[c] == 0:
-                    heapq.heappush(heap, c)
-        if len(order) != len(self._ops):
-            stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
-            raise GraphError(f"graph {self.name!r} has a cycle through ops {stuck}")
-        return order
-
-    def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
-        """(op -> tensors its nested graphs read by name, tensor -> such readers), cached until a mutation."""
-        index = self._cache.get("implicit")
-        if index is None:
-            from xgraph.ir.nested import outer_names
-            reads: dict[Op, list[Tensor]] = {}
-            readers: dict[Tensor, list[Op]] = {}
-            for op in sorted(self._nested_ops):
-                ts = [self._tensors[n] for n in outer_names(op._attrs.values()) if n in self._tensors]
-                own = set(op._outputs)
-                ts = [t for t in ts if t not in own]
-                reads[op] = ts
-                for t in ts:
-                    readers.setdefault(t, []).append(op)
-            index = self._cache["implicit"] = (reads, readers)
-        return index
-
-    def _topo_index(self) -> dict[Op, int]:
-        index = self._cache.get("topo_index")
-        if index is None:
-            index = self._cache["topo_index"] = {op: i for i, op in enumerate(self.toposort())}
-        return index
-
-    def _reaches(self, src: Op, dst: Op) -> bool:
-        """True when a path leads from `src` to `dst` (src == dst counts)."""
-        if src is dst:
-            return True
-        index = self._topo_index()
-        limit = index[dst]
-        stack, seen = [src], {src}
-        while stack:
-            for c in stack.pop().get_fanout_ops():
-                if c is dst:
-                    return True
-                if c not in seen and index[c] < limit:
-                    seen.add(c)
-                    stack.append(c)
-        return False
-
-    def op_graph(self) -> "nx.DiGraph":
-        """The op-to-op dependency graph as a networkx.DiGraph over Op objects (cached until a mutation)."""
-        g = self._cache.get("nx")
-        if g is None:
-            import networkx as nx
-            g = nx.DiGraph()
-            g.add_nodes_from(self._ops.values())
-            g.add_edges_from((p, op) for op in self._ops.values() for p in op.get_input_ops())
-            self._cache["nx"] = g
-        return g
-
-    def isomorphism(self, template: "GraphTemplate") -> list[dict[str, Op]]:
-        """Every match of `template`: template op name -> Op."""
-        from xgraph.ir.template import find_matches
-        return find_matches(self, template)
+        return xmodel.deserialize(path, graph_class=cls)
 
     def infer_shapes(self) -> None:
         """Fill in unknown shapes and dtypes of op outputs with onnx shape inference."""
-        from xgraph.ir.onnx.importer import apply_shape_inference
-        apply_shape_inference(self)
+        for name, (shape, dtype) in exporter.inferred_types(self).items():
+            t = self.get_tensor(name)
+            t.shape, t.dtype = shape, dtype
 
-    # -- subgraph tree -------------------------------------------------------------------------
-    def get_root_subgraph(self) -> Subgraph:
-        """The root of the subgraph tree (all ops)."""
-        return self._root
+    def _export_subgraph(self, subgraph: Subgraph) -> onnx.ModelProto:
+        return exporter.subgraph_to_onnx(subgraph)
 
-    def get_leaf_subgraph(self, op: "Op | str") -> Subgraph:
-        """The leaf subgraph holding `op`."""
-        return self._leaf_of[self._resolve_op(op)]
 
-    def get_subgraph(self, name: str) -> Subgraph:
-        """The shallowest subgraph called `name`; GraphError if there is none."""
-        level = [self._root]
-        while level:
-            for s in level:
-                if s._name == name:
-                    return s
-            level = [c for s in level for c in s._children]
-        raise GraphError(f"graph {self.name!r} has no subgraph named {name!r}")
+def load(src: "str | os.PathLike | bytes | onnx.ModelProto") -> Graph:
+    """Load an .onnx or .xmodel (by content: .xmodel files carry xgraph metadata)."""
+    return xmodel.load(src, graph_class=Graph)
 
-    def iter_subgraphs(self) -> Iterable[Subgraph]:
-        """Every subgraph, breadth first from the root."""
-        level = [self._root]
-        while level:
-            yield from level
-            level = [c for s in level for c in s._children]
 
-    def _apply_merges(self, parent: Subgraph, groups: list[list[Subgraph]], check_cycles: bool) -> list[Subgraph]:
-        """Merge each group of `parent`'s leaf children into one child; all or nothing.
-
-        Plan first (disjointness, then acyclicity of the contracted children graph), then apply.
-        """
-        seen: set[Subgraph] = set()
-        for g in groups:
-            for c in g:
-                if c in seen:
-                    raise GraphError(f"subgraph {c._name!r} appears in two merge groups")
-                seen.add(c)
-        if check_cycles:
-            from xgraph.ir.quotient import merge_makes_cycle
-            cycle = merge_makes_cycle(parent, groups)
-            if cycle:
-                raise GraphError(f"merging {cycle} under {parent._name!r} would create a cycle among its children; "
-                                 "nothing was changed")
-        result = []
-        for g in groups:
-            if len(g) == 1:
-                result.append(g[0])
-                continue
-            ops = set().union(*(c._ops for c in g))
-            merged = Subgraph(self, f"subgraph_{min(op.name for op in ops)}", parent, ops)
-            for c in g:
-                del parent._children[c]
-            parent._children[merged] = None
-            for op in ops:
-                self._leaf_of[op] = merged
-            result.append(merged)
-        return result
+__all__ = ["Graph", "load"]

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from xgraph.errors import GraphError
-from xgraph.ir.graph import Graph
+from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.subgraph import Subgraph
 
 
-def check_links(graph: Graph) -> None:
+def check_links(graph: GraphCore) -> None:
     """Raise GraphError unless every producer/consumer link and name index is consistent. O(V+E)."""
     for name, t in graph._tensors.items():
         if t.name != name or t._graph is not graph:
@@ -35,7 +35,7 @@ def check_links(graph: Graph) -> None:
     check_tree(graph)
 
 
-def check_tree(graph: Graph) -> None:
+def check_tree(graph: GraphCore) -> None:
     """Raise GraphError unless every level of the subgraph tree partitions its parent's ops."""
     root = graph._root
     if root._ops != set(graph._ops.values()):

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values as onnx_attrs
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.tensor import frozen
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph import Graph
+    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.tensor import Tensor
 
 #: Attribute-type marker for xgraph annotations: kept in .xmodel metadata, never emitted as ONNX.
@@ -29,8 +31,9 @@ def _schema(op_type: str, domain: str, opset: int | None):
 class Op(AttrsMixin):
     """An operation. Attributes are ONNX attributes (typed) plus xgraph annotations.
 
-    Only Op and Graph methods change tensor links (one owner per link), so producer and
-    consumer lists can never disagree.
+    Links are written only by the graph's builder (`xgraph.ir.builder`), on behalf of
+    `Graph.create_op`, `Op.set_input`, `Graph.replace_uses` and the readers, so producer
+    and consumer lists can never disagree.
     """
 
     __slots__ = ("name", "type", "domain", "_attrs", "_attr_types", "_inputs", "_outputs", "_graph",
@@ -109,33 +112,7 @@ class Op(AttrsMixin):
 
     def set_input(self, index: int, tensor: "Tensor | None") -> None:
         """Point input slot `index` at `tensor` (None omits it); refuses a tensor of another graph or a cycle."""
-        if not 0 <= index < len(self._inputs):
-            raise GraphError(f"op {self.name!r} has no input slot {index} (it has {len(self._inputs)})")
-        if tensor is not None:
-            self._graph._check_own_tensor(tensor, f"input {index} of op {self.name!r}")
-            if tensor._producer is not None and self._graph._reaches(self, tensor._producer):
-                raise GraphError(f"connecting tensor {tensor.name!r} to op {self.name!r} would create a cycle")
-        self._unlink_input(index)
-        self._inputs[index] = tensor
-        if tensor is not None:
-            tensor._consumers[self] = tensor._consumers.get(self, 0) + 1
-        self._graph._touch()
-
-    def _link_inputs(self, inputs: "list[Tensor | None]") -> None:
-        self._inputs = list(inputs)
-        for t in self._inputs:
-            if t is not None:
-                t._consumers[self] = t._consumers.get(self, 0) + 1
-
-    def _unlink_input(self, index: int) -> None:
-        t = self._inputs[index]
-        if t is None:
-            return
-        n = t._consumers.get(self, 0) - 1
-        if n <= 0:
-            t._consumers.pop(self, None)
-        else:
-            t._consumers[self] = n
+        self._graph._set_input(self, index, tensor)
 
     # -- attributes ---------------------------------------------------------------------------
     def _owner(self) -> str:
@@ -151,6 +128,14 @@ class Op(AttrsMixin):
     def get_onnx_attrs(self) -> dict[str, Any]:
         """Only the ONNX attributes (what a kernel receives as keyword arguments)."""
         return {k: v for k, v in self._attrs.items() if self._attr_types.get(k) is not ANNOTATION}
+
+    def get_attr_kind(self, key: str) -> int | None:
+        """The kind of attribute `key`: its ONNX type (an `onnx.AttributeProto.AttributeType`), or None
+        for an xgraph annotation. Pass it to `set_attr(..., onnx_type=kind)` to copy the attribute
+        as it is; GraphError naming the attributes that exist if `key` is absent."""
+        if key not in self._attrs:
+            self.get_attr(key)  # raises, listing what exists
+        return self._attr_types.get(key)
 
     def is_annotation(self, key: str) -> bool:
         """True when `key` is an xgraph annotation rather than an ONNX attribute."""
@@ -173,6 +158,7 @@ class Op(AttrsMixin):
         if kind is ANNOTATION:
             check_attr_value(f"op {self.name!r}", key, value)
         else:
+            value = _frozen_value(value)
             try:
                 inferred = onnx_attrs.infer_attribute_type(value)
             except TypeError as e:
@@ -184,7 +170,7 @@ class Op(AttrsMixin):
         self._note_nested(kind)
 
     def _set_onnx_attr(self, key: str, value: Any, attr_type: int) -> None:
-        self._attrs[key] = value
+        self._attrs[key] = _frozen_value(value)
         self._attr_types[key] = attr_type
         self._note_nested(attr_type)
 
@@ -204,6 +190,15 @@ class Op(AttrsMixin):
     def opset(self) -> int | None:
         """The opset version the graph imports for this op's domain."""
         return self._graph.opset_imports.get(self.domain)
+
+
+def _frozen_value(value: Any) -> Any:
+    """ONNX tensor attributes (a Constant's value) are data like weights: stored read-only."""
+    if isinstance(value, np.ndarray):
+        return frozen(value)
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        return [frozen(v) if isinstance(v, np.ndarray) else v for v in value]
+    return value
 
 
 def _compatible(declared: int, inferred: int) -> bool:

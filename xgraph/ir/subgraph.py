@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin
+from xgraph.ir.quotient import merge_makes_cycle
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph import Graph
+    import onnx
+
+    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
 
@@ -103,7 +106,57 @@ class Subgraph(AttrsMixin):
 
     def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
         """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
-        return self._graph._apply_merges(self, [self._check_merge_group(children)], check_cycles=True)[0]
+        return self._merge_groups([self._check_merge_group(children)], check_cycles=True)[0]
+
+    def merge_child_groups(self, groups: "Iterable[Iterable[Subgraph]]", *,
+                           check_cycles: bool = True) -> "list[Subgraph]":
+        """Merge each group of leaf children into one new child, all groups at once or none.
+
+        Plan, then apply: every group is checked (non-empty, leaf children of this subgraph, no
+        child in two groups) and, with `check_cycles`, the children graph contracted by all the
+        groups must stay acyclic; only then is anything changed. A group of one child keeps that
+        child. Returns the resulting child per group, in the groups' order. Pass
+        `check_cycles=False` only for groups a planner proved acyclic (`xgraph.partition.merge.
+        plan_merge`); the check costs O(V+E). Merged children's attrs are dropped; a new child is
+        named "subgraph_<smallest op name>".
+
+        >>> from xgraph import Graph
+        >>> g = Graph("g"); x = g.create_input("x", [1])
+        >>> for n, src in [("a", "x"), ("b", "a"), ("c", "b"), ("d", "c")]: _ = g.create_op(n, "Relu", inputs=[src])
+        >>> root = g.get_root_subgraph(); root.create_child_subgraph()
+        >>> pairs = [[g.get_leaf_subgraph("a"), g.get_leaf_subgraph("b")], [g.get_leaf_subgraph("c"), g.get_leaf_subgraph("d")]]
+        >>> [sg.name for sg in root.merge_child_groups(pairs)]
+        ['subgraph_a', 'subgraph_c']
+        """
+        return self._merge_groups([self._check_merge_group(g) for g in groups], check_cycles=check_cycles)
+
+    def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
+        seen: set[Subgraph] = set()
+        for g in groups:
+            for c in g:
+                if c in seen:
+                    raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
+                seen.add(c)
+        if check_cycles:
+            cycle = merge_makes_cycle(self, groups)
+            if cycle:
+                raise GraphError(f"merging {cycle} under {self._name!r} would create a cycle among its children; "
+                                 "nothing was changed")
+        leaf_of = self._graph._leaf_of
+        result = []
+        for g in groups:
+            if len(g) == 1:
+                result.append(g[0])
+                continue
+            ops = set().union(*(c._ops for c in g))
+            merged = Subgraph(self._graph, f"subgraph_{min(op.name for op in ops)}", self, ops)
+            for c in g:
+                del self._children[c]
+            self._children[merged] = None
+            for op in ops:
+                leaf_of[op] = merged
+            result.append(merged)
+        return result
 
     def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:
         group = list(dict.fromkeys(children))
@@ -220,7 +273,10 @@ class Subgraph(AttrsMixin):
                     seen.setdefault(t, None)
         return list(seen)
 
-    def to_onnx(self):
-        """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside."""
-        from xgraph.ir.onnx.exporter import subgraph_to_onnx
-        return subgraph_to_onnx(self)
+    def to_onnx(self) -> "onnx.ModelProto":
+        """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside.
+
+        The same as `xgraph.ir.onnx.exporter.subgraph_to_onnx(sg)`; reached through the graph,
+        whose class (`xgraph.Graph`) sits above the codec. Never changes the graph.
+        """
+        return self._graph._export_subgraph(self)

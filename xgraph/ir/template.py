@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from xgraph.errors import GraphError
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph import Graph
+    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
 
 

@@ -8,16 +8,32 @@ import numpy as np
 from xgraph.ir.attr_store import AttrsMixin
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph import Graph
+    import onnx
+
+    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
 
 Shape = tuple  # tuple[int | str | None, ...]
 
 
+def frozen(array: np.ndarray) -> np.ndarray:
+    """`array` as a read-only array: itself when already read-only, else a read-only view.
+
+    Weights are shared, never copied (a 1 GB model stays memory-mapped); freezing them is
+    what lets plugins, kernels and runners receive them without a copy and without being able
+    to change the caller's graph. The caller's own array keeps its flags.
+    """
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
 class Tensor(AttrsMixin):
     """A value: graph input, op output, or weight (const, no producer, with data).
 
-    Links are owned by Op: only Op/Graph methods change `producer` and `consumers`.
+    Links are written only by the graph's builder (`xgraph.ir.builder`): `producer` and
+    `consumers` are read-only views of them.
     `shape` is None when even the rank is unknown; a dim is int, a symbolic str, or None.
     """
 
@@ -27,9 +43,10 @@ class Tensor(AttrsMixin):
     def __init__(self, graph: "Graph", name: str, shape=None, dtype=None, data: np.ndarray | None = None):
         self._graph = graph
         self.name = name
-        self._data = data
         if data is not None:
+            data = frozen(data)
             shape, dtype = data.shape, data.dtype
+        self._data = data
         self._shape = None if shape is None else tuple(shape)
         self._dtype = None if dtype is None else np.dtype(dtype)
         self._producer: Op | None = None
@@ -74,13 +91,22 @@ class Tensor(AttrsMixin):
         return list(self._consumers)
 
     @property
+    def type_proto(self) -> "onnx.TypeProto | None":
+        """The ONNX type of a non-tensor value (sequence, map, optional), as a copy; None for tensors."""
+        if self._type_proto is None:
+            return None
+        copy = type(self._type_proto)()
+        copy.CopyFrom(self._type_proto)
+        return copy
+
+    @property
     def is_const(self) -> bool:
         """True for weights (data carried in the graph)."""
         return self._data is not None
 
     @property
     def data(self) -> np.ndarray | None:
-        """The weight's values, or None for non-const tensors."""
+        """The weight's values (a read-only array, shared, never copied), or None for non-const tensors."""
         return self._data
 
     @property

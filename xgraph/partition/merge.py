@@ -10,7 +10,7 @@ Layers, each usable on its own:
 * `plan_merge(root, labels)`: the root's children as such a DAG, any number of labels at
   once (the device placer passes one device per child). Pure: returns merge groups.
 * `merge_subgraph(subgraphs)`: checks its input, plans with a single label, and applies the
-  plan with one all-or-nothing `Graph._apply_merges` call.
+  plan with one all-or-nothing `Subgraph.merge_child_groups` call.
 
 A merge must never make the root's children depend on each other in a cycle: a runner
 executes a subgraph as a unit, so a cycle (A feeds B, B feeds A) could never be scheduled.
@@ -86,7 +86,7 @@ def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list
     name); children sharing a label may share a group. Children not in `labels` stay as
     they are. Every labelled child appears in exactly one group (singletons included);
     groups come in topological order of their first member, members in topological order.
-    Nothing is changed: apply the plan with ``graph._apply_merges(root, groups,
+    Nothing is changed: apply the plan with ``root.merge_child_groups(groups,
     check_cycles=False)`` (`level_partition` and `coalesce_groups` say why it is acyclic).
     Deterministic: the same graph and labels give the same groups.
 
@@ -169,7 +169,7 @@ def merge_subgraph(subgraphs: Iterable[Subgraph]) -> set[Subgraph]:
     root = graph.get_root_subgraph()
     with collector_paused():
         groups = _plan(root, dict.fromkeys(members, _MERGE_LABEL))
-        return set(graph._apply_merges(root, groups, check_cycles=False))
+        return set(root.merge_child_groups(groups, check_cycles=False))
 
 
 def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:

@@ -9,7 +9,8 @@ own subgraphs -> "device" and "runner" attrs set.
 Plugins are user code. Whatever goes wrong in one (an exception, a bad return value, a
 change outside what it may touch) raises `PluginError` naming the plugin and the problem,
 chained to the original exception, and the graph is restored to exactly what it was before
-that plugin started (`GraphSnapshot`). Plugins that finished earlier keep their subgraphs.
+that plugin started (`GraphSnapshot`, over `Graph.snapshot()` / `Graph.restore()`). Plugins
+that finished earlier keep their subgraphs.
 Every name is resolved and imported before the first plugin runs, so a misspelt name
 changes nothing at all.
 
@@ -17,7 +18,9 @@ What a plugin may change:
 
 * ``partition``: merge unassigned depth-1 children (`merge_subgraph`), and set attrs on the
   subgraphs it returns. Not: attrs of the graph, ops, tensors or other subgraphs, the ops
-  and tensors themselves, or subgraphs assigned by earlier plugins.
+  and tensors themselves (names included), the model-level facts (``opset_imports``,
+  ``ir_version``, ``model_info``, ``functions``), or subgraphs assigned by earlier plugins.
+  Weights are read-only arrays: writing into one raises.
 * ``compile(sg)``: attrs of the returned subgraphs and anything below them (a device
   compiler may create deeper children), and attrs of their ops and those ops' output
   tensors. Checked once after all compile calls, so a violation names the plugin, not the

@@ -112,7 +112,7 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
         raise RunnerError(f"{owner}: expected {len(tensors)} inputs ({', '.join(names)}), got {len(inputs)}")
     arrays = []
     for t, x in zip(tensors, inputs):
-        if getattr(t, "_type_proto", None) is not None:  # a sequence (list) or optional (None) value
+        if t.type_proto is not None:  # a sequence (list) or optional (None) value
             arrays.append(x)
             continue
         if not isinstance(x, np.ndarray):

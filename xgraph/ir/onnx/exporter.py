@@ -1,4 +1,10 @@
-"""Graph / Subgraph -> ONNX ModelProto."""
+"""Graph / Subgraph -> ONNX ModelProto. Exporting never changes the graph.
+
+Boundary tensors (graph or subgraph inputs and outputs) need an element type in ONNX. When
+the graph leaves some untyped, the model is first built as it is, run through shape
+inference, and rebuilt with the inferred types (`Types`, name -> (shape, dtype)) laid over
+the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to store them).
+"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
@@ -9,12 +15,16 @@ from onnx import helper
 
 from xgraph.errors import GraphError
 from xgraph.ir.attribute_values import array_to_tensor
+from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph import Graph
+    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
     from xgraph.ir.subgraph import Subgraph
     from xgraph.ir.tensor import Tensor
+
+#: Inferred types laid over the graph's on export: tensor name -> (shape, dtype).
+Types = dict[str, tuple]
 
 
 def _elem_type(dtype: np.dtype | None) -> int:
@@ -26,16 +36,25 @@ def _elem_type(dtype: np.dtype | None) -> int:
         return onnx.TensorProto.UNDEFINED
 
 
-def value_info(t: "Tensor") -> onnx.ValueInfoProto:
-    """A ValueInfoProto for `t` (shape omitted when the rank is unknown)."""
+def _typed(t: "Tensor", types: Types | None) -> bool:
+    if t._type_proto is not None or t._dtype is not None:
+        return True
+    return bool(types) and t.name in types and types[t.name][1] is not None
+
+
+def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
+    """A ValueInfoProto for `t` (shape omitted when the rank is unknown); `types` overrides the graph's."""
     if t._type_proto is not None:
         vi = onnx.ValueInfoProto(name=t.name)
         vi.type.CopyFrom(t._type_proto)
         return vi
-    if t._dtype is None:
+    shape, dtype = t._shape, t._dtype
+    if types:
+        shape, dtype = types.get(t.name, (shape, dtype))
+    if dtype is None:
         return onnx.ValueInfoProto(name=t.name)  # type unknown: left for shape inference
-    shape = None if t._shape is None else [d if isinstance(d, (int, str)) else None for d in t._shape]
-    return helper.make_tensor_value_info(t.name, _elem_type(t._dtype), shape)
+    shape = None if shape is None else [d if isinstance(d, (int, str)) else None for d in shape]
+    return helper.make_tensor_value_info(t.name, _elem_type(dtype), shape)
 
 
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
@@ -77,12 +96,22 @@ def _opsets(graph: "Graph", ops: Iterable["Op"]) -> list[onnx.OperatorSetIdProto
     return [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
 
 
-def _model(graph: "Graph", name: str, nodes, inputs, outputs, consts, value_infos, ops) -> onnx.ModelProto:
+def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, types: Types | None) -> onnx.ModelProto:
+    out_set = set(outputs)
+    nodes = [_node(op, out_set) for op in ops]
+    io = set(inputs) | out_set
+    if types:
+        value_infos = [value_info(t, types) for op in ops for t in op._outputs
+                       if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types)]
+    else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
+        value_infos = [value_info(t) for op in ops for t in op._outputs
+                       if t not in io and not _is_unused_placeholder(t, out_set)
+                       and (t._dtype is not None or t._type_proto is not None)]
     initializers = [array_to_tensor(t._data, t.name) for t in consts]
-    graph_inputs = [value_info(t) for t in inputs]
+    graph_inputs = [value_info(t, types) for t in inputs]
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
         graph_inputs += [value_info(t) for t in consts]
-    g = helper.make_graph(nodes, name, graph_inputs, [value_info(t) for t in outputs],
+    g = helper.make_graph(nodes, name, graph_inputs, [value_info(t, types) for t in outputs],
                           initializer=initializers, value_info=value_infos)
     info = graph.model_info
     if info.get("graph_doc_string"):
@@ -100,44 +129,46 @@ def _model(graph: "Graph", name: str, nodes, inputs, outputs, consts, value_info
     return model
 
 
-def _ensure_types(graph: "Graph", tensors: Iterable["Tensor"]) -> None:
-    """Boundary tensors need an element type in ONNX: infer missing ones, or say which is unknown."""
-    missing = [t for t in tensors if t._dtype is None and t._type_proto is None]
+def inferred_types(graph: "Graph") -> Types:
+    """What onnx shape inference adds to the graph's tensor types: name -> (shape, dtype). Pure."""
+    model = graph_to_onnx(graph, infer_missing=False)
+    inferred = infer_model(model, f"graph {graph.name!r}")
+    tensors = graph._tensors
+
+    def facts(name: str):
+        t = tensors.get(name)
+        return None if t is None else (t._shape, t._dtype, t._data is not None)
+
+    return type_updates(facts, inferred)
+
+
+def _types_for(graph: "Graph", boundary: Iterable["Tensor"]) -> Types | None:
+    """None when every boundary tensor is typed, else the inferred types (GraphError naming what stays unknown)."""
+    missing = [t for t in boundary if not _typed(t, None)]
     if not missing:
-        return
-    from xgraph.ir.onnx.importer import apply_shape_inference
-    apply_shape_inference(graph)
-    still = [t.name for t in missing if t._dtype is None and t._type_proto is None]
+        return None
+    types = inferred_types(graph)
+    still = [t.name for t in missing if not _typed(t, types)]
     if still:
         raise GraphError(f"graph {graph.name!r}: cannot export, the element type of tensor(s) {still[:5]} is unknown "
                          "and shape inference could not find it; set tensor.dtype")
+    return types
 
 
 def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True) -> onnx.ModelProto:
-    """The whole graph as a ModelProto (nodes in topological order)."""
-    if infer_missing:
-        _ensure_types(graph, list(graph._inputs) + list(graph._outputs))
-    ops = _ordered_ops(graph)
-    outputs = graph._output_set()
-    nodes = [_node(op, outputs) for op in ops]
+    """The whole graph as a ModelProto (nodes in topological order); the graph is not changed."""
+    types = _types_for(graph, [*graph._inputs, *graph._outputs]) if infer_missing else None
     consts = [t for t in graph._tensors.values() if t._data is not None]
-    io = set(graph._inputs) | outputs
-    vis = [value_info(t) for op in ops for t in op._outputs
-           if t not in io and not _is_unused_placeholder(t, outputs) and (t._dtype is not None or t._type_proto)]
-    return _model(graph, graph.name, nodes, graph._inputs, graph._outputs, consts, vis, ops)
+    return _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types)
 
 
 def subgraph_to_onnx(sg: "Subgraph") -> onnx.ModelProto:
     """A standalone model of one subgraph: boundary tensors as inputs/outputs, its weights as initializers."""
     graph = sg.graph
-    ops = sg.toposort()
     inputs = sg.get_input_tensors()
     outputs = sg.get_output_tensors()
-    _ensure_types(graph, inputs + outputs)
-    out_set = set(outputs)
-    nodes = [_node(op, out_set) for op in ops]
-    consts = sg.get_const_tensors()
-    io = set(inputs) | out_set
-    vis = [value_info(t) for op in ops for t in op._outputs
-           if t not in io and not _is_unused_placeholder(t, out_set) and (t._dtype is not None or t._type_proto)]
-    return _model(graph, f"{graph.name}.{sg.name}", nodes, inputs, outputs, consts, vis, ops)
+    types = _types_for(graph, inputs + outputs)
+    return _model(graph, f"{graph.name}.{sg.name}", sg.toposort(), inputs, outputs, sg.get_const_tensors(), types)
+
+
+__all__ = ["graph_to_onnx", "inferred_types", "subgraph_to_onnx", "value_info"]

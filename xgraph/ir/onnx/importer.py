@@ -1,122 +1,30 @@
-"""ONNX -> Graph: nodes become ops, initializers become weights, shapes come from onnx shape inference."""
+"""ONNX -> graph: nodes become ops, initializers become weights, shapes come from onnx shape inference.
+
+The graph is built through `GraphBuilder` into the class the caller names (`graph_class`,
+`xgraph.Graph` for the public entry points), so this module needs only the IR core.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from xgraph.errors import ModelFileError
 from xgraph.ir.attribute_values import attribute_to_python
+from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.collector import collector_paused
-from xgraph.ir.graph import Graph
-from xgraph.ir.onnx.safe_reader import Inventory, inventory, read_model_inventory, sparse_to_dense
+from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
+from xgraph.ir.onnx.safe_reader import Inventory, read_model_inventory, sparse_to_dense
+from xgraph.ir.onnx.shape_inference import DATA_PROP_MAX_DIM, infer_model
+from xgraph.ir.onnx.value_types import TYPE_CACHE, NotText, type_to_shape_dtype, value_types
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
 
 #: metadata_props keys written by xgraph itself (not user metadata).
 RESERVED_METADATA_PREFIX = "xgraph."
-
-
-_DTYPES: dict[int, np.dtype | None] = {}
-
-
-def _np_dtype(elem_type: int) -> np.dtype | None:
-    if elem_type not in _DTYPES:
-        try:
-            _DTYPES[elem_type] = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)) if elem_type else None
-        except Exception:  # onnx has no numpy type for this element type
-            _DTYPES[elem_type] = None
-    return _DTYPES[elem_type]
-
-
-_TYPE_CACHE: dict[bytes, tuple] = {}
-_TYPE_CACHE_LIMIT = 4096
-
-
-def type_to_shape_dtype(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, bool]:
-    """(shape, dtype, is_tensor) of a TypeProto; shape None when the rank is unknown.
-
-    Most tensors of a model share a handful of types, so decoded types are cached by their
-    serialized bytes (a C call) instead of walking the proto's dims in Python every time.
-    """
-    key = tp.SerializeToString()
-    hit = _TYPE_CACHE.get(key)
-    if hit is None:
-        hit = _decode_type(tp)
-        if len(_TYPE_CACHE) >= _TYPE_CACHE_LIMIT:
-            _TYPE_CACHE.clear()
-        _TYPE_CACHE[key] = hit
-    return hit
-
-
-class _NotText(ValueError):
-    """A string field of a type that is not valid UTF-8 (turned into a ModelFileError with the file's label)."""
-
-
-def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, bool]:
-    which = tp.WhichOneof("value")
-    if which not in ("tensor_type", "sparse_tensor_type"):
-        return None, None, which is None
-    tt = getattr(tp, which)
-    dtype = _np_dtype(tt.elem_type)
-    if not tt.HasField("shape"):
-        return None, dtype, True
-    dims = []
-    for d in tt.shape.dim:
-        kind = d.WhichOneof("value")
-        if kind == "dim_value":
-            dims.append(d.dim_value)
-        elif kind == "dim_param" and d.dim_param:
-            if type(d.dim_param) is not str:  # protobuf hands over non-UTF-8 text as bytes
-                raise _NotText(d.dim_param)
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return tuple(dims), dtype, True
-
-
-#: onnx's data propagation (which resolves Shape -> Gather -> Reshape chains) spends time and
-#: memory linear in the length of the 1-D tensors it meets: about 150 bytes per element in
-#: onnx 1.23, so a 200-byte model declaring a [2**32] input asks for hundreds of GiB. Models
-#: declaring a dimension longer than this get shape inference without data propagation.
-DATA_PROP_MAX_DIM = 1 << 20
-
-
-def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | None) -> int:
-    """The largest dimension written in the model: value infos, initializers and attribute tensors, all graphs."""
-    inv = inv or inventory(model, label)
-    largest = max((max(t.dims, default=0) for t in inv.tensors), default=0)
-    for g in inv.graphs:
-        for vi in (*g.input, *g.output, *g.value_info):
-            if vi.type.WhichOneof("value") == "tensor_type":
-                largest = max(largest, max((d.dim_value for d in vi.type.tensor_type.shape.dim), default=0))
-    return largest
-
-
-def _infer(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> onnx.ModelProto:
-    data_prop = _largest_declared_dim(model, label, inv) <= DATA_PROP_MAX_DIM
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
-    except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only
-        try:
-            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        except Exception:  # noqa: BLE001 - same reason as above
-            return model
-
-
-def _value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
-    """Declared or inferred types by value name (graph inputs and outputs win over value_info)."""
-    types = {}
-    for infos in (g.value_info, g.input, g.output):
-        for vi in infos:
-            tp = vi.type
-            if tp.WhichOneof("value") is not None:
-                types[vi.name] = tp
-    types.pop("", None)
-    return types
 
 
 def check_text(model: onnx.ModelProto, label: str) -> None:
@@ -143,13 +51,11 @@ def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
         return
     shape, dtype, is_tensor = type_to_shape_dtype(tp)
     if is_tensor:
-        if t._data is None:
-            t._shape = shape
-            t._dtype = dtype
+        GraphBuilder.set_tensor_type(t, shape, dtype)
     else:
         copy = onnx.TypeProto()
         copy.CopyFrom(tp)
-        t._type_proto = copy
+        GraphBuilder.set_tensor_type(t, None, None, copy)
 
 
 def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) -> None:
@@ -167,9 +73,9 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) 
         op._set_onnx_attr(a.name, value, attr_type)
 
 
-def _unused_output_name(op: Op, declared: set[str], tensors: dict[str, Tensor]) -> str:
+def _unused_output_name(op_name: str, position: int, declared: set[str], tensors: dict[str, Tensor]) -> str:
     """A private name for an omitted optional output (positions are kept), used by no tensor of the model."""
-    name = base = f"{op.name}:unused:{len(op._outputs)}"
+    name = base = f"{op_name}:unused:{position}"
     k = 0
     while name in tensors or name in declared:
         k += 1
@@ -177,30 +83,32 @@ def _unused_output_name(op: Op, declared: set[str], tensors: dict[str, Tensor]) 
     return name
 
 
-def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = None) -> Graph:
-    """Build a Graph from an ONNX model (path, bytes, or ModelProto)."""
+def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = None,
+                    graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+    """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     model, _, label, inv = read_model_inventory(src, label)
-    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv)
+    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
                            skip_initializers: frozenset[str] = frozenset(),
-                           inventory: Inventory | None = None) -> Graph:
-    """Build a Graph from a ModelProto whose data is inline and already checked (`inventory`: its checks' walk)."""
+                           inventory: Inventory | None = None, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+    """Build a `graph_class` graph from a ModelProto whose data is inline and already checked
+    (`inventory`: its checks' walk)."""
     with collector_paused():
         try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory)
-        except _NotText as e:
+            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class)
+        except NotText as e:
             raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
-                 inv: Inventory | None) -> Graph:
+                 inv: Inventory | None, graph_class: type[GraphCore]) -> GraphCore:
     if infer_shapes:
-        model = _infer(model, label, inv)
+        model = infer_model(model, label, inv)
     check_text(model, label)
     g = model.graph
-    graph = Graph(g.name or "graph")
+    graph = graph_class(g.name or "graph")
     graph.ir_version = int(model.ir_version)
     graph.opset_imports = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
     graph.model_info = {
@@ -213,16 +121,17 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         copy = onnx.FunctionProto()
         copy.CopyFrom(f)
         graph.functions.append(copy)
-    types = _value_types(g)
+    types = value_types(g)
     if not is_text(*types):
         bad = next(n for n in types if type(n) is not str)
         raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
-    tensors = graph._tensors
+    build = GraphBuilder(graph)
+    tensors = graph._tensors  # read-only here: the builder fills it
 
     def add_const(name: str, array: np.ndarray) -> None:
         if name in tensors:
             raise ModelFileError(f"{label}: initializer {name!r} is defined twice")
-        tensors[name] = Tensor(graph, name, data=array)
+        build.add_const(name, array)
 
     for init in g.initializer:
         if init.name in skip_initializers:
@@ -244,88 +153,61 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
             raise
         except Exception as e:  # malformed sparse tensors raise from numpy
             raise ModelFileError(f"{label}: sparse initializer {sp.values.name!r} cannot be read: {e}") from None
+    input_names: set[str] = set()
     for vi in g.input:
         if vi.name in tensors:
-            if tensors[vi.name]._data is not None and tensors[vi.name] not in graph._inputs:
+            if tensors[vi.name].is_const and vi.name not in input_names:
                 continue  # an initializer listed as input (IR < 4): a weight
             raise ModelFileError(f"{label}: graph input {vi.name!r} is listed twice; names must be unique")
         if not vi.name:
             raise ModelFileError(f"{label}: a graph input has no name")
-        t = Tensor(graph, vi.name)
-        _set_tensor_type(t, vi.type)
-        tensors[vi.name] = t
-        graph._inputs.append(t)
-    nodes = Nodes(g.node, label)
-    order = node_order(nodes, set(tensors), label)
-    names = unique_op_names(nodes, order)
-    declared = {o for outs in nodes.outputs for o in outs if o} \
-        if any("" in outs for outs in nodes.outputs) else set()
-    root, root_ops, leaf_of, ops = graph._root, graph._root._ops, graph._leaf_of, graph._ops
-    seq = graph._seq
-    get_type = types.get
-    decoded_types = _TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
-    op_types, domains, inputs, outputs, attributes, docs = \
-        nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
-    for i in order:
-        op = Op(graph, names[i], op_types[i], domains[i], seq)
-        seq += 1
-        if docs[i]:
-            op.doc_string = docs[i]
-        if attributes[i]:
-            _read_attributes(op, attributes[i], label)
-        op_inputs = op._inputs
-        for x in inputs[i]:
-            if x:
-                t = tensors[x]
-                consumers = t._consumers
-                consumers[op] = consumers.get(op, 0) + 1
-                op_inputs.append(t)
-            else:
-                op_inputs.append(None)
-        op_outputs = op._outputs
-        for o in outputs[i]:
-            if not o:
-                o = _unused_output_name(op, declared, tensors)
-            t = Tensor(graph, o)
-            t._producer = op
-            tp = get_type(o)
-            if tp is not None:
-                decoded = decoded_types.get(tp.SerializeToString())
-                if decoded is not None and decoded[2]:
-                    t._shape, t._dtype = decoded[0], decoded[1]
-                else:
-                    _set_tensor_type(t, tp)
-            tensors[o] = t
-            op_outputs.append(t)
-        ops[op.name] = op
-        root_ops.add(op)
-        leaf_of[op] = root
-    graph._seq = seq
+        _set_tensor_type(build.add_input(vi.name), vi.type)
+        input_names.add(vi.name)
+    _add_nodes(build, Nodes(g.node, label), types, label)
+    outputs = []
     for vi in g.output:
         if vi.name not in tensors:
             raise ModelFileError(f"{label}: graph output {vi.name!r} is not defined by any node, initializer or input")
         t = tensors[vi.name]
-        if t._shape is None and t._dtype is None:
+        if t.shape is None and t.dtype is None:
             _set_tensor_type(t, vi.type)
-        graph._outputs.append(t)
-    graph._touch()
+        outputs.append(t)
+    build.set_outputs(outputs)
+    build.finish()
     return graph
 
 
-def apply_shape_inference(graph: Graph) -> None:
-    """Refresh unknown tensor shapes/dtypes from onnx shape inference on the exported graph."""
-    from xgraph.ir.onnx.exporter import graph_to_onnx
-    model = graph_to_onnx(graph, infer_missing=False)
-    inferred = _infer(model, f"graph {graph.name!r}")
-    for name, tp in _value_types(inferred.graph).items():
-        t = graph._tensors.get(name)
-        if t is None or t._data is not None:
-            continue
-        shape, dtype, is_tensor = type_to_shape_dtype(tp)
-        if not is_tensor:
-            continue
-        if t._dtype is None:
-            t._dtype = dtype
-        if t._shape is None or (shape is not None and len(shape) == len(t._shape)
-                                and sum(isinstance(d, int) for d in shape) > sum(isinstance(d, int) for d in t._shape)):
-            t._shape = shape
+def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProto], label: str) -> None:
+    """Every node as an op, in a topological order, with its attributes and its outputs' types."""
+    tensors = build.graph._tensors
+    order = node_order(nodes, set(tensors), label)
+    names = unique_op_names(nodes, order)
+    declared = {o for outs in nodes.outputs for o in outs if o} \
+        if any("" in outs for outs in nodes.outputs) else set()
+    get_type = types.get
+    decoded_types = TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
+    set_type = GraphBuilder.set_tensor_type
+    add_op = build.add_op
+    op_types, domains, inputs, outputs, attributes, docs = \
+        nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
+    for i in order:
+        name, outs = names[i], outputs[i]
+        if "" in outs:
+            outs = [o or _unused_output_name(name, j, declared, tensors) for j, o in enumerate(outs)]
+        op = add_op(name, op_types[i], domains[i], [tensors[x] if x else None for x in inputs[i]], outs)
+        if docs[i]:
+            op.doc_string = docs[i]
+        if attributes[i]:
+            _read_attributes(op, attributes[i], label)
+        for t in op._outputs:
+            tp = get_type(t.name)
+            if tp is not None:
+                decoded = decoded_types.get(tp.SerializeToString())
+                if decoded is not None and decoded[2]:
+                    set_type(t, decoded[0], decoded[1])
+                else:
+                    _set_tensor_type(t, tp)
+
+
+__all__ = ["DATA_PROP_MAX_DIM", "RESERVED_METADATA_PREFIX", "check_text", "graph_from_model_proto",
+           "graph_from_onnx"]

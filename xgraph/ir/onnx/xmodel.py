@@ -24,11 +24,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from xgraph.errors import GraphError, ModelFileError, XGraphError
+from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.attribute_values import array_to_tensor
-from xgraph.ir.graph import Graph
-from xgraph.ir.onnx.safe_reader import read_model
+from xgraph.ir.builder import GraphBuilder
+from xgraph.ir.graph_core import GraphCore
+from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
+from xgraph.ir.onnx.safe_reader import read_model
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
@@ -135,13 +137,13 @@ def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
     return node
 
 
-def to_model_proto(graph: Graph) -> onnx.ModelProto:
+def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto."""
     clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
     if clash is not None:
         raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
                          ".xmodel files reserve for attribute arrays; rename the tensor before saving")
-    model = graph.to_onnx()
+    model = graph_to_onnx(graph)
     enc = _Encoder()
     meta = {
         "format": FORMAT,
@@ -176,7 +178,7 @@ def _create_temp(folder: Path, name: str) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary file name in {folder}")
 
 
-def serialize(graph: Graph, path: str | os.PathLike) -> None:
+def serialize(graph: GraphCore, path: str | os.PathLike) -> None:
     """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
 
     Only `path` itself (and a temporary file beside it) is ever written: all data is inline,
@@ -236,13 +238,14 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
     return meta
 
 
-def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
-    root = graph._root
-    root._attrs = dec.attrs(node.get("attrs", {}), "the root subgraph")
+def _restore_tree(build: GraphBuilder, node: dict, dec: _Decoder) -> None:
+    graph = build.graph
+    root = graph.get_root_subgraph()
+    build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
     claimed: dict[str, str] = {}
     child_names: dict[Subgraph, set[str]] = {}
 
-    def build(parent: Subgraph, spec: Any, depth: int) -> set:
+    def add(parent: Subgraph, spec: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
             dec.fail(f"subgraph tree deeper than {MAX_JSON_DEPTH}")
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
@@ -251,29 +254,24 @@ def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
         if spec["name"] in siblings:
             dec.fail(f"two subgraphs under {parent.name!r} are named {spec['name']!r}")
         siblings.add(spec["name"])
-        sg = Subgraph(graph, spec["name"], parent)
-        sg._attrs = dec.attrs(spec.get("attrs", {}), f"subgraph {spec['name']!r}")
+        sg = build.add_subgraph(parent, spec["name"], dec.attrs(spec.get("attrs", {}), f"subgraph {spec['name']!r}"))
         if "children" in spec:
             kids = spec["children"]
             if not isinstance(kids, list) or not kids:
                 dec.fail(f"subgraph {sg.name!r} has an empty or malformed children list")
             for k in kids:
-                sg._ops |= build(sg, k, depth + 1)
-        else:
-            names = spec.get("ops")
-            if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-                dec.fail(f"leaf subgraph {sg.name!r} has no op list")
-            for n in names:
-                if n not in graph._ops:
-                    dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
-                if n in claimed:
-                    dec.fail(f"op {n!r} is in both subgraph {claimed[n]!r} and {sg.name!r}")
-                claimed[n] = sg.name
-                op = graph._ops[n]
-                sg._ops.add(op)
-                graph._leaf_of[op] = sg
-        parent._children[sg] = None
-        return sg._ops
+                add(sg, k, depth + 1)
+            return
+        names = spec.get("ops")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            dec.fail(f"leaf subgraph {sg.name!r} has no op list")
+        for n in names:
+            if not graph.has_op(n):
+                dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
+            if n in claimed:
+                dec.fail(f"op {n!r} is in both subgraph {claimed[n]!r} and {sg.name!r}")
+            claimed[n] = sg.name
+            build.place_op(sg, graph.get_op(n))
 
     kids = node.get("children")
     if kids is None:
@@ -281,14 +279,14 @@ def _restore_tree(graph: Graph, node: dict, dec: _Decoder) -> None:
     if not isinstance(kids, list):
         dec.fail("the root's children are not a list")
     for k in kids:
-        build(root, k, 1)
-    missing = [n for n in graph._ops if n not in claimed]
+        add(root, k, 1)
+    missing = [op.name for op in graph.get_ops() if op.name not in claimed]
     if missing:
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
 
 
-def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
-    """Rebuild a Graph from an .xmodel ModelProto (data inline and checked)."""
+def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+    """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked)."""
     check_text(model, label)
     meta = _read_meta(model, label)
     arrays: dict[str, np.ndarray] = {}
@@ -307,56 +305,52 @@ def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
         model.graph.initializer.extend(keep)
         del model.graph.input[:]
         model.graph.input.extend(keep_inputs)
-    graph = graph_from_model_proto(model, label, infer_shapes=False)
+    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class)
     graph.model_info["metadata"].pop(META_KEY, None)
     g = meta["graph"]
     if not isinstance(g.get("name"), str):
         dec.fail("graph name missing")
     graph.name = g["name"]
-    graph._attrs = dec.attrs(g.get("attrs", {}), "the graph")
+    build = GraphBuilder(graph)
+    build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
-    if (not all(isinstance(n, str) for n in order) or len(order) != len(graph._ops)
-            or set(order) != set(graph._ops)):
+    ops = {op.name: op for op in graph.get_ops()}
+    if not all(isinstance(n, str) for n in order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
-    graph._ops = {n: graph._ops[n] for n in order}
-    for i, op in enumerate(graph._ops.values()):
-        op._seq = i
     tensor_order = meta.get("tensor_order")
-    if not isinstance(tensor_order, list) or not all(isinstance(n, str) and n in graph._tensors for n in tensor_order):
+    if not isinstance(tensor_order, list) or not all(isinstance(n, str) and graph.has_tensor(n) for n in tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
-    listed = set(tensor_order)
-    rest = [n for n in graph._tensors if n not in listed]
-    graph._tensors = {n: graph._tensors[n] for n in list(dict.fromkeys(tensor_order)) + rest}
+    build.reorder(order, tensor_order)
     for name, attrs in meta["op_annotations"].items():
-        if name not in graph._ops:
+        if name not in ops:
             dec.fail(f"annotations for unknown op {name!r}")
-        op = graph._ops[name]
-        for k, v in dec.attrs(attrs, f"op {name!r}").items():
-            op._attrs[k] = v
-            op._attr_types[k] = None
+        build.set_annotations(ops[name], dec.attrs(attrs, f"op {name!r}"))
     for name, attrs in meta["tensor_attrs"].items():
-        if name not in graph._tensors:
+        if not isinstance(name, str) or not graph.has_tensor(name):
             dec.fail(f"attrs for unknown tensor {name!r}")
-        graph._tensors[name]._attrs = dec.attrs(attrs, f"tensor {name!r}")
-    if [t.name for t in graph._inputs] != meta["inputs"]:
+        build.set_annotations(graph.get_tensor(name), dec.attrs(attrs, f"tensor {name!r}"))
+    if [t.name for t in graph.get_input_tensors()] != meta["inputs"]:
         dec.fail("graph inputs do not match the recorded inputs")
-    _restore_tree(graph, meta["tree"], dec)
-    graph._touch()
+    _restore_tree(build, meta["tree"], dec)
+    build.finish()
     return graph
 
 
-def deserialize(src: str | os.PathLike | bytes) -> Graph:
-    """Load an .xmodel from a path or bytes."""
+def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+    """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     model, _, label = read_model(src)
-    return from_model_proto(model, label)
+    return from_model_proto(model, label, graph_class)
 
 
-def load(src: str | os.PathLike | bytes | onnx.ModelProto) -> Graph:
-    """Load an .onnx or .xmodel (by content: .xmodel files carry xgraph metadata)."""
+def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+    """Load an .onnx or .xmodel (by content: .xmodel files carry xgraph metadata), as a `graph_class` graph.
+
+    `xgraph.load` is this with `graph_class=xgraph.Graph`.
+    """
     model, _, label = read_model(src)
     if any(p.key == META_KEY for p in model.metadata_props):
-        return from_model_proto(model, label)
-    return graph_from_model_proto(model, label)
+        return from_model_proto(model, label, graph_class)
+    return graph_from_model_proto(model, label, graph_class=graph_class)
 
 
-__all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto", "XGraphError"]
+__all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
