@@ -93,6 +93,8 @@ CASES = {
     "add a function": ("graph.functions.append(onnx.FunctionProto(name='f', domain='d'))", "the model's functions"),
     "edit a function in place": ("graph.functions[0].name = 'thrice'", "the model's functions"),
     "drop the functions": ("graph.functions = []", "the model's functions"),
+    "replace the functions by junk": ("graph.functions = None", "the model's functions"),
+    "replace the model info by junk": ("graph.model_info = 3", r"the model info \['\(replaced\)'\]"),
     "annotate an op it did not take": ("graph.get_op('relu').set_attr('note', [1], onnx_type=None)",
                                        r"attrs \['note'\] of op 'relu'"),
     "change a doc string": ("graph.get_op('relu').doc_string = 'mine'", "doc string of op 'relu'"),

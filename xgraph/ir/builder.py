@@ -2,8 +2,9 @@
 
 Every way a graph comes into being or grows goes through here: `Graph.create_op` /
 `create_input` / `create_const` (after their checks), ONNX import, `.xmodel` load and
-`Graph.copy`. Link edits after creation (`Op.set_input`, `Graph.replace_uses`,
-`Graph.remove_op`) use `link_input` / `unlink_input` below. So the rules "a tensor's
+`Graph.copy`. Link edits after creation (`Op.set_input`, `Graph.replace_uses`) use
+`link_input` / `unlink_input` below; `Graph.remove_op` / `remove_tensor` and
+`set_inputs` / `set_outputs` go through the builder too. So the rules "a tensor's
 consumers count the input slots reading it", "an op output names its producer", "the root
 holds every op and each op knows its leaf" are written once.
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from xgraph.ir.op import Op
 from xgraph.ir.subgraph import Subgraph
-from xgraph.ir.tensor import Tensor, frozen
+from xgraph.ir.tensor import Tensor
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
@@ -198,4 +199,4 @@ class GraphBuilder:
         self.graph._touch()
 
 
-__all__ = ["GraphBuilder", "frozen", "link_input", "unlink_input"]
+__all__ = ["GraphBuilder", "link_input", "unlink_input"]

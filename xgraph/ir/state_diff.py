@@ -103,8 +103,8 @@ def _model_changes(before: ModelState, g: "GraphCore") -> list[str]:
     keys = changed_keys(before.model_info, g.model_info) if isinstance(g.model_info, dict) else ["(replaced)"]
     if keys:
         found.append(f"the model info {keys}")
-    functions = tuple(g.functions)
-    if before.functions != functions or any(f.SerializeToString(deterministic=True) != data
+    functions = tuple(g.functions) if isinstance(g.functions, list) else None
+    if functions is None or before.functions != functions or any(f.SerializeToString(deterministic=True) != data
                                             for f, data in zip(functions, before.function_bytes)):
         found.append("the model's functions")
     return found
