@@ -7,9 +7,10 @@ Per-channel affine ops are BatchNormalization (inference, constant statistics) a
 by a constant with one value per channel (or one value): after a convolution they are folded
 into its weights and bias once, when the plan is made; the residual and the activation are
 applied to each output block in place, right after its matrix product, while it is still in
-cache. Elsewhere a run of them becomes one multiply-add. The graph is not changed: fusion only
-rewrites the executor's list of steps, so a subgraph keeps every op for partitioning, reports
-and the `sim`/`ref` modes (which run op by op).
+cache. Elsewhere a run of them becomes one multiply-add. The graph is not changed: fusion is a
+pass over the execution plan (`xgraph.runners.plan`), `fuse(plan) -> plan`, so a subgraph keeps
+every op for partitioning, reports and the `sim`/`ref` modes (which run op by op). A fused
+step of static output shape gets a `layout`: the liveness pass then gives it a reused buffer.
 
 A chain is only fused when nothing else can tell the difference: every intermediate value has
 exactly one reader and is not a subgraph output, all values are float32, and the weights and
@@ -29,9 +30,11 @@ from xgraph.errors import KernelError
 from xgraph.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
 from xgraph.kernels.op_nn_norm import batch_norm_scale_shift, channel_affine
 
+from xgraph.kernels.resolution import NUMPY
+from xgraph.runners.plan import ExecutionPlan, Step
+
 if TYPE_CHECKING:
     from xgraph.ir import Op, Tensor
-    from xgraph.runners.executor import Step
 
 #: Activations the convolution epilogue applies in place: op type -> (FusedConv name, its parameters).
 ACTIVATIONS: dict[str, Callable[["Op"], tuple[str, list[float]] | None]] = {
@@ -55,15 +58,12 @@ def fusion_enabled() -> bool:
 
 
 def builtin_kernel(step: "Step") -> bool:
-    """True when the step runs one of xgraph's own numpy kernels.
+    """True when the step runs one of xgraph's own numpy kernels (its kernel choice says so).
 
     Fusion computes the absorbed ops itself, so an op whose kernel was replaced (a plugin's,
     a package's, a test's) is never fused: its own kernel must run.
     """
-    return step.source.startswith("numpy") and getattr(step.fn, "__module__", "").startswith(_KERNEL_MODULES)
-
-
-_KERNEL_MODULES = "xgraph.kernels."
+    return step.choice.source == NUMPY
 
 
 class _Plan:
@@ -96,8 +96,16 @@ class _Plan:
         return t is not None and t.dtype == _FLOAT32
 
 
+def fuse(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` with every fusable chain replaced by one step (the others unchanged, in order)."""
+    tensor_of = {s: t for s, t in enumerate(plan.slot_tensors) if t is not None}
+    steps = fuse_steps(list(plan.steps), list(plan.template), tensor_of, set(plan.output_slots))
+    fused_into = {op.name: step.op.name for step in steps for op in step.fused}
+    return plan.with_steps(steps, fused_into=fused_into)
+
+
 def fuse_steps(steps: list["Step"], template: list[Any], tensor_of: dict[int, "Tensor"],
-                      keep: set[int]) -> list["Step"]:
+               keep: set[int]) -> list["Step"]:
     """`steps` with every fusable chain replaced by one step (the others unchanged, in order)."""
     plan = _Plan(steps, template, tensor_of, keep)
     absorbed: set[int] = set()
@@ -200,7 +208,7 @@ def _conv_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", lis
     fn = _fused_conv(w, b, conv.attrs, activation)
     inputs = (conv.inputs[0], residual) if residual else (conv.inputs[0],)
     return replace(conv, fn=fn, inputs=inputs, outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
+                   fused=tuple(chain.ops), layout=_static_layout(plan, chain.out)), chain.members
 
 
 def _static_layout(plan: _Plan, slot: int) -> tuple[tuple[int, ...], np.dtype] | None:
@@ -230,7 +238,7 @@ def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", l
         return None
     fn = _fused_affine(scale.astype(np.float32), shift.astype(np.float32), rank, activation)
     return replace(step, fn=fn, inputs=(x,), outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
+                   fused=tuple(chain.ops), layout=_static_layout(plan, chain.out)), chain.members
 
 
 def _channel_affine(plan: _Plan, step: "Step", x: int, m: int,
