@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import importlib
 import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pluggy
 
@@ -207,10 +209,29 @@ def default_registries() -> Registries:
         return _default
 
 
+#: The registries a stage running now was given (see `active`); read by `resolve(None)`.
+_active: ContextVar[Registries | None] = ContextVar("xgraph_active_registries", default=None)
+
+
+@contextmanager
+def active(registries: Registries) -> Iterator[Registries]:
+    """Within the block, `resolve(None)` means `registries` (in this thread or task only).
+
+    A stage that was given registries (compile) runs its helpers inside this, so code that
+    cannot take the object as a parameter yet (the op-info tables' named checks, such as
+    `host_runnable`) still reads the caller's tables, not the default ones.
+    """
+    token = _active.set(registries)
+    try:
+        yield registries
+    finally:
+        _active.reset(token)
+
+
 def resolve(registries: Registries | None) -> Registries:
-    """`registries`, or the default instance when None."""
+    """`registries`; when None, the active ones (`active`), else the default instance."""
     if registries is None:
-        return default_registries()
+        return _active.get() or default_registries()
     if not isinstance(registries, Registries):
         raise PluginError(f"registries= takes an xgraph.registries.Registries, got {type(registries).__name__}")
     return registries
@@ -218,4 +239,5 @@ def resolve(registries: Registries | None) -> Registries:
 
 _devices.set_default_registries(default_registries)
 
-__all__ = ["BUILTIN_EXTENSIONS", "PROJECT", "Registries", "default_registries", "make_plugin_manager", "resolve"]
+__all__ = ["BUILTIN_EXTENSIONS", "PROJECT", "Registries", "active", "default_registries", "make_plugin_manager",
+           "resolve"]

@@ -3,7 +3,8 @@
 Each case's model is compiled with the default options (placement spreads its ops over AICORE,
 AICPU and CPU) and run in mode "run" on xgraph's own kernels (kernels="numpy": the registry,
 with the ONNX reference evaluator as fallback), so the count measures xgraph, not onnxruntime.
-Outputs are compared as onnx's BackendTest compares them (`xgraph.backend.compare_outputs`).
+Outputs are compared as onnx's BackendTest compares them (`xgraph.backend.compare_outputs`), and
+each op's saved "kernel" annotation must equal what the runner's plan runs (one kernel resolution).
 
 Cases that cannot pass are listed in expected_failures.txt, one per line with the reason. A
 listed case that passes fails the test (stale entry), as does an unlisted case that fails.
@@ -23,6 +24,7 @@ import pytest
 
 import xgraph.backend as backend
 from xgraph.errors import XGraphError
+from xgraph.runners.testing import kernel_annotation_mismatches
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("expected_failures.txt")
 #: xgraph's own kernels; "auto" would hand standard-ONNX subgraphs to onnxruntime.
@@ -109,9 +111,13 @@ EXPECTED, RANDOM = read_expected_failures()
 def run_case(case, values: bool = True) -> str:
     """'' when xgraph reproduces every data set of `case`, else the first problem.
 
-    values=False checks only what a random op fixes: output count, dtypes and shapes.
+    values=False checks only what a random op fixes: output count, dtypes and shapes. Every
+    op's saved "kernel" annotation must also be what the runners' plans run.
     """
     with backend.prepare(case.model, kernels=KERNELS) as rep:
+        mismatches = kernel_annotation_mismatches(rep.graph, rep.runner)
+        if mismatches:
+            return "kernel annotation differs from what runs: " + "; ".join(mismatches)
         for index, (inputs, outputs) in enumerate(case.data_sets):
             problem = backend.compare_outputs(outputs, rep.run(inputs), case.rtol, case.atol, values=values)
             if problem:

@@ -30,7 +30,7 @@ from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.devices import DeviceSpec
 from xgraph.kernels import KernelRegistry
 from xgraph.kernels.resolution import PLUGIN, op_device, resolve_kernel
-from xgraph.registries import Registries, resolve
+from xgraph.registries import Registries, active, resolve
 
 #: Op annotations a compile writes (dropped when an already compiled graph is compiled again).
 COMPILE_ANNOTATIONS = ("device", "placement_reason", "kernel")
@@ -122,11 +122,17 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     (devices, kernels; the default `xgraph.registries.Registries` when None) is read when the
     compile starts, so extensions registered before it count.
     """
+    registries = resolve(registries)
+    with active(registries):
+        return _compile(graph_or_path, options, plugin_path, progress, registries)
+
+
+def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progress | None,
+             registries: Registries) -> Graph:
     def stage(name: str) -> None:
         if progress is not None:
             progress(name, STAGES.index(name), len(STAGES))
 
-    registries = resolve(registries)
     devices = registries.devices
     opts = parse_options(options, devices)
     if isinstance(plugin_path, (str, Path)):

@@ -29,6 +29,7 @@ from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 if TYPE_CHECKING:
     from xgraph.devices import DeviceSpec
     from xgraph.ir import Graph, Subgraph, Tensor
+    from xgraph.kernels.resolution import KernelChoice
     from xgraph.registries import Registries
 
 HOST, DEVICE = "host", "device"
@@ -162,6 +163,18 @@ class GraphRunner:
     def get_output_tensors(self) -> "list[Tensor]":
         """The graph outputs, in the order results are returned."""
         return list(self._outputs)
+
+    def kernel_choices(self) -> "dict[str, KernelChoice]":
+        """op name -> what runs it (source, device, kernel, reason), from each subgraph runner's plan.
+
+        Runners without an execution plan (plugin runners, the null runner) contribute nothing.
+        """
+        choices: dict[str, KernelChoice] = {}
+        for runner in self.runners.values():
+            plan = getattr(runner, "plan", None)
+            if plan is not None:
+                choices.update(plan.kernels)
+        return choices
 
     # -- jobs -----------------------------------------------------------------------------------
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:

@@ -9,7 +9,8 @@ array kept across runs. Which steps may share one array follows from the plan al
 from reference counts: a buffer is busy from the step that writes it until the last read of
 any value that may be a view of it. Kernels may return views of their inputs (Reshape,
 Identity, ...), so every value a step makes from a buffered value is taken to be a view of
-that buffer too (conservative: it only keeps buffers busy longer). Steps of the same layout
+that buffer too (conservative: it only keeps buffers busy longer), except the outputs of
+xgraph's own kernels for the op types in `FRESH_OUTPUT_OPS`, which always make new arrays. Steps of the same layout
 whose busy ranges do not overlap get the same buffer (greedy interval colouring, O(steps)).
 A buffer an output may be a view of "escapes": the backend copies such an output out of it
 at the end of a run, so nothing a caller holds is ever overwritten.
@@ -21,7 +22,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from xgraph.runners.plan import ExecutionPlan
+from xgraph.kernels.resolution import NUMPY
+from xgraph.runners.plan import ExecutionPlan, Step
+
+#: Op types whose built-in kernels always return new arrays, never a view of an input
+#: (np.concatenate, matrix products, reductions): their outputs keep no buffer busy.
+FRESH_OUTPUT_OPS = frozenset({"Concat", "Gemm", "GlobalAveragePool", "GlobalMaxPool"})
+
+
+def _fresh(step: Step) -> bool:
+    return step.choice.source == NUMPY and step.op.type in FRESH_OUTPUT_OPS and step.op.domain == ""
 
 
 def assign_liveness(plan: ExecutionPlan) -> ExecutionPlan:
@@ -46,6 +56,8 @@ def assign_liveness(plan: ExecutionPlan) -> ExecutionPlan:
     for i, step in enumerate(steps):
         if step.layout is not None:
             made = frozenset((i,))
+        elif _fresh(step):
+            continue
         else:
             made = frozenset().union(*(views.get(s, frozenset()) for s in step.inputs))
         for s in step.outputs:
