@@ -93,3 +93,43 @@ def test_auto_falls_back_at_creation_when_onnxruntime_cannot_load_the_subgraph(m
             np.testing.assert_allclose(got[name], expected[name], rtol=1e-6)
     with pytest.raises(xgraph.XGraphError, match="onnxruntime cannot load this subgraph: .*NOT_IMPLEMENTED"):
         Runner.create_runner(sg, kernels="onnxruntime")
+
+
+def test_auto_switches_to_xgraphs_kernels_when_a_session_fails_a_run(make, monkeypatch):
+    from xgraph.errors import KernelError
+    from xgraph.runners import backends
+
+    def fail(self, inputs, on_step=None):
+        raise KernelError(f"{self.plan.where}: onnxruntime failed: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : "
+                          "Non-zero status code returned while running Foo node\ndetails")
+
+    monkeypatch.setattr(backends.OnnxruntimeBackend, "run", fail)
+    _, sg = cpu_subgraph(make)
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    expected = SubgraphExecutor(sg, "AICORE").run([x])
+    with Runner.create_runner(sg, kernels="auto") as runner:
+        assert runner.backend == "onnxruntime"
+        got = runner.run([x])  # the failed job is run again on xgraph's kernels
+        assert runner.backend == "numpy" and runner.plan.kernels["conv"].source == "numpy"
+        assert runner.backend_reason == ("onnxruntime failed on a run: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : "
+                                         "Non-zero status code returned while running Foo node")
+        assert runner.get_stats()["backend_reason"] == runner.backend_reason
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+    with Runner.create_runner(sg, kernels="onnxruntime") as runner, pytest.raises(KernelError, match="RUNTIME_EXC"):
+        runner.run([x])  # asked for onnxruntime explicitly: its failure is the answer
+
+
+def test_auto_keeps_ops_onnxruntime_gets_wrong_on_xgraphs_kernels():
+    from onnx import TensorProto, helper
+    node = helper.make_node("DFT", ["x"], ["y"], name="dft")
+    g = helper.make_graph([node], "dft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 2])])
+    compiled = xgraph.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]))
+    with xgraph.create_graph_runner(compiled, kernels="auto") as runner:
+        (sub,) = runner.runners.values()
+        assert sub.backend == "numpy" and sub.backend_reason.startswith("op 'dft' (DFT): onnxruntime's DFT")
+        x = np.random.default_rng(5).standard_normal((1, 8, 1)).astype(np.float32)
+        (y,) = runner.run({"x": x})
+    spectrum = np.fft.fft(x[0, :, 0])
+    np.testing.assert_allclose(y[0, :, 0] + 1j * y[0, :, 1], spectrum, rtol=1e-5, atol=1e-5)

@@ -8,16 +8,20 @@
 registries' kernel table, options), then the passes the options ask for (float16 numerics,
 fusion, liveness). `SubgraphExecutor` adds the backend (`xgraph.runners.backends`). With
 ``kernels="auto"`` a standard-ONNX subgraph goes to onnxruntime; when onnxruntime cannot load
-it, the subgraph is planned for xgraph's kernels instead, decided here, at creation, with
-the reason kept in `plan.backend_reason`.
+it, or holds an op onnxruntime is known to compute differently from the ONNX spec
+(`xgraph.runners.ort_deviations`), the subgraph is planned for xgraph's kernels instead,
+decided here, at creation, with the reason kept in `plan.backend_reason`. Should a session
+still fail on a run, the executor re-plans for xgraph's kernels then, once, keeps that
+reason, and runs the job again: "auto" never loses a case xgraph's kernels pass.
 """
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from xgraph.errors import RunnerError
+from xgraph.errors import KernelError, RunnerError
 from xgraph.modes import AUTO, NUMPY, ONNXRUNTIME
 from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
@@ -88,7 +92,9 @@ class SubgraphExecutor:
         options = PlanOptions(kernels=kernels, storage_dtype=storage, fp16_ops=fp16_ops,
                               fuse=fuse and storage is None and not fp16_ops, reference=reference)
         self.subgraph, self.device = subgraph, device
-        self.plan, self._backend = plan_and_backend(subgraph, device, resolve(registries), options)
+        self._options, self._registries = options, resolve(registries)
+        self._switch = threading.Lock()
+        self.plan, self._backend = plan_and_backend(subgraph, device, self._registries, options)
 
     @property
     def backend(self) -> str:
@@ -117,7 +123,24 @@ class SubgraphExecutor:
 
     def run(self, inputs: Sequence[Any], on_step: Callable | None = None) -> list[Any]:
         """Run once; `on_step(step, args, results)` is called after each step when given."""
+        backend = self._backend
+        try:
+            return backend.run(inputs, on_step)
+        except KernelError as e:
+            if backend.name != "onnxruntime" or self._options.kernels != AUTO:
+                raise
+            self._fall_back(backend, e)
         return self._backend.run(inputs, on_step)
+
+    def _fall_back(self, failed: Backend, error: Exception) -> None:
+        """Re-plan for xgraph's kernels after onnxruntime failed a run (once; the reason is kept)."""
+        with self._switch:
+            if self._backend is not failed:
+                return  # another thread already switched
+            detail = str(error).split("onnxruntime failed: ", 1)[-1].splitlines()[0]
+            plan = make_plan(self.subgraph, self.device, self._registries.kernels, self._options,
+                             not_onnxruntime=f"onnxruntime failed on a run: {detail}")
+            self.plan, self._backend = plan, make_backend(plan, self._registries.kernels)
 
     def stats(self) -> dict[str, Any]:
         """The backend's counters (e.g. reused buffers and their bytes)."""

@@ -16,7 +16,9 @@ each step, which steps write into reused buffers). `xgraph.runners.backends` run
 
 Kernel choice per op is `xgraph.kernels.resolution.resolve_kernel`, the function compile's
 `kernel` annotation uses too; a whole standard-ONNX subgraph may instead go to onnxruntime
-(``kernels="onnxruntime"`` or ``"auto"``), which the plan records for each of its ops.
+(``kernels="onnxruntime"`` or ``"auto"``), which the plan records for each of its ops. Under
+``"auto"`` a subgraph holding an op onnxruntime is known to get wrong (`xgraph.runners.ort_deviations`)
+stays with xgraph's kernels, the reason kept in `backend_reason`.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.kernels.resolution import NONE, ONNXRUNTIME, REFERENCE, KernelChoice, compute_dtype, op_device, resolve_kernel
 from xgraph.modes import AUTO, NUMPY
 from xgraph.modes import ONNXRUNTIME as ORT_KERNELS
+from xgraph.runners.ort_deviations import subgraph_deviation
 from xgraph.runners.ort_session import is_standard_onnx, onnxruntime_available, ort_unexchangeable
 
 if TYPE_CHECKING:
@@ -145,6 +148,8 @@ def build_plan(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", opt
         reason = onnxruntime_reason(subgraph)
         if reason and options.kernels == ORT_KERNELS:
             raise RunnerError(f"subgraph {subgraph.name!r} on {device}: kernels='onnxruntime' but {reason}")
+        if not reason and options.kernels == AUTO:  # "auto" never loses a case xgraph's kernels pass
+            reason = subgraph_deviation(ops)
         if not reason:
             choice = KernelChoice(ONNXRUNTIME, device, None, "a standard-ONNX subgraph: one onnxruntime session")
             return ExecutionPlan(subgraph, device, "onnxruntime", _frozen({op.name: choice for op in ops}))

@@ -130,6 +130,8 @@ class DeviceRunner(Runner):
         """The base counters, the backend's (e.g. reused buffer bytes) and, in "sim" mode, estimated_device_s."""
         stats = super().get_stats()
         stats.update(self._executor.stats())
+        if self._executor.backend_reason:
+            stats["backend_reason"] = self._executor.backend_reason
         if self._roofline is not None:
             stats["estimated_device_s"] = self._estimated_s
         return stats
