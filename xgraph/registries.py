@@ -30,8 +30,8 @@ from typing import Any, Iterator, Mapping
 
 import pluggy
 
-from xgraph import devices as _devices
-from xgraph import hookspecs
+import xgraph.devices as _devices
+import xgraph.hookspecs as hookspecs
 from xgraph.devices import DeviceSpec
 from xgraph.errors import PluginError
 from xgraph.kernels.registry import KernelRegistry
