@@ -4,7 +4,7 @@
     executor.plan.kernels["conv"].source     # "numpy": what runs op "conv", and why
     outputs = executor.run(inputs)
 
-`make_plan` is the pure part: `xgraph.runners.plan.build_plan` from (subgraph, device, the
+`make_plan` is the pure part: `xgraph.runners.plan.plan_subgraph` from (subgraph, device, the
 registries' kernel table, options), then the passes the options ask for (float16 numerics,
 fusion, liveness). `SubgraphExecutor` adds the backend (`xgraph.runners.backends`). With
 ``kernels="auto"`` a standard-ONNX subgraph goes to onnxruntime; when onnxruntime cannot load
@@ -27,7 +27,7 @@ from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
 from xgraph.runners.fusion import fuse
 from xgraph.runners.liveness import assign_liveness
-from xgraph.runners.plan import ExecutionPlan, PlanOptions, Step, build_plan
+from xgraph.runners.plan import ExecutionPlan, PlanOptions, Step, plan_subgraph
 from xgraph.runners.precision import keep_in_float16, round_to_float16
 
 if TYPE_CHECKING:
@@ -43,8 +43,8 @@ def kernel_registry(registries: "Registries | None" = None) -> "KernelRegistry":
 
 def make_plan(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", options: PlanOptions = PlanOptions(),
               *, not_onnxruntime: str = "") -> ExecutionPlan:
-    """The finished plan: `build_plan`, then float16 numerics, fusion and liveness as the options ask (pure)."""
-    plan = build_plan(subgraph, device, kernels, options, not_onnxruntime=not_onnxruntime)
+    """The finished plan: `plan_subgraph`, then float16 numerics, fusion and liveness as the options ask (pure)."""
+    plan = plan_subgraph(subgraph, device, kernels, options, not_onnxruntime=not_onnxruntime)
     if plan.backend != "numpy":
         return plan
     if options.storage_dtype is not None:

@@ -2,7 +2,7 @@
 
 `ort_deviations.toml` beside this module lists them (how they were measured, and the schema,
 are in its header). With ``kernels="auto"`` a subgraph holding a matching op is planned for
-xgraph's kernels instead of onnxruntime (`xgraph.runners.plan.build_plan`), with the entry's
+xgraph's kernels instead of onnxruntime (`xgraph.runners.plan.plan_subgraph`), with the entry's
 reason as the plan's `backend_reason`.
 
     >>> deviation(op)                      # doctest: +SKIP

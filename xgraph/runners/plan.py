@@ -1,11 +1,11 @@
 """The execution plan of one subgraph: made once by a pure function, run many times by a backend.
 
-    plan = build_plan(subgraph, "AICORE", registries, PlanOptions(kernels="numpy", fuse=True))
+    plan = plan_subgraph(subgraph, "AICORE", registries.kernels, PlanOptions(kernels="numpy", fuse=True))
     plan.backend                # "numpy" | "onnxruntime" | "reference"
     plan.kernels["conv"]        # KernelChoice: source, device, kernel, reason
     plan.steps                  # frozen Steps over a value table (numpy backend)
 
-`build_plan` reads the subgraph, the device and the registries' kernel table and returns a
+`plan_subgraph` reads the subgraph, the device and the registries' kernel table and returns a
 frozen `ExecutionPlan`; it changes nothing and starts nothing (no session, no thread). The
 numpy plan is a flat list of steps ``(kernel, input slots, output slots, attributes)`` over a
 value table: slot 0 is always None (an omitted optional input), then the subgraph inputs, the
@@ -131,7 +131,7 @@ def onnxruntime_reason(subgraph: "Subgraph") -> str:
     return is_standard_onnx(subgraph) or ort_unexchangeable(subgraph.get_input_tensors() + subgraph.get_output_tensors())
 
 
-def build_plan(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", options: PlanOptions = PlanOptions(),
+def plan_subgraph(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", options: PlanOptions = PlanOptions(),
                *, not_onnxruntime: str = "") -> ExecutionPlan:
     """The plan for `subgraph` on `device` (pure: reads the graph and the kernel table, changes nothing).
 
@@ -242,4 +242,4 @@ def _with_outer_scope(fn: Callable, num_inputs: int, names: Sequence[str]) -> Ca
     return call
 
 
-__all__ = ["BACKENDS", "ExecutionPlan", "PlanOptions", "Step", "build_plan", "onnxruntime_reason"]
+__all__ = ["BACKENDS", "ExecutionPlan", "PlanOptions", "Step", "plan_subgraph", "onnxruntime_reason"]
