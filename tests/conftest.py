@@ -21,7 +21,7 @@ CONFORMANCE_CASE = "test_conformance.py::test_case["
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """'conformance: N passed, M expected failures of T' when conformance cases ran.
+    """'conformance: N passed, M expected failures of T' when conformance cases ran, and the same for kernels="auto".
 
     It lives in the root conftest because under pytest-xdist only the controller prints, and
     the controller loads no conftest below tests/.
@@ -35,3 +35,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
         if counts["failed"]:
             line += f", {counts['failed']} unexpected failures"
         terminalreporter.write_line(line)
+        auto = [dict(r.user_properties).get("kernels_auto") for key in ("passed", "xfailed", "failed")
+                for r in terminalreporter.stats.get(key, ())
+                if CONFORMANCE_CASE in getattr(r, "nodeid", "") and getattr(r, "when", "call") == "call"]
+        if any(auto):
+            terminalreporter.write_line(f"conformance, kernels auto: {auto.count('passed')} passed, "
+                                        f"{auto.count('expected')} expected failures, "
+                                        f"{auto.count('failed')} unexpected failures of {len(auto)}")

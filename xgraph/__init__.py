@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 import xgraph.ops  # noqa: F401 - registers the custom op schemas (xgraph.dvpp) with onnx
+import xgraph.registries  # noqa: F401 - installs the default registries behind xgraph.devices.get_devices
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 
@@ -20,6 +21,7 @@ _LAZY = {
     "report": "xgraph.compiler.report",
     "Runner": "xgraph.runners.runner",
     "register_runner": "xgraph.runners.runner",
+    "Registries": "xgraph.registries",
     "create_graph_runner": "xgraph.runners.graph_runner",
     "GraphRunner": "xgraph.runners.graph_runner",
 }

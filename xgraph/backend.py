@@ -11,8 +11,9 @@ is supported; which xgraph devices (AICORE, AICPU, CPU, ...) run the ops is deci
 compile `options`, as for `xcompile`.
 
 Keyword arguments of `prepare`/`run_model`/`run_node`: `options` (compile options, dict or
-JSON str), `plugin_path`, `mode` ("run", "sim" or "ref") and `kernels` ("auto", "numpy" or
-"onnxruntime"), all passed on to `xgraph.compile` / `create_graph_runner`.
+JSON str), `plugin_path`, `mode` ("run", "sim" or "ref"), `kernels` ("auto", "numpy" or
+"onnxruntime") and `registries` (an `xgraph.registries.Registries`; the default one when not
+given), all passed on to `xgraph.compile` / `create_graph_runner`.
 
 Values follow onnx's backend conventions: tensors are numpy arrays, sequences are lists of
 arrays, an empty optional is None.
@@ -28,13 +29,15 @@ from onnx import helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from xgraph.errors import ModelFileError, RunnerError, XGraphError
+from xgraph.modes import AUTO, RUN
+from xgraph.registries import resolve
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph
     from xgraph.runners.graph_runner import GraphRunner
 
 #: Keyword arguments `prepare` understands (anything else is an error naming these).
-PREPARE_KWARGS = ("options", "plugin_path", "mode", "kernels")
+PREPARE_KWARGS = ("options", "plugin_path", "mode", "kernels", "registries")
 #: Keyword arguments onnx's test runner passes to `prepare` that only concern its own comparison.
 _RUNNER_KWARGS = frozenset({"rtol", "atol"})
 
@@ -175,8 +178,10 @@ class XGraphBackend(Backend):
             raise ModelFileError(f"xgraph.backend.prepare takes an onnx.ModelProto, bytes or a path, got "
                                  f"{type(model).__name__}")
         try:
-            compiled = xgraph.compile(model, args.get("options"), args.get("plugin_path"))
-            runner = xgraph.create_graph_runner(compiled, args.get("mode", "run"), args.get("kernels", "auto"))
+            registries = resolve(args.get("registries"))
+            compiled = xgraph.compile(model, args.get("options"), args.get("plugin_path"), registries=registries)
+            runner = xgraph.create_graph_runner(compiled, args.get("mode", RUN), args.get("kernels", AUTO),
+                                                registries=registries)
         except XGraphError:
             raise
         except Exception as e:  # onnx or numpy raised while importing or planning the model

@@ -3,7 +3,12 @@
 Each case's model is compiled with the default options (placement spreads its ops over AICORE,
 AICPU and CPU) and run in mode "run" on xgraph's own kernels (kernels="numpy": the registry,
 with the ONNX reference evaluator as fallback), so the count measures xgraph, not onnxruntime.
-Outputs are compared as onnx's BackendTest compares them (`xgraph.backend.compare_outputs`).
+Outputs are compared as onnx's BackendTest compares them (`xgraph.backend.compare_outputs`), and
+each op's saved "kernel" annotation must equal what the runner's plan runs (one kernel resolution).
+
+Every case also runs with kernels="auto" (standard-ONNX subgraphs in onnxruntime, except where
+xgraph/runners/ort_deviations.toml says onnxruntime deviates), which must pass every case the
+numpy path passes; the summary counts both paths.
 
 Cases that cannot pass are listed in expected_failures.txt, one per line with the reason. A
 listed case that passes fails the test (stale entry), as does an unlisted case that fails.
@@ -21,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import xgraph
 import xgraph.backend as backend
 from xgraph.errors import XGraphError
+from xgraph.runners.testing import kernel_annotation_mismatches
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("expected_failures.txt")
 #: xgraph's own kernels; "auto" would hand standard-ONNX subgraphs to onnxruntime.
@@ -106,17 +113,33 @@ CASES = {c.name: c for c in node_cases()}
 EXPECTED, RANDOM = read_expected_failures()
 
 
-def run_case(case, values: bool = True) -> str:
+def run_case(case, values: bool = True, kernels: str = KERNELS, compiled=None) -> str:
     """'' when xgraph reproduces every data set of `case`, else the first problem.
 
-    values=False checks only what a random op fixes: output count, dtypes and shapes.
+    values=False checks only what a random op fixes: output count, dtypes and shapes. Every
+    op's saved "kernel" annotation must also be what the runners' plans run (kernels="numpy").
+    `compiled` reuses a compile of the case's model (the paths differ only in their runners).
     """
-    with backend.prepare(case.model, kernels=KERNELS) as rep:
+    if compiled is None:
+        compiled = xgraph.compile(case.model)
+    runner = xgraph.create_graph_runner(compiled, kernels=kernels)
+    with backend.XGraphBackendRep(case.model, compiled, runner) as rep:
+        if kernels == "numpy":
+            mismatches = kernel_annotation_mismatches(rep.graph, rep.runner)
+            if mismatches:
+                return "kernel annotation differs from what runs: " + "; ".join(mismatches)
         for index, (inputs, outputs) in enumerate(case.data_sets):
             problem = backend.compare_outputs(outputs, rep.run(inputs), case.rtol, case.atol, values=values)
             if problem:
                 return f"data set {index}: {problem}"
     return ""
+
+
+def _outcome(case, values: bool, kernels: str, compiled) -> str:
+    try:
+        return run_case(case, values, kernels, compiled)
+    except Exception as e:  # an unexpected failure is reported as the case's problem
+        return f"{type(e).__name__}: {e}"
 
 
 def test_expected_failures_name_real_cases():
@@ -135,23 +158,38 @@ def test_the_suite_is_all_there():
 @pytest.mark.conformance
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # cases feed inf, NaN and fully masked rows on purpose
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_case(name: str) -> None:
+def test_case(name: str, record_property) -> None:
+    """The case on xgraph's kernels ("numpy"), then on "auto", which must pass wherever "numpy" does.
+
+    The "auto" outcome is recorded as the test's `kernels_auto` property (counted in the summary).
+    """
     case = CASES[name]
-    if name in RANDOM:  # values may match by chance, so only the structure can be required
-        problem = run_case(case, values=False)
-        assert not problem, f"{name}: {problem}"
-        pytest.xfail(EXPECTED[name])
+    values = name not in RANDOM  # a random op's values may match by chance: only the structure counts
     try:
-        problem = run_case(case)
+        compiled = xgraph.compile(case.model)
     except Exception as e:  # any failure of a listed case is what the entry expects
         if name not in EXPECTED:
             raise
-        problem = f"{type(e).__name__}: {e}"
+        compiled, problem = None, f"{type(e).__name__}: {e}"
+    else:
+        try:
+            problem = run_case(case, values, KERNELS, compiled)
+        except Exception as e:
+            if name not in EXPECTED:
+                raise
+            problem = f"{type(e).__name__}: {e}"
+    auto = _outcome(case, values, "auto", compiled) if compiled is not None else problem
+    record_property("kernels_auto", "passed" if not auto else ("expected" if name in EXPECTED else "failed"))
+    if name in RANDOM:
+        assert not problem, f"{name}: {problem}"
+        assert not auto, f"{name} (kernels auto): {auto}"
+        pytest.xfail(EXPECTED[name])
     if name in EXPECTED:
         if not problem:
             pytest.fail(f"{name} passes now: remove its stale entry from {EXPECTED_FAILURES_FILE.name}")
         pytest.xfail(f"{EXPECTED[name]} ({problem.splitlines()[0][:200]})")
     assert not problem, f"{name}: {problem}"
+    assert not auto, f"{name} passes on xgraph's kernels but not with kernels='auto': {auto}"
 
 
 def test_backend_errors_are_xgraph_errors():

@@ -1,11 +1,11 @@
-"""Output buffers reused across runs: reused when free, never while anything still refers to them."""
+"""Output buffers reused across runs, laid out by the plan's liveness: never overwriting what a caller holds."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from xgraph import Graph
-from xgraph.runners.buffers import MAX_BUFFERS_PER_LAYOUT, BufferPool
+from xgraph.runners.buffers import BufferFrames
 from xgraph.runners.executor import SubgraphExecutor
 from xgraph.runners.testing import place
 
@@ -37,13 +37,15 @@ def executors(model):
 
 def test_a_fused_step_writes_into_the_same_buffer_every_run():
     fused, plain = executors(conv_model())
-    assert fused.steps[0].output_buffer == ((1, 4, 6, 6), np.dtype(np.float32))
+    assert fused.steps[0].layout == ((1, 4, 6, 6), np.dtype(np.float32)) and fused.steps[0].buffer == 0
+    assert fused.plan.buffers == (((1, 4, 6, 6), np.dtype(np.float32)),)
     for k in range(4):
         x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
         np.testing.assert_allclose(fused.run([x])[0], plain.run([x])[0], rtol=1e-5, atol=1e-6)
         if k == 0:
-            held = fused._buffers.nbytes()
-    assert fused._buffers.nbytes() == held == 4 * 6 * 6 * 4  # one buffer, made once
+            held = fused.stats()["buffer_bytes"]
+    stats = fused.stats()
+    assert stats["buffer_bytes"] == held == 4 * 6 * 6 * 4 and stats["buffer_frames"] == 1  # one buffer, made once
 
 
 def test_a_buffer_a_returned_view_still_uses_is_not_handed_out_again():
@@ -54,22 +56,49 @@ def test_a_buffer_a_returned_view_still_uses_is_not_handed_out_again():
     (second,) = fused.run([x2])
     np.testing.assert_array_equal(first, kept)  # the first result (a view of a buffer) is untouched
     np.testing.assert_allclose(second, plain.run([x2])[0], rtol=1e-5, atol=1e-6)
-    del first
-    fused.run([x1])
-    assert fused._buffers.nbytes() == 2 * 4 * 6 * 6 * 4  # two buffers while the first result lived; no more
+    assert fused.plan.escaping_buffers == {0}  # the output may be a view of the buffer: it is copied out
+    (third,) = fused.run([x1])
+    np.testing.assert_array_equal(third, kept)
+    np.testing.assert_array_equal(first, kept)
+    assert fused.stats()["buffer_bytes"] == 4 * 6 * 6 * 4  # still one buffer: no result is ever a view of it
 
 
-def test_the_pool_hands_out_only_free_buffers_and_keeps_a_bounded_number():
-    pool = BufferPool()
-    a = pool.take((2, 3), np.float32)
-    b = pool.take((2, 3), np.float32)
-    assert a is not b and a.shape == (2, 3) and a.dtype == np.float32 and a.flags.c_contiguous
-    view = a[0]
-    del a
-    c = pool.take((2, 3), np.float32)
-    assert c is not b and c is not view.base  # `a` lives on through its view
-    del view, c
-    assert pool.take((2, 3), np.float32).shape == (2, 3)
-    held = [pool.take((5,), np.float64) for _ in range(MAX_BUFFERS_PER_LAYOUT + 3)]
-    assert len({id(h) for h in held}) == len(held)
-    assert pool.nbytes() <= (2 + 1 + MAX_BUFFERS_PER_LAYOUT) * 6 * 8
+def test_frames_are_reused_one_per_run_in_flight():
+    frames = BufferFrames([((2, 3), np.float32), ((5,), np.float64)])
+    a = frames.take()
+    b = frames.take()  # a second run at the same time gets its own frame
+    x = frames.array(a, 0)
+    assert x.shape == (2, 3) and x.dtype == np.float32 and x.flags.c_contiguous and frames.array(a, 0) is x
+    assert b[0] is None and frames.frames() == 2
+    frames.give_back(a)
+    assert frames.take() is a and frames.nbytes() == 0  # held bytes count the frames not in use
+    frames.give_back(a)
+    frames.give_back(b)
+    assert frames.nbytes() == 2 * 3 * 4 and frames.frames() == 2
+
+
+def test_steps_whose_buffers_are_busy_at_once_get_different_buffers():
+    """Fused Conv+Relu chains of one layout: a buffer is reused once nothing can still read a view of it."""
+    w = numpy_helper.from_array(RNG.standard_normal((3, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Add", ["r1", "r2"], ["s"], name="add"),
+             helper.make_node("Conv", ["s", "w"], ["c3"], name="conv3", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
+             helper.make_node("Conv", ["r3", "w"], ["c4"], name="conv4", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c4"], ["r4"], name="relu4"),
+             helper.make_node("Neg", ["r4"], ["y"], name="neg")]
+    shape = [1, 3, 6, 6]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [w])
+    fused, plain = executors(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    buffers = {s.op.name: s.buffer for s in fused.steps if s.fused}
+    assert buffers["conv1"] != buffers["conv2"]  # r1 is read by the Add after conv2 wrote its output
+    # the Add's output may be a view of either (a kernel may return one): conv3, reading it, needs a third
+    assert buffers["conv3"] not in (buffers["conv1"], buffers["conv2"])
+    assert buffers["conv4"] in (buffers["conv1"], buffers["conv2"]) and len(fused.plan.buffers) == 3
+    for _ in range(3):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(fused.run([x])[0], plain.run([x])[0], rtol=1e-5, atol=1e-5)

@@ -158,16 +158,16 @@ def test_run_mode_fuses_sim_mode_and_xgraph_fusion_0_do_not(monkeypatch):
     with xgraph.create_graph_runner(graph, kernels="numpy") as runner:
         (device_runner,) = runner.runners.values()
         assert device_runner.fused_into == {"conv": "conv", "bn": "conv", "add": "conv", "tail": "conv"}
-        assert len(device_runner._executor.steps) == 1
+        assert len(device_runner.plan.steps) == 1
         fused_y = runner.run(feeds)[0]
     with xgraph.create_graph_runner(graph, mode="sim") as runner:
-        (executor,) = [r._executor for r in runner.runners.values()]
-        assert not executor.fused_into and len(executor.steps) == 4
+        (device_runner,) = runner.runners.values()
+        assert not device_runner.fused_into and len(device_runner.plan.steps) == 4
         sim_y = runner.run(feeds)[0]
     monkeypatch.setenv("XGRAPH_FUSION", "0")
     with xgraph.create_graph_runner(graph, kernels="numpy") as runner:
-        (executor,) = [r._executor for r in runner.runners.values()]
-        assert not executor.fused_into and len(executor.steps) == 4
+        (device_runner,) = runner.runners.values()
+        assert not device_runner.fused_into and len(device_runner.plan.steps) == 4
     np.testing.assert_allclose(fused_y, sim_y, rtol=1e-5, atol=1e-6)
 
 
@@ -239,18 +239,19 @@ def test_a_full_shape_constant_after_a_conv_is_added_as_a_residual():
 def test_an_op_whose_kernel_was_replaced_runs_its_own_kernel():
     import dataclasses
 
-    from xgraph.runners.executor import kernel_registry
+    from xgraph.registries import default_registries
 
-    originals = [k for k in kernel_registry() if k.op_type == "Relu"]
-    for k in originals:
-        kernel_registry().add(dataclasses.replace(k, fn=lambda x: -x))  # an obviously different "Relu"
+    table = default_registries().kernels
+    replacements = [dataclasses.replace(k, fn=lambda x: -x) for k in table if k.op_type == "Relu"]
+    for k in replacements:
+        table.add(k)  # an obviously different "Relu", found before the built-in one
     try:
         model = block_model()
         feeds = feeds_for(model)
         executor, got, plain, ref = run_both(model, feeds)
     finally:
-        for k in originals:
-            kernel_registry().add(k)
+        for k in replacements:
+            table.remove(k)
     assert [op.type for op in executor.steps[0].fused] == ["Conv", "BatchNormalization", "Add"]
     assert executor.steps[-1].op.type == "Relu" and not executor.steps[-1].fused
     np.testing.assert_allclose(got[0], plain[0], rtol=1e-5, atol=1e-6)  # both ran the replacement

@@ -71,7 +71,7 @@ def test_auto_falls_back_to_numpy_for_non_standard_ops():
     sg.set_attr("runner", {"run": "cpu"})
     with Runner.create_runner(sg, kernels="auto") as runner:
         assert runner.backend == "numpy"
-        assert "boom" in runner._executor.backend_reason and "not a standard ONNX op" in runner._executor.backend_reason
+        assert "boom" in runner.backend_reason and "not a standard ONNX op" in runner.backend_reason
         np.testing.assert_array_equal(runner.run([np.array([-1, 2], np.float32)])[0], [1, 3])
 
 
@@ -124,9 +124,10 @@ def test_intermediates_are_released_after_their_last_reader(make):
     _, graph = cnn(make, device_of=lambda op: "CPU")
     (sg,) = graph.get_root_subgraph().get_children()
     executor = SubgraphExecutor(sg, "CPU", kernels="numpy")
-    released = [s for step in executor.steps for s in step.release]
-    intermediates = {s for step in executor.steps for s in step.outputs} - set(executor._output_slots)
-    assert sorted(released) == sorted(intermediates | set(executor._input_slots))  # once each; never outputs or weights
+    plan = executor.plan
+    released = [s for step in plan.steps for s in step.release]
+    intermediates = {s for step in plan.steps for s in step.outputs} - set(plan.output_slots)
+    assert sorted(released) == sorted(intermediates | set(plan.input_slots))  # once each; never outputs or weights
 
 
 # -- ref ------------------------------------------------------------------------------------------

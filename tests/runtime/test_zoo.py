@@ -15,7 +15,8 @@ import pytest
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import place, with_logits_output, zoo_device_of, zoo_model
+from xgraph.runners.testing import (ZOO, kernel_annotation_mismatches, place, with_logits_output, zoo_device_of,
+                                    zoo_model)
 
 CI_MODELS = ["resnet50", "squeezenet", "inception_v1"]
 ALL_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
@@ -43,3 +44,14 @@ def test_zoo_model_matches_onnxruntime(name):
         assert g.shape == e.shape and g.dtype == e.dtype
         err = np.abs(g - e).max()
         assert err <= 1e-4 * np.abs(e).max(), f"{name} {name_}: max abs err {err:.3g}, max |ref| {np.abs(e).max():.3g}"
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_the_saved_kernel_annotation_is_what_the_runner_runs(name):
+    """Every op's "kernel" annotation (saved as is in the .xmodel) equals the source the runner's plan reports."""
+    compiled = xgraph.compile(ZOO / f"light_{name}.onnx")
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:  # created (planned), not run
+        assert kernel_annotation_mismatches(compiled, runner) == []
+        assert len(runner.kernel_choices()) == compiled.get_op_num()
+        assert {c.source for c in runner.kernel_choices().values()} == {"numpy"}

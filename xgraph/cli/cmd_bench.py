@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         after = runner.get_stats()
         rate = throughput(runner, feeds, runs)
         backends = sorted({getattr(r, "backend", type(r).__name__) for r in runner.runners.values()})
+        fallbacks = {name: r.backend_reason for name, r in runner.runners.items() if getattr(r, "backend_reason", "")}
         if trace is not None:
             runner.export_chrome_trace(trace)
 
@@ -134,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
     count = len(_device_of(graph))
     print(f"bench {args.model}: mode {args.mode}, kernels {args.kernels} ({', '.join(backends)}); "
           f"{count} subgraph{'s' if count != 1 else ''} on {', '.join(sorted(devices))}; inputs: {source}")
+    if args.kernels != "numpy":
+        for name, reason in sorted(fallbacks.items()):
+            print(f"  {name}: xgraph's kernels, not onnxruntime: {reason}")
     stats = "  ".join(f"p{p} {v:.3f}" for p, v in zip(PERCENTILES, np.percentile(ms, PERCENTILES)))
     print(f"latency over {runs} runs (after {warmup} warm-up), ms: {stats}  mean {ms.mean():.3f}  "
           f"min {ms.min():.3f}  max {ms.max():.3f}")

@@ -20,9 +20,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from xgraph.devices import get_devices
     from xgraph.plugins.loader import discover_plugins, plugin_search_path
-    from xgraph.runners.runner import registered_runners
+    from xgraph.registries import resolve
+    registries = resolve(None)  # the command's registries (see xgraph.cli.common.run_cli)
 
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d] or None
     console = Console(highlight=False)
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     devices = Table(title="Devices (placement tries them cheapest first)")
     for column in ("device", "cost rank", "memory", "runner", "op-info entries", "source"):
         devices.add_column(column, overflow="fold")
-    for spec in get_devices().values():
+    for spec in registries.devices.values():
         runner = ", ".join(f"{mode}={name}" for mode, name in spec.runner.items()) or "-"
         entries = str(len(spec.ops.rules)) + (" + any op" if spec.ops.any_op is not None else "")
         devices.add_row(spec.name, str(spec.cost_rank), spec.memory, runner, entries, spec.source)
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     runners = Table(title="Runners")
     runners.add_column("name")
     runners.add_column("class", overflow="fold")
-    for name, cls in sorted(registered_runners().items()):
+    for name, cls in sorted(registries.runners.items()):
         runners.add_row(name, f"{cls.__module__}.{cls.__qualname__}")
     console.print(runners)
     return 0

@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.errors import ModelFileError, XGraphError
+from xgraph.modes import KERNEL_CHOICES, MODES as RUNNER_MODES
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Tensor
 
 #: File suffixes read as images (through Pillow).
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-MODES = ("run", "sim", "ref")
-KERNELS = ("auto", "numpy", "onnxruntime")
+MODES = RUNNER_MODES
+KERNELS = KERNEL_CHOICES
 
 
 # -- arguments shared with verify and bench ------------------------------------------------------

@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from xgraph.cli.common import add_debug_flag, run_cli
+
+if TYPE_CHECKING:
+    from xgraph.registries import Registries
 
 #: Sub-command modules, in the order `xgraph --help` lists them.
 COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins")
@@ -31,14 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `xgraph` console script."""
+def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
+    """Entry point of the `xgraph` console script; `registries` (default: the default ones) serve every command."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return run_cli(lambda: args.func(args), args.debug, "xgraph")
+    return run_cli(lambda: args.func(args), args.debug, "xgraph", registries)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xgraph.cli.common import add_debug_flag, run_cli
 from xgraph.errors import XGraphError
+
+if TYPE_CHECKING:
+    from xgraph.registries import Registries
 
 PROG = "xcompile"
 #: The progress bar appears only when compiling takes longer than this (seconds).
@@ -174,10 +177,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `xcompile` console script."""
+def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
+    """Entry point of the `xcompile` console script; `registries` default to the default ones."""
     args = build_parser().parse_args(argv)
-    return run_cli(lambda: _run(args), args.debug, PROG)
+    return run_cli(lambda: _run(args), args.debug, PROG, registries)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ The compiled graph carries, besides the subgraph tree with "device"/"runner" att
 
 - graph attrs "compile_options" (the options as a JSON str), "precision_mode",
   "prepare_summary" (what prepare did) and "plugin_runs" (one record per plugin);
-- op annotations "device", "placement_reason" (why not a cheaper device) and "kernel":
-  "numpy" (a kernel of the registry), "reference" (the ONNX reference evaluator fallback),
-  "plugin" (the plugin's runner decides) or "none" (nothing on this host can run it).
+- op annotations "device", "placement_reason" (why not a cheaper device) and "kernel": the
+  source `xgraph.kernels.resolution.resolve_kernel` names, the same function the runners plan
+  with, so the annotation is what runs with xgraph's kernels: "numpy" (xgraph's own kernel),
+  "plugin" (a kernel an extension contributed, or the plugin's runner decides), "reference"
+  (the ONNX reference evaluator fallback) or "none" (nothing on this host can run it). With
+  ``kernels="auto"`` a runner may still hand a whole standard-ONNX subgraph to onnxruntime.
 """
 from __future__ import annotations
 
@@ -21,11 +24,13 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
-from xgraph.compiler.host import numpy_kernel, reference_can_run
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
 from xgraph.compiler.prepare import copy_graph, prepare
-from xgraph.devices import DeviceSpec, get_devices
+from xgraph.devices import DeviceSpec
+from xgraph.kernels import KernelRegistry
+from xgraph.kernels.resolution import PLUGIN, op_device, resolve_kernel
+from xgraph.registries import Registries, active, resolve
 
 #: Op annotations a compile writes (dropped when an already compiled graph is compiled again).
 COMPILE_ANNOTATIONS = ("device", "placement_reason", "kernel")
@@ -54,15 +59,15 @@ def load_for_compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.
     return graph
 
 
-def choose_kernel(op: Any, device: str) -> str:
-    """What will run `op` on `device`: "numpy", "reference" or "none"."""
-    if numpy_kernel(op, device):
-        return "numpy"
-    return "reference" if reference_can_run(op) else "none"
+def choose_kernel(op: Any, device: str, kernels: KernelRegistry | None = None) -> str:
+    """What will run `op` on `device`: "numpy", "plugin", "reference" or "none" (`resolve_kernel`'s source)."""
+    table = kernels if kernels is not None else resolve(None).kernels
+    return resolve_kernel(op, op_device(op, device), table).source
 
 
-def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec]) -> None:
+def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: KernelRegistry | None = None) -> None:
     """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin"."""
+    table = kernels if kernels is not None else resolve(None).kernels
     for child in graph.get_root_subgraph().get_children():
         device = str(child.get_attr("device")) if child.has_attr("device") else ""
         built_in = device in devices and child.has_attr("runner") and \
@@ -70,7 +75,7 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec]) -> None:
         for op in child.get_ops():
             if op.has_attr("kernel") and not op.is_annotation("kernel"):
                 continue  # an ONNX attribute of that name: leave it alone
-            op.set_attr("kernel", choose_kernel(op, device) if built_in else "plugin", onnx_type=None)
+            op.set_attr("kernel", choose_kernel(op, device, table) if built_in else PLUGIN, onnx_type=None)
 
 
 def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
@@ -109,16 +114,26 @@ def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
 
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",
             options: "Mapping[str, Any] | str | CompileOptions | None" = None,
-            plugin_path: "list[str] | str | None" = None, *, progress: Progress | None = None) -> Graph:
+            plugin_path: "list[str] | str | None" = None, *, progress: Progress | None = None,
+            registries: Registries | None = None) -> Graph:
     """Partition a model into device subgraphs; returns the compiled Graph (the input is not changed).
 
-    `progress(stage, index, total)` is called as each stage of `STAGES` starts.
+    `progress(stage, index, total)` is called as each stage of `STAGES` starts. `registries`
+    (devices, kernels; the default `xgraph.registries.Registries` when None) is read when the
+    compile starts, so extensions registered before it count.
     """
+    registries = resolve(registries)
+    with active(registries):
+        return _compile(graph_or_path, options, plugin_path, progress, registries)
+
+
+def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progress | None,
+             registries: Registries) -> Graph:
     def stage(name: str) -> None:
         if progress is not None:
             progress(name, STAGES.index(name), len(STAGES))
 
-    devices = get_devices()
+    devices = registries.devices
     opts = parse_options(options, devices)
     if isinstance(plugin_path, (str, Path)):
         plugin_path = [str(plugin_path)]
@@ -139,7 +154,7 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     bind_nested_graph_inputs(graph)
     apply_placement(graph, propose_placement(graph, devices, opts), devices)
     stage("kernels")
-    annotate_kernels(graph, devices)
+    annotate_kernels(graph, devices, registries.kernels)
     annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)

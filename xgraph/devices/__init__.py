@@ -2,7 +2,8 @@
 
 Devices are data. Each built-in device (AICORE, AICPU, DVPP, CPU) is one TOML file beside
 this module, contributed through the `xgraph_devices` hook like any installed package's
-device; `get_devices()` collects the hook's contributions once. A partition plugin whose
+device; the session's `xgraph.registries.Registries` collects the hook's contributions
+(`collect_devices`), and `get_devices()` is the table of the default one. A partition plugin whose
 device is free text (e.g. "SMFC") may `register_device(DeviceSpec("SMFC", ...))` so that
 reports and runtimes know its memory and cost profile.
 
@@ -18,12 +19,12 @@ A device TOML file has these tables (`oprules` explains every rule key):
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from xgraph.errors import PluginError
+from xgraph.modes import MODES
 from xgraph.devices.oprules import OpTable, check_keys, Location, parse_op_table
 
 if sys.version_info >= (3, 11):
@@ -36,7 +37,7 @@ CHECK_NAMES = frozenset({"host_runnable", "dvpp_image_rules"})
 #: Memory kinds: "device" memory is shared by the accelerators; "host" is the CPU's.
 MEMORY_KINDS = ("device", "host")
 #: Runner modes a device's runner map may name.
-RUNNER_MODES = ("run", "sim", "ref")
+RUNNER_MODES = MODES
 _BUILTIN_FILES = ("aicore.toml", "aicpu.toml", "dvpp.toml", "cpu.toml")
 
 
@@ -149,11 +150,8 @@ def as_device_spec(item: Any, contributor: str) -> DeviceSpec:
                       "return DeviceSpecs, dicts in the device TOML schema, or paths to TOML files")
 
 
-_lock = threading.RLock()
-_devices: dict[str, DeviceSpec] | None = None
-
-
-def _add(table: dict[str, DeviceSpec], spec: DeviceSpec) -> None:
+def add_device(table: dict[str, DeviceSpec], spec: DeviceSpec) -> None:
+    """Put `spec` in `table`; a PluginError naming both sources when another device has its name."""
     other = table.get(spec.name)
     if other is not None and other is not spec:
         raise PluginError(f"device {spec.name!r} is registered twice: by {other.source} and by {spec.source}; "
@@ -161,41 +159,51 @@ def _add(table: dict[str, DeviceSpec], spec: DeviceSpec) -> None:
     table[spec.name] = spec
 
 
-def _collect() -> dict[str, DeviceSpec]:
-    from xgraph.plugins.manager import get_plugin_manager
-    pm = get_plugin_manager()
+def collect_devices(contributions: Iterable[tuple[str, Any]]) -> dict[str, DeviceSpec]:
+    """name -> DeviceSpec from the `xgraph_devices` hook's results, as (contributor, returned list) pairs."""
     table: dict[str, DeviceSpec] = {}
-    for impl in pm.hook.xgraph_devices.get_hookimpls():
-        contributor = f"xgraph_devices hook of {impl.plugin_name}"
-        items = impl.function()
+    for contributor, items in contributions:
         if items is None:
             continue
         if isinstance(items, (DeviceSpec, Mapping, str, Path)) or not isinstance(items, (list, tuple)):
             raise PluginError(f"{contributor} returned {type(items).__name__}; return a list of devices")
         for item in items:
-            _add(table, as_device_spec(item, contributor))
+            add_device(table, as_device_spec(item, contributor))
     return table
 
 
+def by_cost(table: Mapping[str, DeviceSpec]) -> dict[str, DeviceSpec]:
+    """`table` ordered cheapest (lowest cost_rank) first, then by name."""
+    return {s.name: s for s in sorted(table.values(), key=lambda s: (s.cost_rank, s.name))}
+
+
+# The module-level functions below serve the default registries (`xgraph.registries`), which
+# installs itself here when imported (`import xgraph` does): this foundation layer never imports
+# the layer that collects hooks.
+_default: Callable[[], Any] | None = None
+
+
+def set_default_registries(provider: Callable[[], Any]) -> None:
+    """Install the function returning the default registries object (called by `xgraph.registries`)."""
+    global _default
+    _default = provider
+
+
+def _registries() -> Any:
+    if _default is None:
+        raise PluginError("no device table: import xgraph (it installs the default registries) before "
+                          "xgraph.devices.get_devices()")
+    return _default()
+
+
 def get_devices() -> dict[str, DeviceSpec]:
-    """name -> DeviceSpec for every known device, cheapest (lowest cost_rank) first; built once."""
-    global _devices
-    with _lock:
-        if _devices is None:
-            _devices = _collect()
-        ordered = sorted(_devices.values(), key=lambda s: (s.cost_rank, s.name))
-        return {s.name: s for s in ordered}
+    """name -> DeviceSpec of the default registries, cheapest (lowest cost_rank) first."""
+    return _registries().devices
 
 
 def register_device(spec: DeviceSpec) -> DeviceSpec:
-    """Add a device (e.g. a plugin's free-text device) to the table; a name clash is a PluginError."""
-    global _devices
-    spec = as_device_spec(spec, "register_device")
-    with _lock:
-        if _devices is None:
-            _devices = _collect()
-        _add(_devices, spec)
-    return spec
+    """Add a device (e.g. a plugin's free-text device) to the default registries; a name clash is a PluginError."""
+    return _registries().register_device(spec)
 
 
 def memory_of(subgraph: Any, devices: Mapping[str, DeviceSpec] | None = None) -> str:
@@ -212,10 +220,9 @@ def memory_of(subgraph: Any, devices: Mapping[str, DeviceSpec] | None = None) ->
 
 def unregister_device(name: str) -> None:
     """Remove a device added with `register_device` (tests, interactive sessions)."""
-    with _lock:
-        if _devices is not None:
-            _devices.pop(name, None)
+    _registries().unregister_device(name)
 
 
 __all__ = ["CHECK_NAMES", "CostProfile", "DeviceSpec", "as_device_spec", "builtin_device_files", "device_from_dict",
-           "get_devices", "load_device_file", "register_device", "unregister_device"]
+           "get_devices", "load_device_file", "register_device", "unregister_device", "add_device", "by_cost",
+           "collect_devices", "set_default_registries"]

@@ -1,9 +1,16 @@
-"""Built-in numpy kernels: one op family per module, each registered with @kernel on import."""
+"""Built-in numpy kernels: one op family per module, each registered with @kernel on import.
+
+The built-ins fill `BUILTIN_KERNELS`; a bare ``@kernel`` (a plugin module, a test) fills
+`KERNELS`, which reads through to the built-ins. A session's kernel table is the
+`KernelRegistry` of its `xgraph.registries.Registries`, filled by the `xgraph_kernels` hook
+(`xgraph.kernels.hooks` is the built-ins' implementation). "What runs this op on this device"
+is answered once, by `xgraph.kernels.resolution.resolve_kernel`.
+"""
 from __future__ import annotations
 
 import importlib
 
-from xgraph.kernels.registry import DEFAULT_DEVICES, KERNELS, Kernel, KernelRegistry, kernel
+from xgraph.kernels.registry import BUILTIN_KERNELS, DEFAULT_DEVICES, KERNELS, Kernel, KernelRegistry, kernel
 
 #: The op-family modules, imported once so their @kernel decorators run (explicit, no scanning).
 FAMILIES = (
@@ -30,7 +37,7 @@ _loaded = False
 
 
 def load_builtin_kernels() -> KernelRegistry:
-    """Import every built-in op-family module (idempotent) and return the filled registry."""
+    """Import every built-in op-family module (idempotent); returns `KERNELS` (the built-ins beneath it)."""
     global _loaded
     if not _loaded:
         for name in FAMILIES:
@@ -39,4 +46,4 @@ def load_builtin_kernels() -> KernelRegistry:
     return KERNELS
 
 
-__all__ = ["DEFAULT_DEVICES", "KERNELS", "Kernel", "KernelRegistry", "kernel", "load_builtin_kernels"]
+__all__ = ["BUILTIN_KERNELS", "DEFAULT_DEVICES", "KERNELS", "Kernel", "KernelRegistry", "kernel", "load_builtin_kernels"]

@@ -6,7 +6,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from xgraph.kernels.op_shape import kernel_error, readonly
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}

@@ -9,7 +9,7 @@ from onnx import TensorProto, numpy_helper
 
 from xgraph.kernels.op_cast import numpy_dtype
 from xgraph.kernels.op_shape import dims_of, kernel_error, readonly
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:

@@ -14,7 +14,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from xgraph.errors import DvppError
 from xgraph.ops.dvpp import COLOR_CODES, DOMAIN, JPEGD, PNGD, VPC, align_up, check_image_rules, crop_box
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 DEVICES = ("DVPP", "CPU")
 UINT8 = (np.uint8,)

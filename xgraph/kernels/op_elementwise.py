@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 FLOATS = (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
 SIGNED = (np.int8, np.int16, np.int32, np.int64)

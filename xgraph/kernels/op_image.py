@@ -9,7 +9,7 @@ from xgraph.errors import KernelError
 from xgraph.kernels.op_nn_conv import col2im_add
 from xgraph.kernels.op_resize import cubic_weight
 from xgraph.kernels.windows import FLOAT_TYPES, compute_dtype, window_geometry
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 # --------------------------------------------------------------------------- depth <-> space

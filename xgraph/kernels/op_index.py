@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from xgraph.kernels.op_shape import kernel_error, normalize_axis
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 _IRREGULAR = ("AICPU", "CPU")  # data-dependent output shapes: not for the dense AI Core
 

@@ -18,7 +18,7 @@ from xgraph.kernels.op_elementwise import (
     BOOL, FLOAT8, FLOATS, NARROW_FLOATS, NUMERIC, STRING, broadcasts_onto, normalize_axis, operands, widen,
 )
 from xgraph.kernels.parallel import chunks, run_parallel, split_count
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 MATMUL_TYPES = FLOATS + (np.int32, np.int64, np.uint32, np.uint64)
 _FLOAT8 = frozenset(np.dtype(t) for t in FLOAT8)

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from xgraph.kernels.op_shape import dims_of, kernel_error
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 _HOST = ("CPU",)
 

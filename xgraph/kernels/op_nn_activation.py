@@ -10,7 +10,7 @@ import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.kernels.op_elementwise import broadcasts_onto
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 from xgraph.kernels.windows import FLOAT_TYPES, compute_dtype
 
 SIGNED_INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))

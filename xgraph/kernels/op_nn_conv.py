@@ -13,7 +13,7 @@ import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.kernels.conv_lowering import activation_in_place, check_conv_shapes, conv_core
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 from xgraph.kernels.windows import FLOAT_TYPES, INT8_TYPES, compute_dtype, per_axis_ints, window_geometry
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from xgraph.errors import KernelError
 from xgraph.kernels.parallel import chunks, run_parallel, split_count_elements
 from xgraph.kernels.windows import FLOAT_TYPES, compute_dtype
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 def _stash(x: np.ndarray, stash_type: int = 1) -> np.ndarray:

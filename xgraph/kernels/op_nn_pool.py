@@ -17,7 +17,7 @@ import numpy as np
 from xgraph.errors import KernelError
 from xgraph.kernels.windows import FLOAT_TYPES, compute_dtype, pad_spatial, window_geometry
 from xgraph.kernels.parallel import chunks, run_parallel, split_count_elements
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 MAXPOOL_TYPES = FLOAT_TYPES + (np.dtype(np.int8), np.dtype(np.uint8))
 

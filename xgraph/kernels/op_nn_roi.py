@@ -5,7 +5,7 @@ import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.kernels.windows import FLOAT_TYPES, compute_dtype
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 @kernel("MaxRoiPool", since=1, dtypes=FLOAT_TYPES)

@@ -13,7 +13,7 @@ import numpy as np
 
 from xgraph.errors import KernelError
 from xgraph.kernels.op_elementwise import BOOL, NARROW_FLOATS, NUMERIC, named, normalize_axis, widen
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 def _reduction_axes(op: str, rank: int, axes, noop_with_empty_axes: int) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 _COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from xgraph.errors import KernelError
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 
 def kernel_error(op: str, message: str) -> KernelError:

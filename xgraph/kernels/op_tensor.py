@@ -12,7 +12,7 @@ import numpy as np
 
 from xgraph.kernels.op_shape import (
     dims_of, ints_of, kernel_error, normalize_axes, normalize_axis, readonly)
-from xgraph.kernels.registry import kernel
+from xgraph.kernels.registry import builtin_kernel as kernel
 
 _IRREGULAR = ("AICPU", "CPU")  # data-dependent output shapes: not for the dense AI Core
 

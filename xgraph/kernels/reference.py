@@ -29,7 +29,7 @@ come back as object arrays.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -38,6 +38,9 @@ from onnx import helper
 from xgraph.errors import KernelError
 from xgraph.ir.nested import free_names
 from xgraph.kernels.reference_fixes import evaluator_fixes
+
+if TYPE_CHECKING:
+    from xgraph.kernels.registry import KernelRegistry
 
 
 def _graphs(attributes: Iterable[onnx.AttributeProto]) -> list[onnx.GraphProto]:
@@ -112,19 +115,18 @@ def plain_value(value: Any) -> Any:
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
 
-def registry_ops(op_keys: Iterable[tuple[str, str]]) -> list:
-    """Evaluator op classes (pass as `new_ops=`) for custom-domain ops, backed by xgraph's own kernels.
+def registry_ops(op_keys: Iterable[tuple[str, str]], registry: "KernelRegistry") -> list:
+    """Evaluator op classes (pass as `new_ops=`) for custom-domain ops, backed by the kernels of `registry`.
 
     The evaluator knows only the standard domains; for the others (xgraph.dvpp, plugin
-    domains) xgraph's registered kernel is the reference implementation. `op_keys` holds
-    (domain, op type) pairs; pairs without a registered kernel are skipped (the evaluator
-    then reports them as unknown).
+    domains) the registered kernel is the reference implementation. `registry` is the
+    session's kernel table (`Registries.kernels`: built-ins and the `xgraph_kernels` hook's
+    kernels alike). `op_keys` holds (domain, op type) pairs; pairs without a registered kernel
+    are skipped (the evaluator then reports them as unknown).
     """
     from onnx.reference.op_run import OpRun
 
     from xgraph.ir.attribute_values import node_attributes
-    from xgraph.kernels import load_builtin_kernels
-    registry = load_builtin_kernels()
     classes = []
     for domain, op_type in sorted(set(op_keys)):
         if domain in EVALUATOR_DOMAINS:

@@ -73,10 +73,23 @@ def _domain(domain: str) -> str:
 
 
 class KernelRegistry:
-    """Kernels by (domain, op type); each list kept sorted by `since`, newest last."""
+    """Kernels by (domain, op type); each list kept sorted by `since`, newest last.
 
-    def __init__(self) -> None:
+    A registry may stand on `bases` (other registries it reads through, live): a lookup sees
+    its own kernels and those of its bases, its own winning a tie. The registries object of a
+    session (`xgraph.registries`) stands on `KERNELS`, which stands on `BUILTIN_KERNELS`, so a
+    kernel declared later with a bare ``@kernel`` is still found.
+    """
+
+    def __init__(self, bases: Iterable["KernelRegistry"] = ()) -> None:
         self._kernels: dict[tuple[str, str], list[Kernel]] = {}
+        self._bases: list[KernelRegistry] = list(bases)
+
+    def include(self, base: "KernelRegistry") -> None:
+        """Read through `base` too (live: kernels added to it later are found); idempotent."""
+        if base is self or any(b is base for b in self._bases):
+            return
+        self._bases.append(base)
 
     def add(self, k: Kernel) -> None:
         """Register `k`; a later kernel with the same key and `since` replaces the earlier one."""
@@ -85,16 +98,38 @@ class KernelRegistry:
         versions.append(k)
         versions.sort(key=lambda v: v.since)
 
+    def remove(self, k: Kernel) -> None:
+        """Forget `k` (a kernel of this registry itself, not of its bases); a no-op if absent."""
+        versions = self._kernels.get((_domain(k.domain), k.op_type))
+        if versions is not None:
+            versions[:] = [v for v in versions if v != k]
+
+    def holds(self, k: Kernel) -> bool:
+        """True when `k` itself was registered here (not in a base): how "built-in" is decided."""
+        return any(v == k for v in self._kernels.get((_domain(k.domain), k.op_type), ()))
+
+    def _versions(self, domain: str, op_type: str) -> list[Kernel]:
+        """Own kernels then the bases', each group sorted by `since` (the sort below is stable)."""
+        key = (_domain(domain), op_type)
+        found = list(self._kernels.get(key, ()))
+        for base in self._bases:
+            found += [k for k in base._versions(domain, op_type) if k not in found]
+        return found
+
     def find(self, op_type: str, domain: str = "", opset: int | None = None,
              device: str | None = None, dtype=None) -> Kernel | None:
-        """The best kernel for the key, or None (see `lookup` for the error form)."""
-        candidates = self._kernels.get((_domain(domain), op_type), [])
-        for k in reversed(candidates):
+        """The best kernel for the key, or None (see `lookup` for the error form).
+
+        Best: the largest `since <= opset` that serves `device` and `dtype`; on a tie, this
+        registry's own kernel before its bases'.
+        """
+        best: Kernel | None = None
+        for k in self._versions(domain, op_type):
             if opset is not None and k.since > opset:
                 continue
-            if k.accepts(device, dtype):
-                return k
-        return None
+            if (best is None or k.since > best.since) and k.accepts(device, dtype):
+                best = k
+        return best
 
     def lookup(self, op_type: str, domain: str = "", opset: int | None = None,
                device: str | None = None, dtype=None) -> Kernel:
@@ -104,7 +139,7 @@ class KernelRegistry:
             return k
         where = device or "any device"
         have = ", ".join(self.op_types(device)) or "nothing"
-        versions = self._kernels.get((_domain(domain), op_type), [])
+        versions = self._versions(domain, op_type)
         detail = ""
         if versions:
             detail = " (registered: " + "; ".join(
@@ -114,21 +149,30 @@ class KernelRegistry:
             f"No kernel for {op_type!r} (domain {domain!r}, opset {opset}, dtype {dtype}) on {where}{detail}; "
             f"{where} has: {have}. Add one with @kernel({op_type!r}, ...) or allow the CPU fallback.")
 
+    def _keys(self) -> set[tuple[str, str]]:
+        keys = set(self._kernels)
+        for base in self._bases:
+            keys |= base._keys()
+        return keys
+
     def op_types(self, device: str | None = None, domain: str | None = None) -> list[str]:
         """Sorted op types with at least one kernel on `device` (and in `domain`, if given)."""
-        return sorted({t for (d, t), ks in self._kernels.items()
-                       if (domain is None or d == _domain(domain)) and any(k.accepts(device, None) for k in ks)})
+        return sorted({t for (d, t) in self._keys()
+                       if (domain is None or d == _domain(domain))
+                       and any(k.accepts(device, None) for k in self._versions(d, t))})
 
     def __iter__(self):
-        for versions in self._kernels.values():
-            yield from versions
+        for domain, op_type in sorted(self._keys()):
+            yield from self._versions(domain, op_type)
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._kernels.values())
+        return sum(1 for _ in self)
 
 
-#: The registry the built-in kernels and the @kernel decorator fill.
-KERNELS = KernelRegistry()
+#: xgraph's own kernels: the op-family modules of `xgraph.kernels` fill it (`builtin_kernel`).
+BUILTIN_KERNELS = KernelRegistry()
+#: What a bare ``@kernel`` fills (a plugin module, a test), standing on the built-ins.
+KERNELS = KernelRegistry(bases=(BUILTIN_KERNELS,))
 
 
 def kernel(op_type: str, *, domain: str = "", since: int = 1,
@@ -141,10 +185,15 @@ def kernel(op_type: str, *, domain: str = "", since: int = 1,
             wants = "num_outputs" in inspect.signature(fn).parameters
         except (TypeError, ValueError):  # builtins without a signature
             wants = False
-        (registry or KERNELS).add(Kernel(
+        (registry if registry is not None else KERNELS).add(Kernel(
             op_type=op_type, domain=_domain(domain), since=since, devices=tuple(devices),
             dtypes=None if dtypes is None else tuple(np.dtype(d) for d in dtypes), fn=fn,
             wants_num_outputs=wants))
         return fn
 
     return register
+
+
+def builtin_kernel(op_type: str, **options: Any) -> Callable[[Callable], Callable]:
+    """`kernel` for xgraph's own op-family modules: registers into `BUILTIN_KERNELS`."""
+    return kernel(op_type, registry=BUILTIN_KERNELS, **options)

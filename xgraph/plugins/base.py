@@ -24,6 +24,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from xgraph.modes import MODES
+
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Subgraph
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 DEFAULT_RUNNER = "cpu"
 
 #: The runner modes a "runner" attr may name (VART's runner map).
-RUNNER_MODES = ("run", "sim", "ref")
+RUNNER_MODES = MODES  # defined once, in xgraph.modes
 
 #: Module attribute the loader sets to the name a plugin was requested by.
 PLUGIN_NAME_ATTR = "__xgraph_plugin_name__"

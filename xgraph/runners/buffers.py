@@ -1,63 +1,64 @@
-"""Output buffers reused across runs: a planned step of static shape writes into an array it used before.
+"""Buffers reused across runs: one frame of arrays per run in flight, laid out by the plan.
 
 A fresh multi-megabyte array costs a page fault per 4 KiB the first time it is written, and
-the allocator gives large blocks back to the system when they are freed; reusing the buffers
-of the previous run avoids both. A buffer is free when nothing but this pool refers to it:
-the executor dropped the value after its last reader, and no view of it (a Reshape's output,
-say) and no caller still holds it. That test is the reference count, so it needs no
-bookkeeping that a failed run or a kept view could get wrong: a buffer still referenced
-anywhere is simply not handed out, and a new one is made instead.
+the allocator gives large blocks back to the system when they are freed; writing into the
+arrays of a previous run avoids both. Which steps share an array is the plan's decision
+(`xgraph.runners.liveness`); at run time a frame (one array per planned buffer, made on
+first use) is taken for the run and given back when it ends. Runs at the same time take
+different frames, so nothing here depends on who else still refers to an array.
 """
 from __future__ import annotations
 
-import sys
 import threading
+from typing import Sequence
 
 import numpy as np
 
-#: Buffers kept per (shape, dtype); beyond this many in use at once, new arrays are not kept.
-MAX_BUFFERS_PER_LAYOUT = 8
 
+class BufferFrames:
+    """Frames of arrays with the plan's `layouts` ((shape, dtype) each), handed out one per run."""
 
-def _references(buffers: list, i: int) -> int:
-    return sys.getrefcount(buffers[i])
-
-
-def _baseline() -> int:
-    """The reference count of a buffer that only the pool's list holds, measured as `take` measures it."""
-    probe = [np.empty(1)]
-    return _references(probe, 0)
-
-
-_FREE = _baseline()
-
-
-class BufferPool:
-    """Arrays by (shape, dtype), each handed out again once nothing else refers to it."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple, list[np.ndarray]] = {}
+    def __init__(self, layouts: Sequence[tuple]) -> None:
+        self.layouts = tuple((tuple(shape), np.dtype(dtype)) for shape, dtype in layouts)
+        self._free: list[list[np.ndarray | None]] = []
+        self._made = 0
         self._lock = threading.Lock()
 
-    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """A C-contiguous array of `shape` and `dtype` that nothing else refers to (contents undefined)."""
-        key = (shape, np.dtype(dtype))
+    def take(self) -> list[np.ndarray | None]:
+        """A frame for one run: a list with one entry per layout (None until `array` makes it)."""
         with self._lock:
-            buffers = self._buffers.setdefault(key, [])
-            for i in range(len(buffers)):
-                if _references(buffers, i) == _FREE:
-                    return buffers[i]
-            array = np.empty(shape, dtype=dtype)
-            if len(buffers) < MAX_BUFFERS_PER_LAYOUT:
-                buffers.append(array)
-            return array
+            if self._free:
+                return self._free.pop()
+            self._made += 1
+        return [None] * len(self.layouts)
+
+    def array(self, frame: list[np.ndarray | None], index: int) -> np.ndarray:
+        """The frame's array for buffer `index` (made on first use; contents undefined)."""
+        a = frame[index]
+        if a is None:
+            shape, dtype = self.layouts[index]
+            a = frame[index] = np.empty(shape, dtype=dtype)
+        return a
+
+    def give_back(self, frame: list[np.ndarray | None]) -> None:
+        """Return a frame after its run; the next run reuses its arrays."""
+        with self._lock:
+            self._free.append(frame)
 
     def nbytes(self) -> int:
-        """Bytes held by the pool."""
+        """Bytes held in the frames not in use."""
         with self._lock:
-            return sum(b.nbytes for buffers in self._buffers.values() for b in buffers)
+            return sum(a.nbytes for frame in self._free for a in frame if a is not None)
+
+    def frames(self) -> int:
+        """How many frames were made (the most runs that overlapped)."""
+        with self._lock:
+            return self._made
 
     def clear(self) -> None:
-        """Forget every buffer (arrays still referenced elsewhere live on there)."""
+        """Forget the free frames (arrays still referenced elsewhere live on there)."""
         with self._lock:
-            self._buffers.clear()
+            self._free.clear()
+
+
+__all__ = ["BufferFrames"]

@@ -7,9 +7,10 @@ Per-channel affine ops are BatchNormalization (inference, constant statistics) a
 by a constant with one value per channel (or one value): after a convolution they are folded
 into its weights and bias once, when the plan is made; the residual and the activation are
 applied to each output block in place, right after its matrix product, while it is still in
-cache. Elsewhere a run of them becomes one multiply-add. The graph is not changed: fusion only
-rewrites the executor's list of steps, so a subgraph keeps every op for partitioning, reports
-and the `sim`/`ref` modes (which run op by op).
+cache. Elsewhere a run of them becomes one multiply-add. The graph is not changed: fusion is a
+pass over the execution plan (`xgraph.runners.plan`), `fuse(plan) -> plan`, so a subgraph keeps
+every op for partitioning, reports and the `sim`/`ref` modes (which run op by op). A fused
+step of static output shape gets a `layout`: the liveness pass then gives it a reused buffer.
 
 A chain is only fused when nothing else can tell the difference: every intermediate value has
 exactly one reader and is not a subgraph output, all values are float32, and the weights and
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -29,9 +30,11 @@ from xgraph.errors import KernelError
 from xgraph.kernels.conv_lowering import ResidualNotInPlace, activation_in_place, conv_core
 from xgraph.kernels.op_nn_norm import batch_norm_scale_shift, channel_affine
 
+from xgraph.kernels.resolution import NUMPY
+from xgraph.runners.plan import ExecutionPlan, Step
+
 if TYPE_CHECKING:
     from xgraph.ir import Op, Tensor
-    from xgraph.runners.executor import Step
 
 #: Activations the convolution epilogue applies in place: op type -> (FusedConv name, its parameters).
 ACTIVATIONS: dict[str, Callable[["Op"], tuple[str, list[float]] | None]] = {
@@ -55,30 +58,29 @@ def fusion_enabled() -> bool:
 
 
 def builtin_kernel(step: "Step") -> bool:
-    """True when the step runs one of xgraph's own numpy kernels.
+    """True when the step runs one of xgraph's own numpy kernels (its kernel choice says so).
 
     Fusion computes the absorbed ops itself, so an op whose kernel was replaced (a plugin's,
     a package's, a test's) is never fused: its own kernel must run.
     """
-    return step.source.startswith("numpy") and getattr(step.fn, "__module__", "").startswith(_KERNEL_MODULES)
+    return step.choice.source == NUMPY
 
 
-_KERNEL_MODULES = "xgraph.kernels."
+class _Readers:
+    """The execution plan as the fusion pass reads it: who reads each slot, constants, dtypes."""
 
-
-class _Plan:
-    """What the fusion pass needs to know about the planned steps and their value slots."""
-
-    def __init__(self, steps: Sequence["Step"], template: Sequence[Any], tensor_of: dict[int, "Tensor"],
-                 keep: set[int]) -> None:
-        self.steps = steps
-        self.template = template
-        self.tensor_of = tensor_of
-        self.keep = keep
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.steps = plan.steps
+        self.template = plan.template
+        self.keep = frozenset(plan.output_slots)
+        self.slot_tensors = plan.slot_tensors
         self.readers: dict[int, list[int]] = {}
-        for i, step in enumerate(steps):
+        for i, step in enumerate(plan.steps):
             for s in step.inputs:
                 self.readers.setdefault(s, []).append(i)
+
+    def tensor(self, slot: int) -> "Tensor | None":
+        return self.slot_tensors[slot] if 0 < slot < len(self.slot_tensors) else None
 
     def constant(self, slot: int) -> np.ndarray | None:
         value = self.template[slot] if slot else None
@@ -92,33 +94,35 @@ class _Plan:
         return readers[0]
 
     def is_float32(self, slot: int) -> bool:
-        t = self.tensor_of.get(slot)
+        t = self.tensor(slot)
         return t is not None and t.dtype == _FLOAT32
 
 
-def fuse_steps(steps: list["Step"], template: list[Any], tensor_of: dict[int, "Tensor"],
-                      keep: set[int]) -> list["Step"]:
-    """`steps` with every fusable chain replaced by one step (the others unchanged, in order)."""
-    plan = _Plan(steps, template, tensor_of, keep)
+def fuse(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` with every fusable chain replaced by one step (the others unchanged, in order)."""
+    view = _Readers(plan)
+    steps = plan.steps
     absorbed: set[int] = set()
     replacement: dict[int, "Step"] = {}
     for head in (_conv_chain, _affine_chain):
         for i, step in enumerate(steps):
             if i in absorbed or not builtin_kernel(step):
                 continue
-            fused = head(plan, i, absorbed)
+            fused = head(view, i, absorbed)
             if fused is not None:
                 new_step, members = fused
                 # the fused call takes the place of the chain's last op: by then its residual exists
                 replacement[members[-1]] = new_step
                 absorbed.update(members)
-    return [replacement.get(i, step) for i, step in enumerate(steps) if i not in absorbed or i in replacement]
+    new_steps = [replacement.get(i, step) for i, step in enumerate(steps) if i not in absorbed or i in replacement]
+    fused_into = {op.name: step.op.name for step in new_steps for op in step.fused}
+    return plan.with_steps(new_steps, fused_into=fused_into)
 
 
 class _Chain:
     """A chain being grown from its head step along sole readers, with the ops it absorbed."""
 
-    def __init__(self, plan: _Plan, head: int, absorbed: set[int]) -> None:
+    def __init__(self, plan: _Readers, head: int, absorbed: set[int]) -> None:
         self.plan, self.absorbed = plan, absorbed
         self.members = [head]
         self.ops = [plan.steps[head].op]
@@ -167,7 +171,7 @@ class _Chain:
         return activation
 
 
-def _conv_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
+def _conv_chain(plan: _Readers, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
     """The fused step for a chain starting at Conv step `head`, and the indices of the steps it replaces."""
     conv = plan.steps[head]
     if conv.op.type != "Conv" or conv.op.domain != "":
@@ -200,25 +204,25 @@ def _conv_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", lis
     fn = _fused_conv(w, b, conv.attrs, activation)
     inputs = (conv.inputs[0], residual) if residual else (conv.inputs[0],)
     return replace(conv, fn=fn, inputs=inputs, outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
+                   fused=tuple(chain.ops), layout=_static_layout(plan, chain.out)), chain.members
 
 
-def _static_layout(plan: _Plan, slot: int) -> tuple[tuple[int, ...], np.dtype] | None:
+def _static_layout(plan: _Readers, slot: int) -> tuple[tuple[int, ...], np.dtype] | None:
     """(shape, dtype) of an intermediate whose shape is fully known: its buffer can be reused across runs."""
-    t = plan.tensor_of.get(slot)
+    t = plan.tensor(slot)
     if slot in plan.keep or t is None or t.shape is None or not all(isinstance(d, int) for d in t.shape):
         return None
     return tuple(t.shape), t.dtype
 
 
-def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
+def _affine_chain(plan: _Readers, head: int, absorbed: set[int]) -> tuple["Step", list[int]] | None:
     """One multiply-add (and activation) for a run of per-channel affine ops starting at step `head`."""
     step = plan.steps[head]
     if not step.inputs or not plan.is_float32(step.inputs[0]) or not step.outputs \
             or not plan.is_float32(step.outputs[0]):
         return None
     x = step.inputs[0]
-    t = plan.tensor_of.get(x)
+    t = plan.tensor(x)
     rank = len(t.shape) if t is not None and t.shape is not None else None
     first = _channel_affine(plan, step, x, 1, rank)
     if first is None:
@@ -230,10 +234,10 @@ def _affine_chain(plan: _Plan, head: int, absorbed: set[int]) -> tuple["Step", l
         return None
     fn = _fused_affine(scale.astype(np.float32), shift.astype(np.float32), rank, activation)
     return replace(step, fn=fn, inputs=(x,), outputs=(chain.out,), attrs={}, needed=1,
-                   fused=tuple(chain.ops), output_buffer=_static_layout(plan, chain.out)), chain.members
+                   fused=tuple(chain.ops), layout=_static_layout(plan, chain.out)), chain.members
 
 
-def _channel_affine(plan: _Plan, step: "Step", x: int, m: int,
+def _channel_affine(plan: _Readers, step: "Step", x: int, m: int,
                     rank: int | None) -> tuple[np.ndarray, np.ndarray] | None:
     """(scale, shift) float64 vectors (length m, or 1) when `step` computes scale * x + shift per channel of x."""
     op = step.op
@@ -267,7 +271,7 @@ def _channel_affine(plan: _Plan, step: "Step", x: int, m: int,
     return np.ones_like(values), values
 
 
-def _activation(plan: _Plan, act: "Step") -> tuple[str, list[float]] | None:
+def _activation(plan: _Readers, act: "Step") -> tuple[str, list[float]] | None:
     name, params = ACTIVATIONS[act.op.type](act.op)
     if act.op.type == "Clip" and len(act.inputs) > 1:  # opset >= 11: min and max are inputs
         bounds = [params[0], params[1]]

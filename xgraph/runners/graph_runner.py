@@ -15,18 +15,22 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.devices import memory_of
+from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
 if TYPE_CHECKING:
+    from xgraph.devices import DeviceSpec
     from xgraph.ir import Graph, Subgraph, Tensor
+    from xgraph.kernels.resolution import KernelChoice
+    from xgraph.registries import Registries
 
 HOST, DEVICE = "host", "device"
 COPY_STREAMS = {(HOST, DEVICE): "H2D", (DEVICE, HOST): "D2H"}
@@ -68,7 +72,8 @@ def _subgraph_task(runner: Runner, where: str):
     return call
 
 
-def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
+def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None
+               ) -> Plan:
     """Tasks for every device subgraph plus the copies its inputs and the graph outputs need."""
     tasks: list[Task] = []
     location: dict[str, str] = {t.name: HOST for t in graph.get_input_tensors()}
@@ -89,7 +94,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]") -> Plan:
 
     for subgraph, runner in runners.items():
         device = str(subgraph.get_attr("device"))
-        memory = memory_of(subgraph)
+        memory = memory_of(subgraph, devices)
         inputs = tuple(need(t.name, memory) for t in runner.get_input_tensors())
         outputs = []
         for t in runner.get_output_tensors():
@@ -110,13 +115,14 @@ class GraphRunner:
 
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
-                 profile: bool = False) -> None:
+                 profile: bool = False, registries: "Registries | None" = None) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine."""
         if not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
             raise RunnerError(f"max_jobs_in_flight must be an int >= 1, got {max_jobs_in_flight!r}")
         if job_timeout is not None and job_timeout <= 0:
             raise RunnerError(f"job_timeout must be > 0 seconds (or None), got {job_timeout!r}")
         self.graph, self.mode, self.kernels = graph, mode, kernels
+        self.registries = registries = resolve(registries)
         self.job_timeout, self.block_when_full = job_timeout, block_when_full
         self.max_jobs_in_flight = max_jobs_in_flight
         self._owner = f"graph runner for {graph.name!r}"
@@ -124,8 +130,9 @@ class GraphRunner:
         by_subgraph: dict[Subgraph, Runner] = {}
         try:
             for sg in device_subgraphs(graph):
-                by_subgraph[sg] = self.runners[sg.name] = Runner.create_runner(sg, mode, kernels)
-            self.plan = build_plan(graph, by_subgraph)
+                by_subgraph[sg] = self.runners[sg.name] = Runner.create_runner(sg, mode, kernels,
+                                                                               registries=registries)
+            self.plan = build_plan(graph, by_subgraph, registries.devices)
         except BaseException:
             for r in by_subgraph.values():
                 r.close()
@@ -156,6 +163,18 @@ class GraphRunner:
     def get_output_tensors(self) -> "list[Tensor]":
         """The graph outputs, in the order results are returned."""
         return list(self._outputs)
+
+    def kernel_choices(self) -> "dict[str, KernelChoice]":
+        """op name -> what runs it (source, device, kernel, reason), from each subgraph runner's plan.
+
+        Runners without an execution plan (plugin runners, the null runner) contribute nothing.
+        """
+        choices: dict[str, KernelChoice] = {}
+        for runner in self.runners.values():
+            plan = getattr(runner, "plan", None)
+            if plan is not None:
+                choices.update(plan.kernels)
+        return choices
 
     # -- jobs -----------------------------------------------------------------------------------
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
@@ -289,5 +308,9 @@ class GraphRunner:
 
 
 def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:
-    """A GraphRunner for a compiled graph (options: max_jobs_in_flight, block_when_full, job_timeout, profile)."""
+    """A GraphRunner for a compiled graph.
+
+    options: max_jobs_in_flight, block_when_full, job_timeout, profile, and registries (the
+    session's `xgraph.registries.Registries`; the default one when not given).
+    """
     return GraphRunner(graph, mode, kernels, **options)

@@ -4,9 +4,11 @@ A subclass implements `__init__(self, subgraph, mode)` and a synchronous `execut
 this base class adds job ids, `execute_async`/`wait` on a per-runner worker thread with a
 bounded number of jobs in flight, preallocated outputs filled in place, stats and `close()`.
 
-Runner names in a subgraph's "runner" attr resolve only through the registry: runners added
-with `register_runner`, then those contributed by the `xgraph_runners` hook (the built-ins
-and installed packages). Nothing is ever imported from a name found in a model file.
+Runner names in a subgraph's "runner" attr resolve only through the runner table of the
+session's registries (`xgraph.registries`; the default one unless ``registries=`` is given):
+runners added with `register_runner`, then those contributed by the `xgraph_runners` hook
+(the built-ins and installed packages). Nothing is ever imported from a name found in a
+model file.
 """
 from __future__ import annotations
 
@@ -19,65 +21,46 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
+from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported for existing importers
+from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.result_check import ResultCheck
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
-
-MODES = ("run", "sim", "ref")
-KERNEL_CHOICES = ("auto", "numpy", "onnxruntime")
-
-_registry_lock = threading.Lock()
-_registered: dict[str, type["Runner"]] = {}
-_from_hooks: dict[str, type["Runner"]] | None = None
+    from xgraph.registries import Registries
 
 
-def register_runner(name: str, runner_class: type["Runner"]) -> None:
-    """Make `runner_class` available under `name` for subgraphs whose "runner" attr names it."""
+
+def register_runner(name: str, runner_class: type["Runner"], *, registries: "Registries | None" = None) -> None:
+    """Make `runner_class` available under `name` for subgraphs whose "runner" attr names it.
+
+    It goes into the default registries unless `registries` is given; it takes effect on the
+    next `create_runner`.
+    """
     if not isinstance(name, str) or not name:
         raise RunnerError(f"register_runner needs a non-empty str name, got {name!r}")
     if not (isinstance(runner_class, type) and issubclass(runner_class, Runner)):
         raise RunnerError(f"register_runner({name!r}, ...): {runner_class!r} is not a subclass of xgraph.Runner")
-    with _registry_lock:
-        _registered[name] = runner_class
+    resolve(registries).register_runner(name, runner_class)
 
 
-def _hook_runners() -> dict[str, type["Runner"]]:
-    """Runners contributed through the `xgraph_runners` hook (collected once)."""
-    global _from_hooks
-    with _registry_lock:
-        if _from_hooks is not None:
-            return _from_hooks
-    from xgraph.plugins.manager import get_plugin_manager
-    found: dict[str, type[Runner]] = {}
-    for contribution in get_plugin_manager().hook.xgraph_runners():
-        for name, cls in (contribution or {}).items():
-            if not (isinstance(cls, type) and issubclass(cls, Runner)):
-                raise RunnerError(f"the xgraph_runners hook returned {cls!r} for runner {name!r}, "
-                                  f"which is not a subclass of xgraph.Runner")
-            found.setdefault(name, cls)
-    with _registry_lock:
-        _from_hooks = found
-    return found
-
-
-def registered_runners() -> dict[str, type["Runner"]]:
+def registered_runners(registries: "Registries | None" = None) -> dict[str, type["Runner"]]:
     """Every resolvable runner name and its class (explicit registrations win over hooks)."""
-    runners = dict(_hook_runners())
-    with _registry_lock:
-        runners.update(_registered)
-    return runners
+    return resolve(registries).runners
 
 
-def get_runner_class(name: str, where: str = "") -> type["Runner"]:
+def get_runner_class(name: str, where: str = "", registries: "Registries | None" = None) -> type["Runner"]:
     """The class registered as `name`; RunnerError listing the registered names otherwise."""
     if not isinstance(name, str):
         raise RunnerError(f"{where}runner name {name!r} is not a str; a subgraph's 'runner' attr maps modes to "
                           "registered runner names")
-    runners = registered_runners()
+    runners = registered_runners(registries)
     if name in runners:
-        return runners[name]
+        klass = runners[name]
+        if not issubclass(klass, Runner):
+            raise RunnerError(f"{where}runner {name!r} is {klass!r}, which is not a subclass of xgraph.Runner")
+        return klass
     raise RunnerError(f"{where}no runner is registered as {name!r}; registered runners: "
                       f"{', '.join(sorted(runners)) or 'none'}. Register it with xgraph.register_runner"
                       f"({name!r}, RunnerClass) or load the plugin that provides it")
@@ -190,8 +173,12 @@ class Runner:
 
     # -- creation --------------------------------------------------------------------------------
     @classmethod
-    def create_runner(cls, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto") -> "Runner":
-        """The runner registered for `subgraph`'s "runner" attr in `mode`, created for it."""
+    def create_runner(cls, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto", *,
+                      registries: "Registries | None" = None) -> "Runner":
+        """The runner registered for `subgraph`'s "runner" attr in `mode`, created for it.
+
+        A runner class whose `__init__` takes `kernels` and/or `registries` receives them.
+        """
         from xgraph.ir import Subgraph
         if not isinstance(subgraph, Subgraph):
             raise RunnerError(f"create_runner needs an xgraph Subgraph, got {type(subgraph).__name__}")
@@ -214,12 +201,16 @@ class Runner:
             raise RunnerError(f"{where} has no runner for mode {mode!r}; it has modes: "
                               f"{', '.join(sorted(runners)) or 'none'}")
         name = runners[mode]
-        klass = get_runner_class(name, f"{where}, mode {mode!r}: ")
+        registries = resolve(registries)
+        klass = get_runner_class(name, f"{where}, mode {mode!r}: ", registries)
         try:
-            if "kernels" in inspect.signature(klass.__init__).parameters:
-                runner = klass(subgraph, mode, kernels=kernels)
-            else:
-                runner = klass(subgraph, mode)
+            parameters = inspect.signature(klass.__init__).parameters
+            extra: dict[str, Any] = {}
+            if "kernels" in parameters:
+                extra["kernels"] = kernels
+            if "registries" in parameters:
+                extra["registries"] = registries
+            runner = klass(subgraph, mode, **extra)
         except XGraphError:
             raise
         except Exception as e:

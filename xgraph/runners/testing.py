@@ -112,3 +112,22 @@ def with_logits_output(model: onnx.ModelProto) -> onnx.ModelProto:
         logits = softmax[-1].input[0]
         model.graph.output.append(onnx.helper.make_tensor_value_info(logits, onnx.TensorProto.FLOAT, None))
     return model
+
+
+def kernel_annotation_mismatches(compiled: Graph, runner) -> list[str]:
+    """Ops whose saved "kernel" annotation is not what `runner` (a GraphRunner, kernels="numpy") runs.
+
+    The annotation and the runners' plans both come from `xgraph.kernels.resolution.resolve_kernel`,
+    so this list is empty unless they drifted apart.
+    """
+    running = runner.kernel_choices()
+    problems = []
+    for op in compiled.get_ops():
+        if not op.is_annotation("kernel"):
+            continue
+        saved, choice = op.get_attr("kernel"), running.get(op.name)
+        if choice is None:
+            problems.append(f"op {op.name!r} ({op.type}): annotated {saved!r}, but no runner's plan has it")
+        elif choice.source != saved:
+            problems.append(f"op {op.name!r} ({op.type}): annotated {saved!r}, runs {choice.label} ({choice.reason})")
+    return problems

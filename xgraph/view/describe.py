@@ -12,13 +12,14 @@ import numpy as np
 import onnx
 
 from xgraph.ir import Graph, Op, Subgraph, Tensor
+from xgraph.modes import MODES
 
 #: Op annotations a compile writes; shown on their own lines, not among the attributes.
 PLACEMENT_KEYS = ("device", "placement_reason", "kernel")
 #: Values shown from an array or a list before "...".
 SHOWN_VALUES = 4
 #: Runner modes in the order VART users read them.
-RUNNER_MODES = ("run", "sim", "ref")
+RUNNER_MODES = MODES  # defined once, in xgraph.modes
 #: Subgraph attr the runtime's sim mode may record (estimated device time).
 ESTIMATED_TIME = "estimated_time_us"
 

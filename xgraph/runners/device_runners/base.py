@@ -5,6 +5,10 @@
 - "sim": device-faithful numerics (fp16 storage on devices with `fp16_in_sim` when the
   graph's precision_mode asks for it) plus a roofline estimate of device time;
 - "ref": the ONNX reference evaluator on the whole subgraph model (golden).
+
+Each runner holds a frozen execution plan (`plan`: what runs every op and why, the steps,
+the reused buffers) made once at creation from the subgraph, its device and the session's
+registries (`xgraph.runners.executor.make_plan`).
 """
 from __future__ import annotations
 
@@ -14,21 +18,24 @@ import numpy as np
 
 from xgraph.errors import RunnerError
 from xgraph.devices.cost import DeviceTimeEstimate, Roofline
-from xgraph.runners.executor import ReferenceExecutor, SubgraphExecutor
+from xgraph.modes import KERNEL_CHOICES, MODES, NUMPY, REF, SIM
+from xgraph.registries import resolve
+from xgraph.runners.executor import SubgraphExecutor
 from xgraph.runners.fusion import fusion_enabled
-from xgraph.runners.runner import KERNEL_CHOICES, MODES, Runner, describe
+from xgraph.runners.plan import ExecutionPlan
+from xgraph.runners.runner import Runner, describe
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph
+    from xgraph.registries import Registries
 
 #: precision_mode values (ATC's) under which AI Core computes (some) float32 work in float16.
 FP16_PRECISION_MODES = frozenset({"force_fp16", "allow_fp32_to_fp16"})
 
 
-def device_cost(device: str) -> Any:
+def device_cost(device: str, registries: "Registries | None" = None) -> Any:
     """The cost profile of a registered device, or None when the device table does not know it."""
-    from xgraph.devices import get_devices
-    spec = get_devices().get(device)
+    spec = resolve(registries).devices.get(device)
     return None if spec is None else spec.cost
 
 
@@ -45,7 +52,8 @@ class DeviceRunner(Runner):
     fp16_in_sim: ClassVar[bool] = False
     any_thread = True  # numpy kernels, onnxruntime sessions and the reference evaluator run on any thread
 
-    def __init__(self, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto") -> None:
+    def __init__(self, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto", *,
+                 registries: "Registries | None" = None) -> None:
         """Plan the subgraph for `mode` once (kernels, weights, buffers)."""
         super().__init__(subgraph, mode)
         if mode not in MODES:
@@ -60,20 +68,27 @@ class DeviceRunner(Runner):
         self._roofline: Roofline | None = None
         self._estimates: dict[tuple, DeviceTimeEstimate] = {}
         self._estimated_s = 0.0
-        if mode == "ref":
-            self._executor: Any = ReferenceExecutor(subgraph, device)
-        elif mode == "sim":
+        registries = resolve(registries)
+        if mode == REF:
+            self._executor = SubgraphExecutor(subgraph, device, reference=True, registries=registries)
+        elif mode == SIM:
             # force_fp16: the whole subgraph in float16; allow_fp32_to_fp16: only the ops compile marked
             precision = precision_mode(subgraph)
             fp16 = self.fp16_in_sim and precision == "force_fp16"
             fp16_ops = frozenset(op.name for op in subgraph.get_ops() if op.has_attr("precision")
                                  and op.get_attr("precision") == "float16") if self.fp16_in_sim else frozenset()
-            self._executor = SubgraphExecutor(subgraph, device, "numpy", np.float16 if fp16 else None, fp16_ops)
-            cost = device_cost(device)
+            self._executor = SubgraphExecutor(subgraph, device, NUMPY, np.float16 if fp16 else None, fp16_ops,
+                                              registries=registries)
+            cost = device_cost(device, registries)
             if cost is not None:
                 self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")
         else:
-            self._executor = SubgraphExecutor(subgraph, device, kernels, fuse=fusion_enabled())
+            self._executor = SubgraphExecutor(subgraph, device, kernels, fuse=fusion_enabled(), registries=registries)
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        """The frozen execution plan: backend, per-op kernel choices, steps, reused buffers."""
+        return self._executor.plan
 
     @property
     def backend(self) -> str:
@@ -81,14 +96,19 @@ class DeviceRunner(Runner):
         return self._executor.backend
 
     @property
+    def backend_reason(self) -> str:
+        """Why onnxruntime does not run the subgraph although `kernels` allowed it ('' otherwise)."""
+        return self._executor.backend_reason
+
+    @property
     def kernel_sources(self) -> dict[str, str]:
         """op name -> where its kernel came from ("numpy:AICORE", "reference", "onnxruntime", ...)."""
-        return dict(getattr(self._executor, "kernel_sources", {}))
+        return self._executor.kernel_sources
 
     @property
     def fused_into(self) -> dict[str, str]:
         """op name -> the op whose fused step computes it, for ops the run mode fused (docs/runtime.md)."""
-        return dict(getattr(self._executor, "fused_into", {}))
+        return self._executor.fused_into
 
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run the planned subgraph once; in "sim" mode also update `last_estimate`."""
@@ -107,8 +127,11 @@ class DeviceRunner(Runner):
         return results
 
     def get_stats(self) -> dict[str, Any]:
-        """The base counters plus, in "sim" mode, estimated_device_s summed over runs."""
+        """The base counters, the backend's (e.g. reused buffer bytes) and, in "sim" mode, estimated_device_s."""
         stats = super().get_stats()
+        stats.update(self._executor.stats())
+        if self._executor.backend_reason:
+            stats["backend_reason"] = self._executor.backend_reason
         if self._roofline is not None:
             stats["estimated_device_s"] = self._estimated_s
         return stats
