@@ -25,6 +25,7 @@ from xgraph.compiler.host import numpy_kernel, reference_can_run
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
 from xgraph.compiler.prepare import copy_graph, prepare
+from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec, get_devices
 
 #: Op annotations a compile writes (dropped when an already compiled graph is compiled again).
@@ -61,16 +62,21 @@ def choose_kernel(op: Any, device: str) -> str:
     return "reference" if reference_can_run(op) else "none"
 
 
-def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec]) -> None:
-    """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin"."""
+def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], *, signatures: Signatures | None = None) -> None:
+    """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin".
+
+    `choose_kernel` runs once per (op signature, device); `signatures` can be the placement's.
+    An ONNX attribute named "kernel" is left alone.
+    """
+    choose = KernelMemo(choose_kernel, signatures if signatures is not None else Signatures(graph))
+    kernels: dict[Any, str] = {}
     for child in graph.get_root_subgraph().get_children():
         device = str(child.get_attr("device")) if child.has_attr("device") else ""
         built_in = device in devices and child.has_attr("runner") and \
             dict(child.get_attr("runner")) == dict(devices[device].runner)
         for op in child.get_ops():
-            if op.has_attr("kernel") and not op.is_annotation("kernel"):
-                continue  # an ONNX attribute of that name: leave it alone
-            op.set_attr("kernel", choose_kernel(op, device) if built_in else "plugin", onnx_type=None)
+            kernels[op] = choose(op, device) if built_in else "plugin"
+    graph.set_op_annotations("kernel", kernels)
 
 
 def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
@@ -95,16 +101,19 @@ def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precisio
 
 
 def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
-    root = graph.get_root_subgraph()
+    children = {c.name: c for c in graph.get_root_subgraph().get_children()}
+    devices: dict[Any, str] = {}
+    reasons: dict[Any, str] = {}
     for run in runs:
         for name in run["subgraphs"]:
-            sg = next((c for c in root.get_children() if c.name == name), None)
+            sg = children.get(name)
             if sg is None:
                 continue
             for op in sg.get_ops():
-                for key, value in (("device", run["device"]), ("placement_reason", f"chosen by plugin {run['name']!r}")):
-                    if not op.has_attr(key) or op.is_annotation(key):
-                        op.set_attr(key, value, onnx_type=None)
+                devices[op] = run["device"]
+                reasons[op] = f"chosen by plugin {run['name']!r}"
+    graph.set_op_annotations("device", devices)
+    graph.set_op_annotations("placement_reason", reasons)
 
 
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",
@@ -137,9 +146,10 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
         _annotate_plugin_ops(graph, runs)
     stage("placement")
     bind_nested_graph_inputs(graph)
-    apply_placement(graph, propose_placement(graph, devices, opts), devices)
+    signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
+    apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
     stage("kernels")
-    annotate_kernels(graph, devices)
+    annotate_kernels(graph, devices, signatures=signatures)
     annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)

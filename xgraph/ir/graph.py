@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
-from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.op import Op
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.op import ANNOTATION, Op
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.tensor import Tensor
 
@@ -236,6 +236,22 @@ class Graph(AttrsMixin):
             raise GraphError(f"graph {self.name!r}: {bad} cannot be graph inputs (produced by an op, or weights)")
         self._inputs = ts
         self._touch()
+
+    def set_op_annotations(self, key: str, values: "dict[Op, Any]") -> None:
+        """Set annotation `key` on many ops at once, as `op.set_attr(key, v, onnx_type=None)` would; all or nothing.
+
+        An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
+        Checks every op and value first, then writes: O(len(values)).
+        """
+        for op, value in values.items():
+            if not isinstance(op, Op) or self._ops.get(op.name) is not op:
+                raise GraphError(f"graph {self.name!r}: set_op_annotations got {op!r}, which is not an op of it")
+            if type(value) is not str:
+                check_attr_value(f"op {op.name!r}", key, value)
+        for op, value in values.items():
+            if op._attr_types.get(key, ANNOTATION) is ANNOTATION:  # absent, or an annotation already
+                op._attrs[key] = value
+                op._attr_types[key] = ANNOTATION
 
     # -- queries -------------------------------------------------------------------------------
     def get_name(self) -> str:
