@@ -90,6 +90,8 @@ def _bare(device: str, reason: str) -> str:
 
 def join_refusals(refusals: list[tuple[str, str]]) -> str:
     """"AICORE, AICPU: X is not in its op-info library; DVPP: ..." from (device, reason) pairs in cost order."""
+    if not refusals:
+        return ""
     merged: list[tuple[list[str], str]] = []
     for device, reason in refusals:
         bare = _bare(device, reason)
@@ -127,28 +129,44 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     return units
 
 
+def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, dict]:
+    """(device, {op: reason}) by first fit; (None, {}) when no candidate accepts and there is no host."""
+    for i, spec in enumerate(candidates):
+        if unit.accepts(spec.name):
+            return spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops}
+    if host is None:
+        return None, {}
+    reasons = {}
+    for op in unit.ops:
+        refusals = [(s.name, unit.verdict(s.name, op).reason) for s in candidates
+                    if s is not host and not unit.verdict(s.name, op).ok]
+        if not unit.verdict(host.name, op).ok:
+            refusals.append((host.name, unit.verdict(host.name, op).reason +
+                             " (placed there anyway: fallback is cpu)"))
+        reasons[op] = join_refusals(refusals)
+    return host.name, reasons
+
+
 def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
+    """First fit per unit. A one-op unit's (device, reason) follows from its op's verdicts alone, so it is
+    worked out once per op signature (unless a verdict quoted a tensor name of that op)."""
     choice: dict[_Unit, tuple[str, dict]] = {}
     failures = []
+    single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
     for unit in units:
-        for i, spec in enumerate(candidates):
-            if unit.accepts(spec.name):
-                choice[unit] = (spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops})
-                break
-        else:
-            if host is None:
-                failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
-                             for op in unit.ops]
-                continue
-            reasons = {}
-            for op in unit.ops:
-                refusals = [(s.name, unit.verdict(s.name, op).reason) for s in candidates
-                            if s is not host and not unit.verdict(s.name, op).ok]
-                if not unit.verdict(host.name, op).ok:
-                    refusals.append((host.name, unit.verdict(host.name, op).reason +
-                                     " (placed there anyway: fallback is cpu)"))
-                reasons[op] = join_refusals(refusals)
-            choice[unit] = (host.name, reasons)
+        sig = unit.memo.signature(unit.ops[0]) if len(unit.ops) == 1 else None
+        hit = single.get(sig) if sig is not None else None
+        if hit is not None:
+            choice[unit] = (hit[0], {unit.ops[0]: hit[1]})
+            continue
+        device, reasons = _fit(unit, candidates, host)
+        if device is None:
+            failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
+                         for op in unit.ops]
+            continue
+        choice[unit] = (device, reasons)
+        if sig is not None and not unit.memo.is_specific(unit.ops[0]):
+            single[sig] = (device, reasons[unit.ops[0]])
     return choice, failures
 
 

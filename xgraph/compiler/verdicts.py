@@ -137,7 +137,16 @@ class VerdictMemo:
         self._signatures = signatures
         self._cache: dict[tuple[str, Hashable], Verdict] = {}
         self._per_op: dict[tuple[str, "Op"], Verdict] = {}
+        self._specific: set["Op"] = set()
         self.stats = {"checks": 0, "verdicts": 0}
+
+    def signature(self, op: "Op") -> int:
+        """The id of `op`'s signature."""
+        return self._signatures(op)
+
+    def is_specific(self, op: "Op") -> bool:
+        """True when some verdict on `op` quoted a tensor name (it holds for this op only)."""
+        return op in self._specific
 
     def verdict(self, device: str, op: "Op") -> Verdict:
         """The verdict of `device`'s check on `op`."""
@@ -153,6 +162,7 @@ class VerdictMemo:
         v = self._checks[device](op)
         if v.names:
             self._per_op[(device, op)] = v
+            self._specific.add(op)
         else:
             self._cache[key] = v
         return v
