@@ -248,11 +248,16 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     return row
 
 
-def run_worker(kind: str, path: str, plugin_dir: str, trace: bool, timeout: float) -> dict | None:
-    """One measurement in a fresh interpreter; None when it ran past `timeout` seconds or failed."""
-    cmd = [sys.executable, __file__, "--worker", kind, path, plugin_dir] + (["--trace"] if trace else [])
+def run_worker(kind: str, path: str, plugin_dir: str, trace: bool, timeout: float,
+               tree: str | None = None) -> dict | None:
+    """One measurement in a fresh interpreter (importing xgraph from `tree` when given); None when it ran past
+    `timeout` seconds or failed."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, path, plugin_dir] + (["--trace"] if trace else [])
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -272,31 +277,44 @@ def best_of(rows: list[dict]) -> dict:
     return out
 
 
-def measure(family: str, n: int, named: bool, folder: str, args) -> dict:
+def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
+    """One row per xgraph tree (the current one, and --before's when given), each with the baseline of the run."""
     path = os.path.join(folder, f"{family}{n}_{'named' if named else 'unnamed'}.onnx")
     if not os.path.exists(path):
         onnx.save(BUILDERS[family](n, named), path)
-    base_rows, own_rows = [], []
+    trees = {"after": None, "before": args.before} if args.before else {"": None}
+    base_rows: list[dict] = []
+    own_rows: dict[str, list[dict]] = {name: [] for name in trees}
+    given_up: set[str] = set()
     for _ in range(args.repeat):
         b = run_worker("baseline", path, folder, False, args.timeout)
-        o = run_worker("xgraph", path, folder, False, args.timeout)
         base_rows += [b] if b else []
-        if o is None:
-            break  # past the timeout once: the next runs would be too
-        own_rows.append(o)
-    row = {"family": family, "size": n, "naming": "named" if named else "unnamed"}
-    row.update(best_of(base_rows))
-    row.update(best_of(own_rows))
-    row["timed_out"] = not own_rows
-    if args.tracemalloc and own_rows:
-        for kind in ("baseline", "xgraph"):
-            traced = run_worker(kind, path, folder, True, args.timeout * 3)
+        for name, tree in trees.items():
+            if name in given_up:
+                continue
+            o = run_worker("xgraph", path, folder, False, args.timeout, tree)
+            if o is None:
+                given_up.add(name)  # past the timeout once: the next runs would be too
+            else:
+                own_rows[name].append(o)
+    traced_base = run_worker("baseline", path, folder, True, args.timeout) if args.tracemalloc else None
+    rows = []
+    for name, tree in trees.items():
+        row = {"family": family, "size": n, "naming": "named" if named else "unnamed", "tree": name}
+        row.update(best_of(base_rows))
+        row.update(best_of(own_rows[name]))
+        row["timed_out"] = not own_rows[name]
+        if traced_base:
+            row["onnx_traced"] = traced_base["onnx_traced"]
+        if args.tracemalloc and own_rows[name]:
+            traced = run_worker("xgraph", path, folder, True, args.timeout * 3, tree)
             if traced:
-                row.update({k: v for k, v in traced.items() if k.endswith("traced")})
-    return row
+                row["traced"] = traced["traced"]
+        rows.append(row)
+    return rows
 
 
-COLUMNS = [("family", "model", "{:<11}"), ("size", "ops", "{:>7}"), ("naming", "names", "{:<7}"),
+COLUMNS = [("tree", "tree", "{:<6}"), ("family", "model", "{:<11}"), ("size", "ops", "{:>7}"), ("naming", "names", "{:<7}"),
            ("onnx", "onnx s", "{:>7.2f}"), ("load", "load", "{:>6.2f}"), ("prepare", "prep", "{:>6.2f}"),
            ("plugins", "plugin", "{:>6.2f}"), ("placement", "place", "{:>6.2f}"), ("kernels", "kern", "{:>6.2f}"),
            ("compile", "compile", "{:>7.2f}"), ("compile_x", "x onnx", "{:>6.1f}"), ("serialize", "ser", "{:>6.2f}"),
@@ -330,15 +348,15 @@ def print_table(rows: list[dict]) -> None:
 def print_scaling(rows: list[dict]) -> None:
     """Per model and naming, time(100k) / time(10k) for every stage (linear would be 10)."""
     keys = ("onnx",) + STAGES + ("compile", "serialize", "deserialize")
-    by = {(r["family"], r["naming"], r["size"]): r for r in rows}
+    by = {(r["tree"], r["family"], r["naming"], r["size"]): r for r in rows}
     lines = []
-    for (family, naming, size), big in by.items():
-        small = by.get((family, naming, size // 10))
+    for (tree, family, naming, size), big in by.items():
+        small = by.get((tree, family, naming, size // 10))
         if small is None or size // 10 < 1000:
             continue
         factors = [f"{k} {big[k] / small[k]:.1f}" if k in big and k in small and small[k] > 0 else f"{k} -"
                    for k in keys]
-        lines.append(f"  {family} {naming} {size // 10}->{size}: " + ", ".join(factors))
+        lines.append(f"  {tree + ' ' if tree else ''}{family} {naming} {size // 10}->{size}: " + ", ".join(factors))
     if lines:
         print(f"\nScaling factor per stage (linear = 10, target <= {TARGETS['scaling']:.0f}):")
         print("\n".join(lines))
@@ -357,7 +375,7 @@ def print_targets(rows: list[dict]) -> None:
                   ("rss", r["rss"] / r["onnx_rss"], TARGETS["rss"], "x")]
         text = ", ".join(f"{name} {value:.2f}{unit} ({'ok' if value <= limit else 'MISSED'} <= {limit}{unit})"
                          for name, value, limit, unit in checks)
-        print(f"  {r['family']} {r['naming']}: {text}")
+        print(f"  {r['tree'] + ' ' if r['tree'] else ''}{r['family']} {r['naming']}: {text}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -371,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
     parser.add_argument("--folder", help="keep the models (and reuse them) in this folder")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
+    parser.add_argument("--before", metavar="TREE", help="also measure the xgraph package under TREE (a source "
+                        "checkout, e.g. `git worktree add /tmp/before main`), alternating with this one")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -397,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         for family in families:
             for named in namings:
-                rows.append(measure(family, n, named, folder, args))
+                rows += measure(family, n, named, folder, args)
                 print(f"  measured {family} {n} {'named' if named else 'unnamed'}", file=sys.stderr, flush=True)
     print_table(rows)
     print_scaling(rows)

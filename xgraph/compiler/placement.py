@@ -283,7 +283,9 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     """Merge each op whose nested graphs read graph tensors by name with their producers (and the ops between)
     into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
     root = graph.get_root_subgraph()
-    merged = []
+    merged: list["Subgraph"] = []
+    if not any(outer_scope_inputs(op) for op in graph.get_ops()):
+        return merged  # the usual case: no nested graph reads anything from outside
     for op in graph.toposort():
         producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]
         if not producers:
