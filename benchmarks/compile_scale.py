@@ -202,14 +202,21 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+#: the clock every worker reads: wall time (perf_counter) or the process's CPU time (process_time, steadier
+#: on a machine shared with other jobs); set by --clock
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
+CLOCK_NAME = ["wall"]
+
+
 def work_baseline(path: str, trace: bool) -> dict:
     """onnx.load + infer_shapes of `path`."""
     import tracemalloc
     if trace:
         tracemalloc.start()
-    t = time.perf_counter()
+    t = clock()
     model = onnx.shape_inference.infer_shapes(onnx.load(path))
-    row = {"onnx": time.perf_counter() - t, "onnx_rss": _max_rss_mb(), "nodes": len(model.graph.node)}
+    row = {"onnx": clock() - t, "onnx_rss": _max_rss_mb(), "nodes": len(model.graph.node)}
     if trace:
         row["onnx_traced"] = tracemalloc.get_traced_memory()[1] / 2**20
     return row
@@ -223,10 +230,10 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     if trace:
         tracemalloc.start()
     marks: list[tuple[str, float]] = []
-    start = time.perf_counter()
+    start = clock()
     compiled = xgraph.compile(path, {"plugins": "bench_template"}, [plugin_dir],
-                              progress=lambda stage, i, total: marks.append((stage, time.perf_counter())))
-    end = time.perf_counter()
+                              progress=lambda stage, i, total: marks.append((stage, clock())))
+    end = clock()
     row = {"compile": end - start, "ops": compiled.get_op_num()}
     marks.append(("end", end))
     for (stage, t0), (_, t1) in zip(marks, marks[1:]):
@@ -234,17 +241,17 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
             row[stage] = t1 - t0
     row["load"] += marks[0][1] - start  # option parsing and device tables, before the first mark
     out = os.path.join(tempfile.mkdtemp(dir=os.path.dirname(path)), "model.xmodel")
-    t = time.perf_counter()
+    t = clock()
     compiled.serialize(out)
-    row["serialize"] = time.perf_counter() - t
+    row["serialize"] = clock() - t
     row["xcompile"] = row["compile"] + row["serialize"]
     row["rss"] = _max_rss_mb()
     if trace:
         row["traced"] = tracemalloc.get_traced_memory()[1] / 2**20
     del compiled
-    t = time.perf_counter()
+    t = clock()
     xgraph.Graph.deserialize(out)
-    row["deserialize"] = time.perf_counter() - t
+    row["deserialize"] = clock() - t
     return row
 
 
@@ -252,7 +259,8 @@ def run_worker(kind: str, path: str, plugin_dir: str, trace: bool, timeout: floa
                tree: str | None = None) -> dict | None:
     """One measurement in a fresh interpreter (importing xgraph from `tree` when given); None when it ran past
     `timeout` seconds or failed."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, path, plugin_dir] + (["--trace"] if trace else [])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, path, plugin_dir, "--clock", CLOCK_NAME[0]]
+    cmd += ["--trace"] if trace else []
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.path.abspath(tree)
@@ -391,9 +399,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     parser.add_argument("--before", metavar="TREE", help="also measure the xgraph package under TREE (a source "
                         "checkout, e.g. `git worktree add /tmp/before main`), alternating with this one")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or CPU time of each run (steadier when other jobs share the machine)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global clock
+    clock = CLOCKS[args.clock]
+    CLOCK_NAME[0] = args.clock
     if args.worker:
         kind, path, plugin_dir = args.worker
         row = work_baseline(path, args.trace) if kind == "baseline" else work_xgraph(path, plugin_dir, args.trace)
@@ -412,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     with open(os.path.join(folder, "bench_template.py"), "w", encoding="utf-8") as f:
         f.write(PLUGIN)
     print(f"compile_scale: python {sys.version.split()[0]}, onnx {onnx.__version__}, {os.cpu_count()} cores, "
-          f"best of {args.repeat}, models in {folder}\n")
+          f"best of {args.repeat}, {args.clock} clock, models in {folder}\n")
     rows = []
     for n in sizes:
         for family in families:

@@ -21,6 +21,7 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
+from xgraph.ir.collector import collector_paused
 from xgraph.compiler.host import numpy_kernel, reference_can_run
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
@@ -134,23 +135,25 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     stage("load")
     graph = load_for_compile(graph_or_path)
     stage("prepare")
-    summary = prepare(graph, opts)
-    root = graph.get_root_subgraph()
-    if root.is_leaf and graph.get_op_num():
-        root.create_child_subgraph()
-    stage("plugins")
+    with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
+        summary = prepare(graph, opts)
+        root = graph.get_root_subgraph()
+        if root.is_leaf and graph.get_op_num():
+            root.create_child_subgraph()
+    stage("plugins")  # plugin code runs with the collector on: it may make garbage of its own
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
         runs = run_plugin_chain(graph, list(opts.plugins), plugin_path)
         _annotate_plugin_ops(graph, runs)
-    stage("placement")
-    bind_nested_graph_inputs(graph)
-    signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
-    apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
-    stage("kernels")
-    annotate_kernels(graph, devices, signatures=signatures)
-    annotate_precision(graph, devices, opts.precision_mode)
+    with collector_paused():
+        stage("placement")
+        bind_nested_graph_inputs(graph)
+        signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
+        apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
+        stage("kernels")
+        annotate_kernels(graph, devices, signatures=signatures)
+        annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)
     graph.set_attr("prepare_summary", summary)
