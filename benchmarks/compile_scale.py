@@ -223,7 +223,9 @@ def work_baseline(path: str, trace: bool) -> dict:
 
 
 def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
-    """compile (stage by stage, through the progress callback), serialize, deserialize."""
+    """compile (stage by stage, through the progress callback), serialize, deserialize.
+
+    `plugin_dir` "-" compiles without the template plugin."""
     import tracemalloc
 
     import xgraph
@@ -231,7 +233,8 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
         tracemalloc.start()
     marks: list[tuple[str, float]] = []
     start = clock()
-    compiled = xgraph.compile(path, {"plugins": "bench_template"}, [plugin_dir],
+    options = {"plugins": "bench_template"} if plugin_dir != "-" else {}
+    compiled = xgraph.compile(path, options, [plugin_dir] if plugin_dir != "-" else None,
                               progress=lambda stage, i, total: marks.append((stage, clock())))
     end = clock()
     row = {"compile": end - start, "ops": compiled.get_op_num()}
@@ -300,7 +303,7 @@ def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
         for name, tree in trees.items():
             if name in given_up:
                 continue
-            o = run_worker("xgraph", path, folder, False, args.timeout, tree)
+            o = run_worker("xgraph", path, folder if args.plugin else "-", False, args.timeout, tree)
             if o is None:
                 given_up.add(name)  # past the timeout once: the next runs would be too
             else:
@@ -315,7 +318,7 @@ def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
         if traced_base:
             row["onnx_traced"] = traced_base["onnx_traced"]
         if args.tracemalloc and own_rows[name]:
-            traced = run_worker("xgraph", path, folder, True, args.timeout * 3, tree)
+            traced = run_worker("xgraph", path, folder if args.plugin else "-", True, args.timeout * 3, tree)
             if traced:
                 row["traced"] = traced["traced"]
         rows.append(row)
@@ -401,6 +404,8 @@ def main(argv: list[str] | None = None) -> None:
                         "checkout, e.g. `git worktree add /tmp/before main`), alternating with this one")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time, or CPU time of each run (steadier when other jobs share the machine)")
+    parser.add_argument("--no-plugin", dest="plugin", action="store_false",
+                        help="compile without the template plugin (the plugins stage then only creates children)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -425,7 +430,8 @@ def main(argv: list[str] | None = None) -> None:
     with open(os.path.join(folder, "bench_template.py"), "w", encoding="utf-8") as f:
         f.write(PLUGIN)
     print(f"compile_scale: python {sys.version.split()[0]}, onnx {onnx.__version__}, {os.cpu_count()} cores, "
-          f"best of {args.repeat}, {args.clock} clock, models in {folder}\n")
+          f"best of {args.repeat}, {args.clock} clock, {'with' if args.plugin else 'without'} the template plugin, "
+          f"models in {folder}\n")
     rows = []
     for n in sizes:
         for family in families:
