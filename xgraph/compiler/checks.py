@@ -13,7 +13,7 @@ Checks are pure: they read the op, its tensors and the rule, never the rest of t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
@@ -26,10 +26,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A support answer: ok, or not ok with the reason."""
+    """A support answer: ok, or not ok with the reason.
+
+    `names`: the tensor names the reason quotes. Such a verdict speaks of one op only, so
+    `xgraph.compiler.verdicts` never hands it to another op of the same signature.
+    """
 
     ok: bool
     reason: str = ""
+    names: tuple[str, ...] = field(default=(), compare=False)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -39,9 +44,9 @@ ACCEPT = Verdict(True)
 Check = Callable[["Op"], Verdict]
 
 
-def refuse(reason: str) -> Verdict:
-    """A negative verdict."""
-    return Verdict(False, reason)
+def refuse(reason: str, names: tuple[str, ...] = ()) -> Verdict:
+    """A negative verdict (`names`: the tensor names `reason` quotes)."""
+    return Verdict(False, reason, names)
 
 
 # ------------------------------------------------------------------------------ combinators
@@ -60,13 +65,14 @@ def all_of(*checks: Check) -> Check:
 def any_of(*checks: Check) -> Check:
     """Accept when one check accepts; else every refusal, joined."""
     def check(op: "Op") -> Verdict:
-        reasons = []
+        reasons, names = [], []
         for c in checks:
             v = c(op)
             if v.ok:
                 return v
             reasons.append(v.reason)
-        return refuse("; ".join(reasons) or f"{op.type}: no alternative accepts it")
+            names += v.names
+        return refuse("; ".join(reasons) or f"{op.type}: no alternative accepts it", tuple(dict.fromkeys(names)))
     return check
 
 
@@ -74,7 +80,7 @@ def labelled(label: str, check: Check) -> Check:
     """The same check with "LABEL: " in front of its reasons."""
     def labelled_check(op: "Op") -> Verdict:
         v = check(op)
-        return v if v.ok else refuse(f"{label}: {v.reason}")
+        return v if v.ok else refuse(f"{label}: {v.reason}", v.names)
     return labelled_check
 
 
@@ -159,7 +165,7 @@ def static_shapes() -> Check:
         for t in [t for t in op.get_input_tensors() if t is not None] + _used_outputs(op):
             if not t.is_static():
                 return refuse(f"{op.type} with dynamic shape {shape_text(t)} on {t.name!r} unsupported: needs static "
-                              "shapes; fix them with the input_shape option")
+                              "shapes; fix them with the input_shape option", (t.name,))
         return ACCEPT
     return check
 
@@ -169,7 +175,8 @@ def max_rank(limit: int) -> Check:
     def check(op: "Op") -> Verdict:
         for t in [t for t in op.get_input_tensors() if t is not None] + _used_outputs(op):
             if t.shape is not None and len(t.shape) > limit:
-                return refuse(f"{op.type} with rank {len(t.shape)} on {t.name!r} unsupported: rank <= {limit}")
+                return refuse(f"{op.type} with rank {len(t.shape)} on {t.name!r} unsupported: rank <= {limit}",
+                              (t.name,))
         return ACCEPT
     return check
 

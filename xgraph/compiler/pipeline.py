@@ -27,7 +27,9 @@ from xgraph.ir import Graph
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
 from xgraph.compiler.prepare import copy_graph, prepare
+from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
+from xgraph.ir.collector import collector_paused
 from xgraph.kernels import KernelRegistry
 from xgraph.kernels.resolution import PLUGIN, op_device, resolve_kernel
 from xgraph.registries import Registries, active, resolve
@@ -65,17 +67,24 @@ def choose_kernel(op: Any, device: str, kernels: KernelRegistry | None = None) -
     return resolve_kernel(op, op_device(op, device), table).source
 
 
-def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: KernelRegistry | None = None) -> None:
-    """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin"."""
+def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: KernelRegistry | None = None, *,
+                     signatures: Signatures | None = None) -> None:
+    """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin".
+
+    `choose_kernel` (the one kernel resolution) runs once per (op signature, device); `signatures`
+    can be the placement's. An ONNX attribute named "kernel" is left alone.
+    """
     table = kernels if kernels is not None else resolve(None).kernels
+    choose = KernelMemo(lambda op, device: choose_kernel(op, device, table),
+                        signatures if signatures is not None else Signatures(graph))
+    annotations: dict[Any, str] = {}
     for child in graph.get_root_subgraph().get_children():
         device = str(child.get_attr("device")) if child.has_attr("device") else ""
         built_in = device in devices and child.has_attr("runner") and \
             dict(child.get_attr("runner")) == dict(devices[device].runner)
         for op in child.get_ops():
-            if op.has_attr("kernel") and not op.is_annotation("kernel"):
-                continue  # an ONNX attribute of that name: leave it alone
-            op.set_attr("kernel", choose_kernel(op, device, table) if built_in else PLUGIN, onnx_type=None)
+            annotations[op] = choose(op, device) if built_in else PLUGIN
+    graph.set_op_annotations("kernel", annotations)
 
 
 def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
@@ -100,16 +109,19 @@ def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precisio
 
 
 def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
-    root = graph.get_root_subgraph()
+    children = {c.name: c for c in graph.get_root_subgraph().get_children()}
+    devices: dict[Any, str] = {}
+    reasons: dict[Any, str] = {}
     for run in runs:
         for name in run["subgraphs"]:
-            sg = next((c for c in root.get_children() if c.name == name), None)
+            sg = children.get(name)
             if sg is None:
                 continue
             for op in sg.get_ops():
-                for key, value in (("device", run["device"]), ("placement_reason", f"chosen by plugin {run['name']!r}")):
-                    if not op.has_attr(key) or op.is_annotation(key):
-                        op.set_attr(key, value, onnx_type=None)
+                devices[op] = run["device"]
+                reasons[op] = f"chosen by plugin {run['name']!r}"
+    graph.set_op_annotations("device", devices)
+    graph.set_op_annotations("placement_reason", reasons)
 
 
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",
@@ -140,22 +152,25 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
     stage("load")
     graph = load_for_compile(graph_or_path)
     stage("prepare")
-    summary = prepare(graph, opts)
-    root = graph.get_root_subgraph()
-    if root.is_leaf and graph.get_op_num():
-        root.create_child_subgraph()
-    stage("plugins")
+    with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
+        summary = prepare(graph, opts)
+        root = graph.get_root_subgraph()
+        if root.is_leaf and graph.get_op_num():
+            root.create_child_subgraph()
+    stage("plugins")  # plugin code runs with the collector on: it may make garbage of its own
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
         runs = run_plugin_chain(graph, list(opts.plugins), plugin_path)
         _annotate_plugin_ops(graph, runs)
-    stage("placement")
-    bind_nested_graph_inputs(graph)
-    apply_placement(graph, propose_placement(graph, devices, opts), devices)
-    stage("kernels")
-    annotate_kernels(graph, devices, registries.kernels)
-    annotate_precision(graph, devices, opts.precision_mode)
+    with collector_paused():
+        stage("placement")
+        bind_nested_graph_inputs(graph)
+        signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
+        apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
+        stage("kernels")
+        annotate_kernels(graph, devices, registries.kernels, signatures=signatures)
+        annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)
     graph.set_attr("prepare_summary", summary)

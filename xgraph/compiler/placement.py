@@ -36,6 +36,7 @@ from xgraph.partition.merge import plan_merge
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.prepare import outer_scope_inputs
 from xgraph.compiler.support import op_info
+from xgraph.compiler.verdicts import Signatures, VerdictMemo
 from xgraph.devices import DeviceSpec, memory_of
 
 if TYPE_CHECKING:
@@ -70,14 +71,18 @@ def candidate_devices(devices: Mapping[str, DeviceSpec], options: CompileOptions
 
 @dataclass(eq=False)
 class _Unit:
-    """One unassigned child: its ops and every candidate's verdict on each of them."""
+    """One unassigned child: its ops, and the verdicts of the candidates (asked when first needed)."""
 
     child: "Subgraph"
     ops: list["Op"]
-    verdicts: dict[str, dict["Op", Verdict]]
+    memo: VerdictMemo
+
+    def verdict(self, device: str, op: "Op") -> Verdict:
+        return self.memo.verdict(device, op)
 
     def accepts(self, device: str) -> bool:
-        return all(v.ok for v in self.verdicts[device].values())
+        verdict = self.memo.verdict
+        return all(verdict(device, op).ok for op in self.ops)
 
 
 def _bare(device: str, reason: str) -> str:
@@ -87,6 +92,8 @@ def _bare(device: str, reason: str) -> str:
 
 def join_refusals(refusals: list[tuple[str, str]]) -> str:
     """"AICORE, AICPU: X is not in its op-info library; DVPP: ..." from (device, reason) pairs in cost order."""
+    if not refusals:
+        return ""
     merged: list[tuple[list[str], str]] = []
     for device, reason in refusals:
         bare = _bare(device, reason)
@@ -101,48 +108,67 @@ def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
     """Why each device in `cheaper` did not take the unit, for this op."""
     refusals = []
     for spec in cheaper:
-        v = unit.verdicts[spec.name][op]
+        v = unit.verdict(spec.name, op)
         if not v.ok:
             refusals.append((spec.name, v.reason))
         else:
-            other = next(o for o in unit.ops if not unit.verdicts[spec.name][o].ok)
+            other = next(o for o in unit.ops if not unit.verdict(spec.name, o).ok)
             refusals.append((spec.name, f"refused {other.name!r}, which shares its subgraph"))
     return join_refusals(refusals)
 
 
-def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions) -> list[_Unit]:
+def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
+           signatures: Signatures | None) -> list[_Unit]:
+    """The unassigned children in dependency order; verdicts come from one memo (one check per op signature)."""
     checks = {s.name: op_info(s, options.precision_mode) for s in specs}
+    memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
     units = []
     for child in graph.get_root_subgraph().toposort_child_subgraph():
         if child.has_attr("device"):
             continue
-        ops = child.toposort()
-        units.append(_Unit(child, ops, {name: {op: check(op) for op in ops} for name, check in checks.items()}))
+        ops = list(child.get_ops()) if child.get_op_num() == 1 else child.toposort()
+        units.append(_Unit(child, ops, memo))
     return units
 
 
+def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, dict]:
+    """(device, {op: reason}) by first fit; (None, {}) when no candidate accepts and there is no host."""
+    for i, spec in enumerate(candidates):
+        if unit.accepts(spec.name):
+            return spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops}
+    if host is None:
+        return None, {}
+    reasons = {}
+    for op in unit.ops:
+        refusals = [(s.name, unit.verdict(s.name, op).reason) for s in candidates
+                    if s is not host and not unit.verdict(s.name, op).ok]
+        if not unit.verdict(host.name, op).ok:
+            refusals.append((host.name, unit.verdict(host.name, op).reason +
+                             " (placed there anyway: fallback is cpu)"))
+        reasons[op] = join_refusals(refusals)
+    return host.name, reasons
+
+
 def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
+    """First fit per unit. A one-op unit's (device, reason) follows from its op's verdicts alone, so it is
+    worked out once per op signature (unless a verdict quoted a tensor name of that op)."""
     choice: dict[_Unit, tuple[str, dict]] = {}
     failures = []
+    single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
     for unit in units:
-        for i, spec in enumerate(candidates):
-            if unit.accepts(spec.name):
-                choice[unit] = (spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops})
-                break
-        else:
-            if host is None:
-                failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
-                             for op in unit.ops]
-                continue
-            reasons = {}
-            for op in unit.ops:
-                refusals = [(s.name, unit.verdicts[s.name][op].reason) for s in candidates
-                            if s is not host and not unit.verdicts[s.name][op].ok]
-                if not unit.verdicts[host.name][op].ok:
-                    refusals.append((host.name, unit.verdicts[host.name][op].reason +
-                                     " (placed there anyway: fallback is cpu)"))
-                reasons[op] = join_refusals(refusals)
-            choice[unit] = (host.name, reasons)
+        sig = unit.memo.signature(unit.ops[0]) if len(unit.ops) == 1 else None
+        hit = single.get(sig) if sig is not None else None
+        if hit is not None:
+            choice[unit] = (hit[0], {unit.ops[0]: hit[1]})
+            continue
+        device, reasons = _fit(unit, candidates, host)
+        if device is None:
+            failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
+                         for op in unit.ops]
+            continue
+        choice[unit] = (device, reasons)
+        if sig is not None and not unit.memo.is_specific(unit.ops[0]):
+            single[sig] = (device, reasons[unit.ops[0]])
     return choice, failures
 
 
@@ -326,7 +352,9 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     """Merge each op whose nested graphs read graph tensors by name with their producers (and the ops between)
     into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
     root = graph.get_root_subgraph()
-    merged = []
+    merged: list["Subgraph"] = []
+    if not any(outer_scope_inputs(op) for op in graph.get_ops()):
+        return merged  # the usual case: no nested graph reads anything from outside
     for op in graph.toposort():
         producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]
         if not producers:
@@ -343,11 +371,14 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
 
 
 def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
-                      options: "CompileOptions | Mapping[str, Any] | str | None" = None) -> Proposal:
+                      options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
+                      signatures: Signatures | None = None) -> Proposal:
     """{op: (device, reason)} for every op of an unassigned child; pure. PartitionError under fallback "error".
 
-    Cost: one op-info check per (op, device), plus one `plan_merge` when min_subgraph_ops > 1:
-    O(V * D + (V + E) log V).
+    Devices are asked lazily, cheapest first, and each device's op-info check runs once per
+    distinct op signature (`xgraph.compiler.verdicts`); `signatures` lets a caller share the
+    signatures with later stages. Cost: O(V + E) signing, one check per (signature, device
+    asked), plus one `plan_merge` when min_subgraph_ops > 1: O(V * D + (V + E) log V) at worst.
 
         >>> g = Graph.from_onnx("net.onnx"); g.get_root_subgraph().create_child_subgraph()  # doctest: +SKIP
         >>> propose_placement(g, get_devices(), {"devices": "aicpu,cpu"})[g.get_op("conv")]  # doctest: +SKIP
@@ -356,7 +387,7 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
     options = parse_options(options, devices)
     candidates, host = candidate_devices(devices, options)
     specs = candidates + ([host] if host is not None and host not in candidates else [])
-    units = _units(graph, specs, options)
+    units = _units(graph, specs, options, signatures)
     choice, failures = _first_fit(units, candidates, host)
     if failures:
         shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
@@ -368,15 +399,9 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
     return {op: (choice[u][0], choice[u][1][op]) for u in units for op in u.ops}
 
 
-def _annotate(op: "Op", key: str, value: Any) -> None:
-    """Set an xgraph annotation, never overwriting an ONNX attribute of the same name."""
-    if op.has_attr(key) and not op.is_annotation(key):
-        return
-    op.set_attr(key, value, onnx_type=None)
-
-
 def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
-    """Merge each device's children (`plan_merge`), set subgraph "device"/"runner" and op annotations."""
+    """Merge each device's children (`plan_merge`), set subgraph "device"/"runner" and op annotations
+    ("device", "placement_reason"; an ONNX attribute of either name is left alone)."""
     root = graph.get_root_subgraph()
     labels: dict["Subgraph", str] = {}
     for child in root.get_children():
@@ -399,9 +424,8 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
         spec = devices[labels[group[0]]]
         sg.set_attr("device", spec.name)
         sg.set_attr("runner", dict(spec.runner))
-    for op, (device, reason) in proposal.items():
-        _annotate(op, "device", device)
-        _annotate(op, "placement_reason", reason)
+    graph.set_op_annotations("device", {op: device for op, (device, _) in proposal.items()})
+    graph.set_op_annotations("placement_reason", {op: reason for op, (_, reason) in proposal.items()})
     return merged
 
 

@@ -146,11 +146,11 @@ def _unused_placeholder(t: Tensor) -> bool:
 # ------------------------------------------------------------------------- constant folding
 
 def _foldable(op: Op, keep: set[Tensor]) -> bool:
+    if not all(t is None or t.is_const for t in op.get_input_tensors()):
+        return False  # the common case, and the cheapest test: asked first
     if op.type.startswith("Random") or op.type in _NONDETERMINISTIC or _nested_graphs(op):
         return False
-    if any(t in keep for t in op.get_output_tensors()):
-        return False
-    return all(t is None or t.is_const for t in op.get_input_tensors())
+    return not any(t in keep for t in op.get_output_tensors())
 
 
 def _estimated_bytes(op: Op) -> int | None:

@@ -157,7 +157,8 @@ def tensor_rule(kind: str, index: int, rule: TensorRule) -> Check:
             return refuse(f"{op.type} with rank-{len(t.shape)} {what} unsupported: "
                           f"{rule.why or 'takes rank ' + format_value(list(rule.rank))}")
         if rule.const is True and not t.is_const:
-            return refuse(f"{op.type} with non-constant {what} ({t.name!r}) unsupported: {rule.why or 'needs a weight'}")
+            return refuse(f"{op.type} with non-constant {what} ({t.name!r}) unsupported: {rule.why or 'needs a weight'}",
+                          (t.name,))
         if rule.static is True and not t.is_static():
             return no(f"of dynamic shape {shape_text(t)}")
         for dim, vr in rule.dims.items():
@@ -169,7 +170,7 @@ def tensor_rule(kind: str, index: int, rule: TensorRule) -> Check:
         if rule.values is not None or rule.elements:
             if not t.is_const:
                 return refuse(f"{op.type} with non-constant {what} ({t.name!r}) unsupported: "
-                              f"{rule.why or 'its values must be known'}")
+                              f"{rule.why or 'its values must be known'}", (t.name,))
             flat = np.asarray(t.data).reshape(-1).tolist()
             if rule.values is not None:
                 problem = value_problem(flat, rule.values, op)
@@ -240,7 +241,7 @@ def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION) -> Check:
         if c is None:
             c = compiled[id(rule)] = op_rule(rule, precision_mode)
         v = c(op)
-        return v if v.ok else refuse(f"{spec.name}: {v.reason}")
+        return v if v.ok else refuse(f"{spec.name}: {v.reason}", v.names)
     return check
 
 

@@ -16,11 +16,11 @@ import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
-from xgraph.ir.attr_store import AttrsMixin
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.nested import outer_names
-from xgraph.ir.op import Op
+from xgraph.ir.op import ANNOTATION, Op
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
 from xgraph.ir.state_diff import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
@@ -210,6 +210,22 @@ class GraphCore(AttrsMixin):
         self._touch()
 
     # -- queries -------------------------------------------------------------------------------
+    def set_op_annotations(self, key: str, values: "dict[Op, Any]") -> None:
+        """Set annotation `key` on many ops at once, as `op.set_attr(key, v, onnx_type=None)` would; all or nothing.
+
+        An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
+        Checks every op and value first, then writes: O(len(values)).
+        """
+        for op, value in values.items():
+            if not isinstance(op, Op) or self._ops.get(op.name) is not op:
+                raise GraphError(f"graph {self.name!r}: set_op_annotations got {op!r}, which is not an op of it")
+            if type(value) is not str:
+                check_attr_value(f"op {op.name!r}", key, value)
+        for op, value in values.items():
+            if op._attr_types.get(key, ANNOTATION) is ANNOTATION:  # absent, or an annotation already
+                op._attrs[key] = value
+                op._attr_types[key] = ANNOTATION
+
     def get_name(self) -> str:
         """The graph's name."""
         return self.name

@@ -1,0 +1,192 @@
+"""Verdicts and kernel choices computed once per op signature, not once per op.
+
+A support check (`xgraph.compiler.support`) reads only what an op *is*: its type, domain and
+opset, its ONNX attributes, and for each input and output the dtype, the shape, whether it
+is a weight (and then its values) and, for outputs, whether anything uses it. Two ops equal
+in all of that get the same verdict from every check, so a 100,000-op model with a few
+hundred distinct kinds of op needs a few hundred checks per device, not 100,000.
+
+`op_signature` is that "what it is" as a hashable value. Where equality could be wrong or
+expensive, the signature gives up sharing instead of guessing: nested graphs and other
+protobuf attributes, large attribute tensors and object arrays make an op's signature unique,
+and large weights count by identity (two ops share a verdict only when they read the same
+weight). A verdict whose reason quotes a tensor name (`Verdict.names`) belongs to its op
+alone and is never shared.
+
+    >>> memo = VerdictMemo({"AICORE": op_info(get_devices()["AICORE"])})   # doctest: +SKIP
+    >>> [memo.verdict("AICORE", op).ok for op in graph.get_ops()]            # doctest: +SKIP
+    >>> memo.stats                                                          # doctest: +SKIP
+    {'checks': 7}
+
+Cost: O(size of the op's attributes, tensor shapes and small weights) per op to sign, one
+dict lookup per verdict; each check runs once per (device, distinct signature). A memo
+lives for one stage of one graph: it assumes the ops and tensors it signed do not change.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping
+
+import numpy as np
+
+from xgraph.compiler.checks import Check, Verdict
+
+if TYPE_CHECKING:
+    from xgraph.ir import Graph, Op, Tensor
+
+#: Arrays (attribute tensors, weights) up to this many bytes are compared by value; larger
+#: attribute arrays make the signature unique, larger weights compare by identity.
+SMALL_ARRAY_BYTES = 4096
+
+
+class _Unique:
+    """A signature part equal only to itself: the op shares its verdicts with no other op."""
+
+    __slots__ = ()
+
+
+def _freeze(value: Any) -> Hashable:
+    """An attribute value as a hashable key that keeps what formatting and comparisons tell apart.
+
+    Scalars carry their type (True, 1 and 1.0 compare equal in Python but print differently).
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_freeze(v) for v in value))
+    if isinstance(value, np.ndarray):
+        if value.dtype == object or value.nbytes > SMALL_ARRAY_BYTES:
+            return _Unique()
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (bool, int, float, bytes, np.generic)):
+        return (type(value), value)
+    return _Unique()  # nested graphs, sparse tensors, type protos: not worth comparing
+
+
+def _weight_key(t: "Tensor") -> Hashable:
+    data = t.data
+    if data.dtype != object and data.nbytes <= SMALL_ARRAY_BYTES:
+        return (data.dtype.str, data.shape, data.tobytes())
+    return t  # a large weight: the same tensor object, or no sharing
+
+
+class _TensorKeys(dict):
+    """Tensor -> a small int naming (dtype, shape, weight key or None, used), computed on first lookup.
+
+    "Used" (read by an op or a graph output) is what `max_outputs` and the static-shape and
+    rank checks look at for outputs; for an input it is always true. None (an omitted
+    optional input) maps to -1. Ints keep op signatures cheap to hash.
+    """
+
+    def __init__(self, graph_outputs: "set[Tensor] | frozenset[Tensor]"):
+        super().__init__()
+        self._outputs = graph_outputs
+        self._ids: dict[Hashable, int] = {}
+
+    def __missing__(self, t: "Tensor | None") -> int:
+        if t is None:
+            return -1
+        number = self[t] = self._ids.setdefault(_tensor_key(t, self._outputs), len(self._ids))
+        return number
+
+
+def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tensor]") -> Hashable:
+    if t is None:
+        return None
+    return (t.dtype, t.shape, _weight_key(t) if t.is_const else None, bool(t.consumers) or t in graph_outputs)
+
+
+def _signature(op: "Op", tensor_key: Callable[["Tensor | None"], Hashable], opsets: Mapping[str, int]) -> Hashable:
+    attrs = op.get_onnx_attrs()
+    attr_key = tuple(sorted((k, _freeze(v)) for k, v in attrs.items())) if attrs else ()
+    return (op.type, op.domain, opsets.get(op.domain), attr_key, tuple(map(tensor_key, op.get_input_tensors())),
+            tuple(map(tensor_key, op.get_output_tensors())))
+
+
+def op_signature(op: "Op") -> Hashable:
+    """Everything about `op` that support checks and kernel resolution read, as a hashable key."""
+    outputs = set(op.graph.get_output_tensors())
+    return _signature(op, lambda t: _tensor_key(t, outputs), op.graph.opset_imports)
+
+
+class Signatures:
+    """Op -> a small int naming its signature, for one graph, computed on first use.
+
+    Equal ints mean equal `op_signature`s; the int keeps later lookups from hashing the
+    nested signature again.
+    """
+
+    def __init__(self, graph: "Graph"):
+        self._tensor_keys = _TensorKeys(set(graph.get_output_tensors()))
+        self._opsets = dict(graph.opset_imports)
+        self._ids: dict[Hashable, int] = {}
+        self._by_op: dict["Op", int] = {}
+
+    def __call__(self, op: "Op") -> int:
+        sig = self._by_op.get(op)
+        if sig is None:
+            key = _signature(op, self._tensor_keys.__getitem__, self._opsets)
+            sig = self._by_op[op] = self._ids.setdefault(key, len(self._ids))
+        return sig
+
+    def __len__(self) -> int:
+        """Number of distinct signatures seen."""
+        return len(self._ids)
+
+
+class VerdictMemo:
+    """Each device's check, asked at most once per op signature (per op when its verdict names a tensor)."""
+
+    def __init__(self, checks: Mapping[str, Check], signatures: Signatures):
+        self._checks = dict(checks)
+        self._signatures = signatures
+        self._cache: dict[tuple[str, Hashable], Verdict] = {}
+        self._per_op: dict[tuple[str, "Op"], Verdict] = {}
+        self._specific: set["Op"] = set()
+        self.stats = {"checks": 0}
+
+    def signature(self, op: "Op") -> int:
+        """The id of `op`'s signature."""
+        return self._signatures(op)
+
+    def is_specific(self, op: "Op") -> bool:
+        """True when some verdict on `op` quoted a tensor name (it holds for this op only)."""
+        return op in self._specific
+
+    def verdict(self, device: str, op: "Op") -> Verdict:
+        """The verdict of `device`'s check on `op`."""
+        key = (device, self._signatures(op))
+        v = self._cache.get(key)
+        if v is not None:
+            return v
+        v = self._per_op.get((device, op))
+        if v is not None:
+            return v
+        self.stats["checks"] += 1
+        v = self._checks[device](op)
+        if v.names:
+            self._per_op[(device, op)] = v
+            self._specific.add(op)
+        else:
+            self._cache[key] = v
+        return v
+
+
+class KernelMemo:
+    """`choose(op, device)` memoised per (op signature, device): the kernel resolution asked once per kind of op."""
+
+    def __init__(self, choose: Callable[["Op", str], str], signatures: Signatures):
+        self._choose = choose
+        self._signatures = signatures
+        self._cache: dict[tuple[Hashable, str], str] = {}
+        self.stats = {"resolutions": 0}
+
+    def __call__(self, op: "Op", device: str) -> str:
+        key = (self._signatures(op), device)
+        kernel = self._cache.get(key)
+        if kernel is None:
+            self.stats["resolutions"] += 1
+            kernel = self._cache[key] = self._choose(op, device)
+        return kernel
+
+
+__all__ = ["KernelMemo", "SMALL_ARRAY_BYTES", "Signatures", "VerdictMemo", "op_signature"]
