@@ -24,6 +24,7 @@ import numpy as np
 from xgraph.cli.cmd_run import (MODES, add_compile_arguments, add_input_argument, add_kernels_argument,
                                 complete_inputs, load_compiled, read_inputs)
 from xgraph.errors import RunnerError, XGraphError
+from xgraph.ir.files import check_target
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph
@@ -107,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     warmup = _positive("--warmup", args.warmup, 0)
     jobs = _positive("--jobs", args.jobs, 1)
     trace = Path(args.trace) if args.trace else None
-    if trace is not None and not trace.parent.is_dir():
-        raise XGraphError(f"--trace {args.trace}: folder {str(trace.parent)!r} does not exist")
+    if trace is not None:
+        check_target(trace, "--trace")
     graph = load_compiled(args)
     inputs = graph.get_input_tensors()
     feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)

@@ -19,8 +19,10 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the dump."""
-    from xgraph.view.files import write_text
+    from xgraph.ir.files import check_target, write_text
     from xgraph.view.text import dump_text
+    if args.output:
+        check_target(args.output)  # a bad target fails before the model is loaded
     text = dump_text(load_model(args))
     if args.output:
         write_text(args.output, text)

@@ -15,6 +15,8 @@ The helpers here (model loading, input files, random inputs, value summaries) ar
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import os
 import re
 from pathlib import Path
@@ -250,28 +252,70 @@ def summarize(value: Any) -> str:
                 f"{extra}{' (has NaN)' if np.isnan(flat).any() else ''}")
 
 
+#: Output file stems are cut to this many characters (plus a tag), well inside any NAME_MAX.
+MAX_STEM = 120
+
+
 def output_file_name(name: str) -> str:
-    """A file name for tensor `name` (characters other than letters, digits, '.', '_', '-' become '_')."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "output"
+    """A file name stem for tensor `name`: letters, digits, '.', '_', '-' kept, others become '_'.
+
+    A name that had to change (or was cut) gets a tag from a hash of the original, so distinct
+    tensors never share a file (`y/0` -> `y_0-3f2a9c1d`, while `y_0` stays `y_0`).
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")[:MAX_STEM] or "output"
+    if safe != name:
+        safe = f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
     return safe
 
 
-def save_output(directory: Path, name: str, value: Any) -> Path | None:
-    """Write `value` as NAME.npy (a sequence as NAME.npz, arr_0...); None for an empty optional."""
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = output_file_name(name)
+def output_files(names: Sequence[str]) -> dict[str, str]:
+    """{tensor name: file stem}, distinct even on case-insensitive file systems."""
+    stems: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        stem, n = output_file_name(name), 1
+        while stem.lower() in used:
+            n += 1
+            stem = f"{output_file_name(name)}-{n}"
+        used.add(stem.lower())
+        stems[name] = stem
+    return stems
+
+
+def encode_output(value: Any) -> tuple[str, bytes] | None:
+    """(suffix, file bytes) of an output: .npy, a sequence as .npz (arr_0...); None for an empty optional."""
     if value is None:
         return None
+    buffer = io.BytesIO()
     if isinstance(value, list):
-        path = directory / f"{stem}.npz"
-        np.savez(path, *[np.asarray(v) for v in value])
-        return path
-    path = directory / f"{stem}.npy"
+        np.savez(buffer, *[np.asarray(v) for v in value])
+        return ".npz", buffer.getvalue()
     array = np.asarray(value)
     if array.dtype == object:
         array = array.astype(str)  # np.save of an object array would need pickle to load
-    np.save(path, array)
-    return path
+    np.save(buffer, array)
+    return ".npy", buffer.getvalue()
+
+
+def save_outputs(directory: Path, values: dict[str, Any]) -> dict[str, Path | None]:
+    """Write every output into `directory` as one unit: all files replaced, or none (and no temp left)."""
+    from xgraph.ir.files import all_or_nothing, write_bytes
+    stems = output_files(list(values))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise XGraphError(f"--output-dir {directory}: cannot create it ({e.strerror or e})") from None
+    saved: dict[str, Path | None] = {}
+    with all_or_nothing():
+        for name, value in values.items():
+            encoded = encode_output(value)
+            if encoded is None:
+                saved[name] = None
+                continue
+            path = directory / f"{stems[name]}{encoded[0]}"
+            write_bytes(path, encoded[1], "--output-dir")
+            saved[name] = path
+    return saved
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -315,10 +359,10 @@ def run(args: argparse.Namespace) -> int:
     for name in feeds:
         note = f" (random, seed {args.seed})" if name in filled else ""
         print(f"  input   {name}: {summarize(feeds[name])}{note}")
-    directory = Path(args.output_dir) if args.output_dir else None
-    for t, value in zip(graph.get_output_tensors(), outputs):
-        print(f"  output  {t.name}: {summarize(value)}")
-        if directory is not None:
-            saved = save_output(directory, t.name, value)
-            print(f"          saved to {saved}" if saved else "          not saved (empty optional)")
+    values = {t.name: value for t, value in zip(graph.get_output_tensors(), outputs)}
+    saved = save_outputs(Path(args.output_dir), values) if args.output_dir else {}
+    for name, value in values.items():
+        print(f"  output  {name}: {summarize(value)}")
+        if args.output_dir:
+            print(f"          saved to {saved[name]}" if saved[name] else "          not saved (empty optional)")
     return 0

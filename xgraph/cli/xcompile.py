@@ -152,8 +152,12 @@ def _run(args: argparse.Namespace) -> int:
     import xgraph
     from xgraph.compiler.report import report as make_report
 
+    from xgraph.ir.files import all_or_nothing, check_target
     writer = _report_writer(args.report)
     output = _output_path(args.model, args.output)
+    check_target(output, "-o")  # every target checked before any work: a bad one costs nothing
+    if args.report is not None:
+        check_target(args.report, "--report")
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d]
     bar = _ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()
@@ -163,9 +167,10 @@ def _run(args: argparse.Namespace) -> int:
         bar.close()
     seconds = time.perf_counter() - start
     rep = make_report(compiled)
-    compiled.serialize(output)  # atomic: a failed write leaves any old file as it was
-    if writer is not None:
-        writer(compiled, args.report)
+    with all_or_nothing():  # the .xmodel and the report are replaced together, or neither is
+        compiled.serialize(output)
+        if writer is not None:
+            writer(compiled, args.report)
     if not args.quiet:
         print_summary(rep, args.model, output, seconds)
     return 0

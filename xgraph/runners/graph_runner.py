@@ -21,6 +21,7 @@ import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.devices import memory_of
+from xgraph.ir.files import write_text
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -262,7 +263,7 @@ class GraphRunner:
             events.append({"name": name, "cat": kind, "ph": "X", "pid": 1, "tid": tid[stream],
                            "ts": round((start - self._epoch) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
                            "args": {"job": job_id, "bytes": nbytes}})
-        Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "trace")
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
