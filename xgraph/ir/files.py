@@ -37,7 +37,8 @@ def _reason(e: BaseException) -> str:
     return getattr(e, "strerror", None) or str(e)
 
 
-def _kind(mode: int) -> str:
+def describe_kind(mode: int) -> str:
+    """'a folder', 'a character device', 'a FIFO (named pipe)'... for an st_mode that is not a regular file."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
@@ -72,7 +73,7 @@ def check_target(path: str | os.PathLike, what: str = "") -> os.stat_result | No
         raise OutputFileError(f"{label}: is a symbolic link (to {target}); xgraph does not write through links: "
                               "write to the real path, or remove the link first")
     if not stat.S_ISREG(st.st_mode):
-        raise OutputFileError(f"{label}: is {_kind(st.st_mode)}, not a regular file; xgraph only replaces regular "
+        raise OutputFileError(f"{label}: is {describe_kind(st.st_mode)}, not a regular file; xgraph only replaces regular "
                               "files: give the path of a file to write")
     return st
 
@@ -232,4 +233,4 @@ def all_or_nothing() -> Iterator[None]:
     _commit(unit)
 
 
-__all__ = ["all_or_nothing", "check_target", "temp_name", "write_bytes", "write_text"]
+__all__ = ["all_or_nothing", "check_target", "describe_kind", "temp_name", "write_bytes", "write_text"]

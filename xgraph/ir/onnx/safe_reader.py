@@ -3,7 +3,6 @@ and tensor sizes checked against the bytes they carry before anything is allocat
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +12,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from xgraph.errors import ModelFileError
+from xgraph.ir.onnx.file_handles import MAX_MODEL_FILE_BYTES, open_regular, read_exactly, read_model_file
 
 #: A tensor declaring more bytes than this is refused before any allocation (1 TiB).
 MAX_TENSOR_BYTES = 1 << 40
@@ -282,24 +282,22 @@ def _check_range(location: str, offset: int, length: int | None, nbytes: int, si
 def _read_external(path: Path, location: str, offset: int, length: int, nbytes: int, label: str, tensor: str) -> bytes:
     """The checked byte range of an external data file, read through one descriptor.
 
-    The descriptor is opened without following a final symlink and checked with fstat, so a
-    file swapped for a link or a hard link after the path checks is still refused.
+    The descriptor is opened without following a final symlink or blocking on a FIFO and checked
+    with fstat before anything is read, so a file swapped for a link, FIFO, folder or hard link
+    after the path checks is still refused.
     """
+    fd, st = open_regular(path, f"{label}: tensor {tensor!r} external data {location!r}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as e:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be opened "
-                             f"({e.strerror}); it may have been replaced by a link") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelFileError(f"{label}: tensor {tensor!r} external data {location!r} is not a regular file")
         if st.st_nlink > 1:
             raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} has several hard "
                                  "links; refusing a file that may alias one outside the model's folder")
         _check_range(location, offset, length, nbytes, st.st_size, label, tensor)
-        f.seek(offset)
-        data = f.read(length)
+        data = read_exactly(fd, offset, length)
+    except OSError as e:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be read "
+                             f"({e.strerror or e})") from None
+    finally:
+        os.close(fd)
     if len(data) != length:
         raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} changed while being read")
     return data
@@ -370,14 +368,7 @@ def read_model_inventory(src, label: str | None = None) -> tuple[onnx.ModelProto
     elif isinstance(src, (str, os.PathLike)):
         path = Path(src)
         label = label or str(path)
-        try:
-            if not path.exists():
-                raise ModelFileError(f"{label}: no such file")
-            if path.is_dir():
-                raise ModelFileError(f"{label}: is a folder, not a model file")
-            data = path.read_bytes()
-        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-            raise ModelFileError(f"{label}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        data = read_model_file(path, label)
         model = parse_model_bytes(data, label)
         base_dir = path.parent
     else:
