@@ -11,6 +11,7 @@ from xgraph.errors import ModelFileError
 from xgraph.ir.attribute_values import attribute_to_python
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph import Graph
+from xgraph.ir.onnx.inference_budget import data_propagation_is_bounded, expanded_node_count
 from xgraph.ir.onnx.safe_reader import Inventory, inventory, read_model_inventory, sparse_to_dense
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.op import Op
@@ -97,7 +98,9 @@ def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | N
 
 
 def _infer(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> onnx.ModelProto:
-    data_prop = _largest_declared_dim(model, label, inv) <= DATA_PROP_MAX_DIM
+    expanded_node_count(model, label)  # refuses function-call bombs before onnx expands them
+    largest = _largest_declared_dim(model, label, inv)
+    data_prop = largest <= DATA_PROP_MAX_DIM and data_propagation_is_bounded(model, largest, DATA_PROP_MAX_DIM)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only

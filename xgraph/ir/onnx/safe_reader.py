@@ -21,6 +21,8 @@ MAX_GRAPH_DEPTH = 64
 #: Sparse tensors are expanded to dense arrays, so a few bytes of indices could ask for gigabytes:
 #: the dense sizes of all sparse tensors in one model may add up to at most this (1 GiB).
 MAX_SPARSE_DENSE_BYTES = 1 << 30
+#: Arrays (numpy's limit) and so sparse tensors, which are expanded to arrays, have at most this many dims.
+MAX_RANK = 64
 
 _BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
 if hasattr(TensorProto, "FLOAT4E2M1"):
@@ -197,6 +199,9 @@ def check_sparse_tensor(s: onnx.SparseTensorProto, label: str) -> tuple[int, np.
     for d in s.dims:
         if d < 0:
             raise ModelFileError(f"{label}: sparse tensor {name!r} has a negative dimension {d}")
+    if len(s.dims) > MAX_RANK:
+        raise ModelFileError(f"{label}: sparse tensor {name!r} has rank {len(s.dims)}, over the limit of "
+                             f"{MAX_RANK} dimensions an array can have")
     shape = tuple(int(d) for d in s.dims)
     numel = int(np.prod(shape, dtype=object)) if shape else 1
     nnz = s.values.dims[0] if len(s.values.dims) == 1 else None
@@ -217,7 +222,10 @@ def check_sparse_tensor(s: onnx.SparseTensorProto, label: str) -> tuple[int, np.
     if indices.ndim == 2:
         if ((indices < 0) | (indices >= np.array(shape, dtype=np.int64))).any():
             raise ModelFileError(f"{label}: sparse tensor {name!r} has an index outside its shape {list(shape)}")
-        flat = np.ravel_multi_index(tuple(indices.T), shape) if indices.size else np.zeros(0, np.int64)
+        # numel fits in int64 (the dense size is bounded above), so the row-major strides do too;
+        # np.ravel_multi_index would stop at 32 dimensions
+        strides = np.array([int(np.prod(shape[i + 1:], dtype=object)) for i in range(len(shape))], dtype=np.int64)
+        flat = indices @ strides if indices.size else np.zeros(0, np.int64)
     else:
         flat = indices.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= numel):
