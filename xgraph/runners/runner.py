@@ -263,17 +263,26 @@ class Runner:
         where = describe(sg) if sg is not None else "no subgraph"
         return f"{type(self).__name__} for {where}"
 
-    def timed_execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """`execute` under the runner's lock, recording time and bytes in the stats."""
+    def timed_execute(self, inputs: list[np.ndarray], job_id: int | None = None) -> list[np.ndarray]:
+        """`execute` under the runner's lock, recording time and bytes in the stats.
+
+        Whatever `execute` raises other than an XGraphError or KeyboardInterrupt (a ValueError,
+        even SystemExit) becomes a RunnerError naming the runner, its subgraph and the job.
+        """
         rt = self._rt
         with rt.exec_lock:
             start = time.perf_counter()
             try:
                 results = self.execute(inputs)
-            except BaseException:
+            except BaseException as e:
                 with rt.stats_lock:
                     rt.stats["failures"] += 1
-                raise
+                if isinstance(e, (XGraphError, KeyboardInterrupt)):
+                    raise
+                # anything else a runner or kernel raises (ValueError, even SystemExit) is this
+                # runner's failure: it must fail the job, not end the caller or a worker thread
+                what = "execute" if job_id is None else f"job {job_id}"
+                raise RunnerError(f"{self._owner()}: {what} failed: {type(e).__name__}: {e}") from e
             elapsed = time.perf_counter() - start
         expected = len(self._io()[1])
         if not isinstance(results, (list, tuple)) or len(results) != expected:
@@ -319,6 +328,7 @@ class Runner:
     def _work(self) -> None:
         rt = self._rt
         while True:
+            job = results = None  # noqa: F841 - nothing of the last job stays alive while this thread sleeps
             job = rt.queue.get()
             if job is None:
                 return
@@ -326,11 +336,11 @@ class Runner:
                 continue
             job.started = time.perf_counter()
             try:
-                results = self.timed_execute(job.inputs)
+                results = self.timed_execute(job.inputs, job.id)
                 fill_outputs(self._owner(), self._io()[1], job.outputs, results)
             except XGraphError as e:
                 self._finish(job, JobStatus.FAILED, e)
-            except Exception as e:
+            except BaseException as e:  # the worker outlives whatever a job raises, so later jobs still run
                 self._finish(job, JobStatus.FAILED, RunnerError(
                     f"{self._owner()}: job {job.id} failed: {type(e).__name__}: {e}"))
             else:
