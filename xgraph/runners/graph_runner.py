@@ -38,6 +38,8 @@ def device_subgraphs(graph: "Graph") -> "list[Subgraph]":
     root = graph.get_root_subgraph()
     children = root.toposort_child_subgraph() if root.get_children_num() else []
     unplaced = [c.name for c in children if not c.has_attr("device")]
+    if not children and not graph.get_ops():
+        return []  # nothing to run: every output is a graph input or a weight
     if not children or unplaced:
         what = (f"has subgraphs without a device ({', '.join(unplaced[:5])})" if children
                 else "has no device subgraphs")
@@ -218,17 +220,22 @@ class GraphRunner:
         return self._jobs.get(job).error
 
     def get_outputs(self, job: "tuple[int, int] | int") -> list[np.ndarray] | None:
-        """The results of a finished job submitted without preallocated outputs."""
-        return self._jobs.get(job).results
+        """The results of a finished job submitted without preallocated outputs, handed over once.
+
+        The runner keeps no reference once they are collected (so memory stays flat however many
+        jobs run); results never collected are kept up to `jobs.MAX_KEPT_RESULT_BYTES` in all.
+        """
+        return self._jobs.take_results(job)
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure."""
         job = self._jobs.get(self.execute_async(feeds)[0])
         self._jobs.wait(job)
+        results = job.results
         self._jobs.forget(job)
         if job.status is not JobStatus.OK:
             raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
-        return job.results
+        return results
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:

@@ -2,7 +2,9 @@
 
 A job is submitted (`execute_async`), finishes once (ok, failed, cancelled or timed out) and
 is waited for (`wait`). Finished jobs stay retrievable (status, error) for a while after they
-are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status.
+are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status. Results
+are handed over once (`take_results`) and then forgotten; results nobody collects are kept
+up to `MAX_KEPT_RESULT_BYTES` in all, oldest dropped first.
 """
 from __future__ import annotations
 
@@ -14,6 +16,23 @@ from collections import OrderedDict
 from typing import Any
 
 from xgraph.errors import RunnerError
+
+
+#: Results of finished jobs that nobody collected yet are kept up to this many bytes in all
+#: (256 MiB); beyond it the oldest are dropped, and collecting them says so.
+MAX_KEPT_RESULT_BYTES = 256 << 20
+_DROPPED = "results dropped"
+_COLLECTED = "results collected"
+
+
+def _nbytes(values: list) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, list):
+            total += _nbytes(v)
+        else:
+            total += getattr(v, "nbytes", 0)
+    return total
 
 
 class JobStatus(enum.IntEnum):
@@ -55,8 +74,10 @@ class Job:
 class JobTable:
     """Thread-safe job ids and records; `finish` is idempotent (the first final status wins)."""
 
-    def __init__(self, owner: str, keep_finished: int = 1024):
+    def __init__(self, owner: str, keep_finished: int = 1024, keep_result_bytes: int | None = None):
         self._owner = owner
+        self._keep_bytes = MAX_KEPT_RESULT_BYTES if keep_result_bytes is None else keep_result_bytes
+        self._result_bytes = 0
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._pending: dict[int, Job] = {}
@@ -80,12 +101,46 @@ class JobTable:
             job.error = error
             job.finished = time.perf_counter()
             job.inputs = None  # drop references to caller data as soon as possible
+            job.outputs = None  # the caller's buffers are filled; the record need not keep them alive
             self._pending.pop(job.id, None)
             self._finished[job.id] = job
+            if job.results is not None:
+                self._result_bytes += _nbytes(job.results)
             while len(self._finished) > self._keep:
-                self._finished.popitem(last=False)
+                self._drop_results(self._finished.popitem(last=False)[1])
+            if self._result_bytes > self._keep_bytes:
+                for old in self._finished.values():  # oldest first
+                    if self._result_bytes <= self._keep_bytes:
+                        break
+                    if old is not job and old.results is not None:
+                        self._drop_results(old, dropped=True)
         job.event.set()
         return True
+
+    def _drop_results(self, job: Job, dropped: bool = False) -> None:
+        """Let go of a finished job's results (under the lock)."""
+        if job.results is not None:
+            self._result_bytes -= _nbytes(job.results)
+            job.results = None
+            if dropped:
+                job.state = _DROPPED
+
+    def take_results(self, job: "tuple[int, int] | int | Job") -> list | None:
+        """A finished job's results, handed over once: the table keeps no reference afterwards."""
+        record = self.get(job)
+        with self._lock:
+            if not record.done:
+                raise RunnerError(f"{self._owner}: job {record.id} has not finished; wait() for it first")
+            results = record.results
+            if results is None and record.state in (_DROPPED, _COLLECTED):
+                why = ("were dropped: uncollected results may take at most "
+                       f"{self._keep_bytes} bytes, oldest dropped first" if record.state is _DROPPED
+                       else "were already collected (get_outputs hands them over once)")
+                raise RunnerError(f"{self._owner}: the results of job {record.id} {why}")
+            if results is not None:
+                self._drop_results(record)
+                record.state = _COLLECTED
+        return results
 
     def get(self, job: "tuple[int, int] | int | Job") -> Job:
         """The record for a job tuple, id or Job; RunnerError if unknown or forgotten."""
@@ -115,7 +170,8 @@ class JobTable:
     def forget(self, job: Job) -> None:
         """Drop a finished job's record (used by the synchronous `run` paths)."""
         with self._lock:
-            self._finished.pop(job.id, None)
+            if self._finished.pop(job.id, None) is not None:
+                self._drop_results(job)
 
     def pending(self) -> list[Job]:
         """Jobs not yet final, oldest first."""
