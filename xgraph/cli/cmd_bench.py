@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xgraph.cli.common import model_path, seed
 from xgraph.cli.cmd_run import (MODES, add_compile_arguments, add_input_argument, add_kernels_argument,
                                 complete_inputs, load_compiled, read_inputs)
 from xgraph.errors import RunnerError, XGraphError
@@ -86,7 +87,7 @@ def add_parser(subparsers) -> None:
                               description="Benchmark a model through the graph runner: latency p50/p90/p99 over "
                               "--runs runs, time per device and host/device copies per run, throughput with --jobs "
                               "jobs in flight, and optionally a Chrome trace (--trace).")
-    p.add_argument("model", metavar="MODEL", help="the model: an .xmodel (from xcompile) or an .onnx")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .xmodel (from xcompile) or an .onnx")
     p.add_argument("--runs", type=int, default=50, help="timed runs (and jobs for the throughput; default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--jobs", type=int, default=4, help="jobs in flight for the throughput (default 4)")
@@ -96,7 +97,7 @@ def add_parser(subparsers) -> None:
                    "device time) or ref")
     add_kernels_argument(p)
     add_input_argument(p, "Inputs not given get seeded random values.")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
     add_compile_arguments(p)
     p.set_defaults(func=run)
 

@@ -10,12 +10,13 @@ import json
 import os
 import sys
 
+from xgraph.cli.common import model_path
 from xgraph.ir import Graph
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL plus the options that compile it first."""
-    p.add_argument("model", metavar="MODEL", help="the model: an .xmodel (compiled by xcompile) or an .onnx")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .xmodel (compiled by xcompile) or an .onnx")
     p.add_argument("--compile", action="store_true",
                    help="compile the model first (built-in placement, or the plugins of --options)")
     p.add_argument("--options", metavar="JSON", help="compile options as for xcompile --options (implies --compile)")

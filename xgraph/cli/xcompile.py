@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xgraph.cli.common import add_debug_flag, run_cli
+from xgraph.cli.common import add_debug_flag, model_path, run_cli
 from xgraph.errors import XGraphError
 
 PROG = "xcompile"
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog=PROG, description="Partition an ONNX model into device subgraphs "
                                 "(AI Core, AI CPU, DVPP, CPU and plugin devices) and write an .xmodel.")
-    p.add_argument("model", help="the model to compile (.onnx, or an .xmodel to compile again)")
+    p.add_argument("model", type=model_path, help="the model to compile (.onnx, or an .xmodel to compile again)")
     p.add_argument("-o", "--output", help="the .xmodel to write (default: MODEL.xmodel next to the input)")
     p.add_argument("--options", help='compile options as a JSON object, e.g. \'{"plugins": "a,b", '
                    '"devices": "aicore,cpu", "fallback": "error", "input_shape": "x:1,3,224,224"}\'')

@@ -12,6 +12,7 @@ timed. Graph inputs arrive in host memory and graph outputs are returned from ho
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
-from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
+from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -115,10 +116,16 @@ class GraphRunner:
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine."""
-        if not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
+        from xgraph.ir import Graph
+        if not isinstance(graph, Graph):
+            hint = (" load it first: xgraph.create_graph_runner(xgraph.load(path))"
+                    if isinstance(graph, (str, bytes, os.PathLike)) else "")
+            raise RunnerError(f"create_graph_runner needs a compiled xgraph.Graph, got {type(graph).__name__};{hint}"
+                              if hint else f"create_graph_runner needs a compiled xgraph.Graph, got "
+                              f"{type(graph).__name__}")
+        if isinstance(max_jobs_in_flight, bool) or not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
             raise RunnerError(f"max_jobs_in_flight must be an int >= 1, got {max_jobs_in_flight!r}")
-        if job_timeout is not None and job_timeout <= 0:
-            raise RunnerError(f"job_timeout must be > 0 seconds (or None), got {job_timeout!r}")
+        job_timeout = check_timeout(job_timeout, "job_timeout")
         self.graph, self.mode, self.kernels = graph, mode, kernels
         self.job_timeout, self.block_when_full = job_timeout, block_when_full
         self.max_jobs_in_flight = max_jobs_in_flight

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
+import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -146,7 +148,7 @@ class JobTable:
         """The record for a job tuple, id or Job; RunnerError if unknown or forgotten."""
         if isinstance(job, Job):
             return job
-        job_id = job[0] if isinstance(job, tuple) else job
+        job_id = job[0] if isinstance(job, tuple) and job else job
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise RunnerError(f"{self._owner}: a job is the (job_id, status) tuple execute_async returned "
                               f"or its int id, not {job!r}")
@@ -159,9 +161,8 @@ class JobTable:
 
     def wait(self, job: "tuple[int, int] | int | Job", timeout: float | None = None) -> Job:
         """Block until `job` is final or `timeout` seconds pass (RunnerError naming the job then)."""
+        timeout = check_timeout(timeout, f"{self._owner}: wait timeout", allow_zero=True)
         record = self.get(job)
-        if timeout is not None and timeout < 0:
-            raise RunnerError(f"{self._owner}: wait timeout must be >= 0 seconds, got {timeout}")
         if not record.event.wait(timeout):
             raise RunnerError(f"{self._owner}: job {record.id} did not finish within {timeout} s; it is still "
                               f"running (wait again, or close() the runner to cancel it)")
@@ -185,6 +186,18 @@ class JobTable:
             if self.finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: {reason}")):
                 n += 1
         return n
+
+
+def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | None:
+    """`value` as seconds (None: no limit); RunnerError naming `what` for a non-number, NaN or out of range."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise RunnerError(f"{what} must be a number of seconds or None, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise RunnerError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds (or None), got {value!r}")
+    return None if math.isinf(seconds) else seconds
 
 
 def job_error_message(job: Job) -> str:

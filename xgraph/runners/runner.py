@@ -99,6 +99,9 @@ def _shape_ok(declared, actual: tuple) -> bool:
 def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | dict") -> list[np.ndarray]:
     """`inputs` (a list in tensor order or a dict by name) as arrays checked against the declared tensors."""
     names = [t.name for t in tensors]
+    if not isinstance(inputs, (dict, list, tuple)):
+        raise RunnerError(f"{owner}: inputs must be a list of arrays in input order ({', '.join(names)}) or a dict "
+                          f"name -> array, got {type(inputs).__name__}")
     if isinstance(inputs, dict):
         unknown = sorted(set(inputs) - set(names))
         if unknown:
@@ -115,7 +118,11 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
             arrays.append(x)
             continue
         if not isinstance(x, np.ndarray):
-            x = np.asarray(x, dtype=t.dtype)
+            try:
+                x = np.asarray(x, dtype=t.dtype)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise RunnerError(f"{owner}: input {t.name!r} must be a numpy array (or convertible to "
+                                  f"{t.dtype}), got {type(x).__name__} {str(x)[:40]!r}: {e}") from None
         if t.dtype is not None and x.dtype != t.dtype:
             raise RunnerError(f"{owner}: input {t.name!r} must be {t.dtype}, got {x.dtype}; "
                               f"convert it with .astype(np.{t.dtype})")
@@ -127,6 +134,9 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
 
 def check_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: Sequence) -> list[np.ndarray]:
     """Preallocated output buffers checked against the declared output tensors (count, shape, dtype)."""
+    if not isinstance(outputs, (list, tuple)):
+        raise RunnerError(f"{owner}: outputs must be a list of preallocated numpy arrays, one per output "
+                          f"({', '.join(t.name for t in tensors)}), got {type(outputs).__name__}")
     if len(outputs) != len(tensors):
         names = ", ".join(t.name for t in tensors)
         raise RunnerError(f"{owner}: expected {len(tensors)} preallocated outputs ({names}), got {len(outputs)}")

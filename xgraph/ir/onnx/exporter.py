@@ -124,7 +124,26 @@ def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True) -> onnx.ModelPr
     io = set(graph._inputs) | outputs
     vis = [value_info(t) for op in ops for t in op._outputs
            if t not in io and not _is_unused_placeholder(t, outputs) and (t._dtype is not None or t._type_proto)]
-    return _model(graph, graph.name, nodes, graph._inputs, graph._outputs, consts, vis, ops)
+    model = _model(graph, graph.name, nodes, graph._inputs, graph._outputs, consts, vis, ops)
+    if infer_missing:
+        check_exported(model, f"graph {graph.name!r}")
+    return model
+
+
+#: onnx.checker takes a model in memory only below protobuf's 2 GiB limit.
+_CHECKABLE_BYTES = (1 << 31) - 1
+
+
+def check_exported(model: onnx.ModelProto, what: str) -> None:
+    """Refuse an export that onnx.checker rejects (an op with missing inputs, say) with a GraphError."""
+    if model.ByteSize() > _CHECKABLE_BYTES:
+        return  # too large to check in memory; saving it would need external data anyway
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{what}: cannot be exported as a valid ONNX model: {first}; fix the op it names "
+                         "(inputs, outputs, attributes) before exporting or saving") from None
 
 
 def subgraph_to_onnx(sg: "Subgraph") -> onnx.ModelProto:
