@@ -25,6 +25,7 @@ import onnx
 
 from xgraph.errors import GraphError, ModelFileError, XGraphError
 from xgraph.ir.attribute_values import array_to_tensor
+from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.files import check_target, write_bytes
 from xgraph.ir.graph import Graph
 from xgraph.ir.onnx.safe_reader import read_model
@@ -303,6 +304,7 @@ def from_model_proto(model: onnx.ModelProto, label: str) -> Graph:
         dec.fail("graph inputs do not match the recorded inputs")
     _restore_tree(graph, meta["tree"], dec)
     graph._touch()
+    check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
     return graph
 
 
