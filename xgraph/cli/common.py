@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, TextIO
 
 from xgraph.errors import XGraphError
 
@@ -57,20 +59,66 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
 
 
-def run_cli(body: Callable[[], int | None], debug: bool, prog: str) -> int:
-    """Run `body`; an XGraphError (or bad input file) becomes one line on stderr and exit code 2."""
+# -- what reaches the terminal -------------------------------------------------------------------
+#: C0 controls but newline and tab, DEL, and C1 controls: ESC/OSC/CSI sequences start with these.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: object) -> str:
+    """`text` safe for a terminal: control characters as \\xNN escapes, lone surrogates as \\udcNN.
+
+    Op, tensor and graph names and paths come from model files; printed raw, an ESC or OSC
+    sequence in a name would drive the user's terminal (retitle it, hide text, write links).
+    """
+    value = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Escaping:
+    """A text stream that escapes control characters in everything written to it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        self.raw.write(shown(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def raw_stream(stream: TextIO) -> TextIO:
+    """The stream under an escaping wrapper (for rich, which escapes names itself and writes colours)."""
+    return stream.raw if isinstance(stream, _Escaping) else stream
+
+
+@contextlib.contextmanager
+def escaped_output() -> Iterator[None]:
+    """Within the block, everything printed to stdout and stderr has its control characters escaped."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaping(raw_stream(sys.stdout)), _Escaping(raw_stream(sys.stderr))
     try:
-        return int(body() or 0)
-    except XGraphError as e:
-        if debug:
-            raise
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except (OSError, json.JSONDecodeError) as e:
-        if debug:
-            raise
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def run_cli(body: Callable[[], int | None], debug: bool, prog: str) -> int:
+    """Run `body` with escaped output; an XGraphError (or bad input file) becomes one line on stderr, exit code 2."""
+    with escaped_output():
+        try:
+            return int(body() or 0)
+        except XGraphError as e:
+            if debug:
+                raise
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except (OSError, json.JSONDecodeError) as e:
+            if debug:
+                raise
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130

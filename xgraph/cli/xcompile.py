@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xgraph.cli.common import add_debug_flag, model_path, run_cli
+from xgraph.cli.common import add_debug_flag, model_path, raw_stream, run_cli, shown
 from xgraph.errors import XGraphError
 
 PROG = "xcompile"
@@ -95,7 +95,8 @@ class _ProgressBar:
                 return  # closed meanwhile
             stage, index, total = self._state
             self._progress = Progress(TextColumn("compiling: {task.description:<10}"), BarColumn(),
-                                      TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                                      TimeElapsedColumn(), console=Console(file=raw_stream(sys.stderr)),
+                                      transient=True)
             self._progress.start()
             self._task = self._progress.add_task(stage, completed=index, total=total)
 
@@ -111,17 +112,27 @@ class _ProgressBar:
 
 
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
-    """The device table, crossings and the most common fallback reasons, printed with rich."""
+    """The device table, crossings and the most common fallback reasons, printed with rich.
+
+    Everything taken from the model or the command line (names, paths, reasons) goes in as a
+    `Text` with its control characters escaped: never through rich markup, so a name such as
+    `[/nz]` prints as itself and an ESC in a name never reaches the terminal.
+    """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(highlight=False)
+    def t(value: Any, style: str = "") -> Text:
+        return Text(shown(value), style=style)
+
+    console = Console(file=raw_stream(sys.stdout), highlight=False)
     n_ops, n_sg = len(report["ops"]), len(report["subgraphs"])
-    console.print(f"[bold]{model}[/bold] -> {output}: {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s")
+    console.print(Text.assemble(t(model, "bold"), " -> ", t(output),
+                                f": {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s"))
     prep = report.get("prepare") or {}
     if prep.get("folded_ops") or prep.get("dead_ops") or prep.get("cut_ops"):
-        console.print(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
-                      f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed")
+        console.print(t(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
+                        f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed"))
     table = Table(title="Placement")
     for column in ("device", "subgraphs", "ops", "reference kernels"):
         table.add_column(column, justify="left" if column == "device" else "right")
@@ -129,12 +140,14 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     for o in report["reference_ops"]:
         reference[o["device"]] = reference.get(o["device"], 0) + 1
     for device, counts in report["devices"].items():
-        table.add_row(device or "(none)", str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0)))
+        table.add_row(t(device or "(none)"), str(counts["subgraphs"]), str(counts["ops"]),
+                      str(reference.get(device, 0)))
     console.print(table)
-    console.print(f"host/device crossings: {report['crossings']}")
+    console.print(t(f"host/device crossings: {report['crossings']}"))
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
-        console.print(f"[red]{len(report['unrunnable_ops'])} op(s) nothing on this host can run[/red]: {names}")
+        console.print(Text.assemble(t(f"{len(report['unrunnable_ops'])} op(s) nothing on this host can run", "red"),
+                                    ": ", t(names)))
     fallbacks = report["fallbacks"]
     if fallbacks:
         reasons = Table(title=f"Why ops did not get the cheapest device (top {min(TOP_REASONS, len(fallbacks))} "
@@ -144,7 +157,7 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         reasons.add_column("reason", overflow="fold")
         reasons.add_column("e.g.")
         for f in fallbacks[:TOP_REASONS]:
-            reasons.add_row(str(f["count"]), f["device"], f["reason"], f["ops"][0])
+            reasons.add_row(str(f["count"]), t(f["device"]), t(f["reason"]), t(f["ops"][0]))
         console.print(reasons)
 
 

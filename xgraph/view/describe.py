@@ -5,9 +5,8 @@ built from it can be diffed across runs.
 """
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from typing import Any
 
 import numpy as np
