@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -24,8 +25,7 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".t
 
 def _load_array_file(path: Path, what: str) -> np.ndarray | dict[str, np.ndarray]:
     """An .npy array or the arrays of an .npz, refusing pickled objects."""
-    if not path.exists():
-        raise ModelFileError(f"{what}: no such file {str(path)!r}")
+    _check_regular(path, what)
     _check_declared_sizes(path, what)
     try:
         loaded = np.load(path, allow_pickle=False)
@@ -38,6 +38,19 @@ def _load_array_file(path: Path, what: str) -> np.ndarray | dict[str, np.ndarray
         return loaded
     with loaded:
         return {k: loaded[k] for k in loaded.files}
+
+
+def _check_regular(path: Path, what: str) -> None:
+    """Refuse a missing input file, or one that is not a regular file (a FIFO would block, a device never end)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ModelFileError(f"{what}: no such file {str(path)!r}") from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"{what}: {str(path)!r} cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(f"{what}: {str(path)!r} is not a regular file (a folder, FIFO or device); give a "
+                             ".npy, .npz or image file")
 
 
 def _memory_bytes() -> int:
@@ -86,8 +99,7 @@ def _check_declared_sizes(path: Path, what: str) -> None:
 
 def _load_image(path: Path, tensor: "Tensor", what: str) -> np.ndarray:
     """Raw bytes for a 1-D uint8 input (encoded image), else decoded uint8 pixels (HWC, or HW for rank 2)."""
-    if not path.exists():
-        raise ModelFileError(f"{what}: no such file {str(path)!r}")
+    _check_regular(path, what)
     if tensor.dtype == np.uint8 and tensor.shape is not None and len(tensor.shape) == 1:
         return np.frombuffer(path.read_bytes(), dtype=np.uint8).copy()
     from PIL import Image, UnidentifiedImageError

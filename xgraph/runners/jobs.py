@@ -194,7 +194,10 @@ def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | No
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise RunnerError(f"{what} must be a number of seconds or None, got {type(value).__name__} {value!r}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float: no sensible number of seconds
+        seconds = math.nan
     if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise RunnerError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds (or None), got {value!r}")
     return None if math.isinf(seconds) else seconds
