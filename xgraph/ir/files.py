@@ -158,32 +158,44 @@ def _stage(path: str | os.PathLike, data: bytes, what: str) -> _Staged:
 
 
 def _commit(staged: list[_Staged]) -> None:
-    """Rename every staged file over its target; a failure puts back what was replaced and raises."""
-    backups: list[tuple[_Staged, str | None]] = []
+    """Rename every staged file over its target; a failure puts back what was replaced and raises.
+
+    Putting back needs a hard link to each old file; where the file system has none, that file
+    stays replaced (said in docs/security.md).
+    """
+    done: list[tuple[_Staged, str | None, bool]] = []  # (file, backup of the old one, it existed)
     try:
         for s in staged:
             check_target(s.path)  # not swapped for a link, device or folder since it was staged
+            existed = os.path.lexists(s.path)
             backup = None
-            if len(staged) > 1 and os.path.lexists(s.path):
+            if len(staged) > 1 and existed:
                 backup = temp_name(str(s.path.parent) or ".", s.path.name)
-                os.link(s.path, backup, follow_symlinks=False)
-            backups.append((s, backup))
-            os.replace(s.tmp, s.path)  # renames over the target's entry; never follows a link
+                try:
+                    os.link(s.path, backup, follow_symlinks=False)
+                except OSError:
+                    backup = None
+            try:
+                os.replace(s.tmp, s.path)  # renames over the target's entry; never follows a link
+            except BaseException:
+                if backup is not None:
+                    _discard(backup)
+                raise
+            done.append((s, backup, existed))
     except BaseException as e:
-        for s, backup in reversed(backups):
+        for s, backup, existed in reversed(done):
             with contextlib.suppress(OSError):
                 if backup is not None:
                     os.replace(backup, s.path)
-                elif not os.path.lexists(s.tmp):
-                    os.unlink(s.path)  # it did not exist before
+                elif not existed:
+                    os.unlink(s.path)
         for s in staged:
-            with contextlib.suppress(OSError):
-                _discard(s.tmp)
+            _discard(s.tmp)
         if isinstance(e, OSError):
-            failed = staged[len(backups) - 1] if backups else staged[0]
+            failed = staged[len(done)] if len(done) < len(staged) else staged[-1]
             raise OutputFileError(f"{failed.label}: cannot write it ({_reason(e)})") from None
         raise
-    for _, backup in backups:
+    for _, backup, _ in done:
         if backup is not None:
             with contextlib.suppress(OSError):
                 os.unlink(backup)
