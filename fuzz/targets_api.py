@@ -283,6 +283,8 @@ class RunnerApi(Target):
                     call("get_stats", runner.get_stats)
                 # whatever happened, a good run still gives the oracle's answer
                 ok, got = call("run (good)", lambda: runner.run([x]))
+                if not ok and "exceeded job_timeout" in str(got):  # a tiny job_timeout on a busy host
+                    continue
                 if not ok:
                     raise Finding("runner broken", f"a good run failed after odd calls: {got}")
                 if not np.array_equal(got[0], _oracle(x)):

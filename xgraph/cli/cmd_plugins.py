@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     found = discover_plugins(plugin_path)
     for name, source in found:
         plugins.add_row(shown(name), shown(source))
-    console.print(plugins if found else "No partition plugins found (searched entry points and "
-                  f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'}).")
+    console.print(plugins if found else shown("No partition plugins found (searched entry points and "
+                  f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'})."))
 
     devices = Table(title="Devices (placement tries them cheapest first)")
     for column in ("device", "cost rank", "memory", "runner", "op-info entries", "source"):

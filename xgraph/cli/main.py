@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from xgraph.cli.common import add_debug_flag, run_cli
+from xgraph.cli.common import add_debug_flag, escaped_output, run_cli
 
 #: Sub-command modules, in the order `xgraph --help` lists them.
 COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins")
@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `xgraph` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

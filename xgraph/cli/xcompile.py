@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xgraph.cli.common import add_debug_flag, model_path, raw_stream, run_cli, shown
+from xgraph.cli.common import add_debug_flag, escaped_output, model_path, raw_stream, run_cli, shown
 from xgraph.errors import XGraphError
 
 PROG = "xcompile"
@@ -191,7 +191,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `xcompile` console script."""
-    args = build_parser().parse_args(argv)
+    with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
+        args = build_parser().parse_args(argv)
     return run_cli(lambda: _run(args), args.debug, PROG)
 
 
