@@ -64,6 +64,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the tree."""
     from xgraph.view.text import inspect_data, inspect_text
     graph = load_model(args)
-    write_stdout(json.dumps(inspect_data(graph), indent=2, ensure_ascii=False) + "\n" if args.json
+    write_stdout(json.dumps(inspect_data(graph), indent=2, ensure_ascii=True) + "\n" if args.json
                  else inspect_text(graph))
     return 0
