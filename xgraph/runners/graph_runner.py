@@ -118,11 +118,9 @@ class GraphRunner:
         """Create a runner per device subgraph and start one stream per device and copy engine."""
         from xgraph.ir import Graph
         if not isinstance(graph, Graph):
-            hint = (" load it first: xgraph.create_graph_runner(xgraph.load(path))"
+            hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
                     if isinstance(graph, (str, bytes, os.PathLike)) else "")
-            raise RunnerError(f"create_graph_runner needs a compiled xgraph.Graph, got {type(graph).__name__};{hint}"
-                              if hint else f"create_graph_runner needs a compiled xgraph.Graph, got "
-                              f"{type(graph).__name__}")
+            raise RunnerError(f"create_graph_runner needs a compiled xgraph.Graph, got {type(graph).__name__}{hint}")
         if isinstance(max_jobs_in_flight, bool) or not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
             raise RunnerError(f"max_jobs_in_flight must be an int >= 1, got {max_jobs_in_flight!r}")
         job_timeout = check_timeout(job_timeout, "job_timeout")
