@@ -733,3 +733,8 @@ def run_case(target: Target, seed: int) -> tuple[str, Finding | None]:
         return target.run(case), None
     except Finding as f:
         return "finding", f
+
+
+from fuzz.targets_api import API_TARGETS  # noqa: E402 - they build on the helpers above
+
+TARGETS.update({t.name: t for t in API_TARGETS})

@@ -14,6 +14,10 @@ class ModelFileError(XGraphError):
     """A model or .xmodel file is missing, damaged, hostile or not what it claims to be."""
 
 
+class OutputFileError(ModelFileError):
+    """A file xgraph was asked to write cannot be written there (not a regular file, no folder, I/O error)."""
+
+
 class PartitionError(XGraphError):
     """A partitioning helper, merge or placement request could not be honoured."""
 

@@ -13,7 +13,7 @@ import pytest
 
 from fuzz.targets import Deserialize, TARGETS, run_case
 
-#: (target, first seed, cases): about 35 s in total on one core, split so xdist can spread it.
+#: (target, first seed, cases): about 50 s in total on one core, split so xdist can spread it.
 BUDGET = [
     ("from_onnx", 0, 700), ("from_onnx", 700, 700),
     ("from_onnx_file", 0, 500),
@@ -21,6 +21,9 @@ BUDGET = [
     ("compile", 0, 1200),
     ("compile_model", 0, 800),
     ("plugin_chain", 0, 150), ("plugin_chain", 150, 150),
+    ("cli", 0, 120),
+    ("runner_api", 0, 300),
+    ("xmodel_attrs", 0, 300),
 ]
 
 

@@ -490,13 +490,17 @@ def test_deep_subgraph_tree_is_refused(tmp_path):
     refused(_edited(tmp_path, deepen), "subgraph tree deeper than 64", loader=Graph.deserialize)
 
 
-def test_wrong_runner_attr_types_fail_at_create_runner(tmp_path):
-    for value, rule in ((["s", "cpu"], "must be a dict"), (["d", {"sim": ["s", "cpu"]}], "no runner for mode 'run'")):
-        path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=value))
-        g = Graph.deserialize(path)
-        sg = g.get_subgraph(json.loads(onnx.load(str(path)).metadata_props[-1].value)["tree"]["children"][0]["name"])
-        with pytest.raises(RunnerError, match=rule):
-            xgraph.Runner.create_runner(sg)
+def test_wrong_runner_attr_types_fail_at_load_or_create_runner(tmp_path):
+    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["s", "cpu"]))
+    refused(path, "'runner'", "mode -> runner name", loader=Graph.deserialize)
+    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["d", {"sim": ["s", "cpu"]}]))
+    g = Graph.deserialize(path)  # well-typed, but without a "run" mode
+    sg = g.get_subgraph(json.loads(onnx.load(str(path)).metadata_props[-1].value)["tree"]["children"][0]["name"])
+    with pytest.raises(RunnerError, match="no runner for mode 'run'"):
+        xgraph.Runner.create_runner(sg)
+    sg.set_attr("runner", "cpu")  # in memory, create_runner still checks the type itself
+    with pytest.raises(RunnerError, match="must be a dict"):
+        xgraph.Runner.create_runner(sg)
 
 
 def test_unregistered_runner_name_fails_clearly_and_imports_nothing(tmp_path, monkeypatch):
@@ -543,19 +547,21 @@ def test_xgraph_run_never_imports_a_module_named_by_the_file(tmp_path, monkeypat
 def test_runner_names_that_are_not_strings_fail_clearly(tmp_path):
     path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(
         runner=["d", {"run": ["l", [["s", "cpu"]]]}]))
-    g = Graph.deserialize(path)
-    sg = next(c for c in g.get_root_subgraph().get_children() if isinstance(c.get_attr("runner")["run"], list))
-    with pytest.raises(RunnerError, match="runner"):
-        xgraph.Runner.create_runner(sg)
+    refused(path, "'runner'", "mode 'run'", loader=Graph.deserialize)
 
 
-@pytest.mark.parametrize("edit", [
-    lambda meta, m: meta["graph"]["attrs"].update(compile_options=["s", "{"]),
-    lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["l", [["s", "cpu"]]]),
+@pytest.mark.parametrize("edit, rule", [
+    (lambda meta, m: meta["graph"]["attrs"].update(compile_options=["s", "{"]), "'compile_options'"),
+    (lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["l", [["s", "cpu"]]]), "'runner'"),
 ])
-def test_report_of_a_hostile_compiled_graph_fails_clearly(tmp_path, edit):
-    g = Graph.deserialize(_edited(tmp_path, edit))
-    with pytest.raises(XGraphError):
+def test_a_hostile_compiled_graph_is_refused_at_load(tmp_path, edit, rule):
+    refused(_edited(tmp_path, edit), rule, loader=Graph.deserialize)
+
+
+def test_report_of_a_damaged_graph_in_memory_fails_clearly():
+    g = _graph()
+    g.set_attr("compile_options", "{")
+    with pytest.raises(XGraphError, match="compile_options"):
         xgraph.report(g)
 
 

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xgraph.cli.common import model_path, seed
 from xgraph.cli.cmd_run import (MODES, add_compile_arguments, add_input_argument, add_kernels_argument,
                                 complete_inputs, load_compiled, read_inputs)
 from xgraph.errors import RunnerError, XGraphError
+from xgraph.ir.files import check_target
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph
@@ -85,7 +87,7 @@ def add_parser(subparsers) -> None:
                               description="Benchmark a model through the graph runner: latency p50/p90/p99 over "
                               "--runs runs, time per device and host/device copies per run, throughput with --jobs "
                               "jobs in flight, and optionally a Chrome trace (--trace).")
-    p.add_argument("model", metavar="MODEL", help="the model: an .xmodel (from xcompile) or an .onnx")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .xmodel (from xcompile) or an .onnx")
     p.add_argument("--runs", type=int, default=50, help="timed runs (and jobs for the throughput; default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--jobs", type=int, default=4, help="jobs in flight for the throughput (default 4)")
@@ -95,7 +97,7 @@ def add_parser(subparsers) -> None:
                    "device time) or ref")
     add_kernels_argument(p)
     add_input_argument(p, "Inputs not given get seeded random values.")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
     add_compile_arguments(p)
     p.set_defaults(func=run)
 
@@ -107,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
     warmup = _positive("--warmup", args.warmup, 0)
     jobs = _positive("--jobs", args.jobs, 1)
     trace = Path(args.trace) if args.trace else None
-    if trace is not None and not trace.parent.is_dir():
-        raise XGraphError(f"--trace {args.trace}: folder {str(trace.parent)!r} does not exist")
+    if trace is not None:
+        check_target(trace, "--trace")
     graph = load_compiled(args)
     inputs = graph.get_input_tensors()
     feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from xgraph.cli.cmd_inspect import add_model_arguments, load_model, write_stdout
+from xgraph.cli.common import shown
 
 
 def add_parser(subparsers) -> None:
@@ -19,11 +20,13 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the dump."""
-    from xgraph.view.files import write_text
+    from xgraph.ir.files import check_target, write_text
     from xgraph.view.text import dump_text
+    if args.output:
+        check_target(args.output)  # a bad target fails before the model is loaded
     text = dump_text(load_model(args))
     if args.output:
-        write_text(args.output, text)
+        write_text(args.output, shown(text))  # the file is as safe to `cat` as the terminal output
     else:
         write_stdout(text)
     return 0

@@ -20,6 +20,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw and write."""
     from xgraph.view.html import write_html
+    from xgraph.ir.files import check_target
+    check_target(args.output)  # a bad target fails before the model is loaded
     graph = load_model(args)
     warn_if_not_compiled(graph, args)
     write_html(graph, args.output)

@@ -10,12 +10,13 @@ import json
 import os
 import sys
 
+from xgraph.cli.common import model_path
 from xgraph.ir import Graph
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL plus the options that compile it first."""
-    p.add_argument("model", metavar="MODEL", help="the model: an .xmodel (compiled by xcompile) or an .onnx")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .xmodel (compiled by xcompile) or an .onnx")
     p.add_argument("--compile", action="store_true",
                    help="compile the model first (built-in placement, or the plugins of --options)")
     p.add_argument("--options", metavar="JSON", help="compile options as for xcompile --options (implies --compile)")
@@ -63,6 +64,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the tree."""
     from xgraph.view.text import inspect_data, inspect_text
     graph = load_model(args)
-    write_stdout(json.dumps(inspect_data(graph), indent=2, ensure_ascii=False) + "\n" if args.json
+    write_stdout(json.dumps(inspect_data(graph), indent=2, ensure_ascii=True) + "\n" if args.json
                  else inspect_text(graph))
     return 0

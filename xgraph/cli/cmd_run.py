@@ -15,6 +15,9 @@ The helpers here (model loading, input files, random inputs, value summaries) ar
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
+import math
 import os
 import re
 from pathlib import Path
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from xgraph.cli.common import model_path, seed
+from xgraph.cli.input_files import IMAGE_SUFFIXES, read_inputs  # noqa: F401 - shared with verify and bench
 from xgraph.errors import ModelFileError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES as RUNNER_MODES
 
@@ -32,6 +37,9 @@ if TYPE_CHECKING:
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 MODES = RUNNER_MODES
 KERNELS = KERNEL_CHOICES
+#: --random makes values for inputs up to this size (and rank); larger ones come from files.
+MAX_RANDOM_BYTES = 1 << 30
+MAX_RANK = 64
 
 
 # -- arguments shared with verify and bench ------------------------------------------------------
@@ -98,90 +106,18 @@ def _is_tensor(t: "Tensor") -> bool:
     return t.type_proto is None
 
 
-def _load_array_file(path: Path, what: str) -> np.ndarray | dict[str, np.ndarray]:
-    """An .npy array or the arrays of an .npz, refusing pickled objects."""
-    if not path.exists():
-        raise ModelFileError(f"{what}: no such file {str(path)!r}")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except ValueError as e:
-        raise ModelFileError(f"{what}: {path} cannot be read without unpickling ({e}); save it with plain "
-                             f"dtypes (np.save of a numeric or fixed-width string array)") from e
-    except OSError as e:
-        raise ModelFileError(f"{what}: {path} is not a .npy/.npz file: {e}") from e
-    if isinstance(loaded, np.ndarray):
-        return loaded
-    with loaded:
-        return {k: loaded[k] for k in loaded.files}
-
-
-def _load_image(path: Path, tensor: "Tensor", what: str) -> np.ndarray:
-    """Raw bytes for a 1-D uint8 input (encoded image), else decoded uint8 pixels (HWC, or HW for rank 2)."""
-    if not path.exists():
-        raise ModelFileError(f"{what}: no such file {str(path)!r}")
-    if tensor.dtype == np.uint8 and tensor.shape is not None and len(tensor.shape) == 1:
-        return np.frombuffer(path.read_bytes(), dtype=np.uint8).copy()
-    from PIL import Image, UnidentifiedImageError
-    rank = None if tensor.shape is None else len(tensor.shape)
-    try:
-        with Image.open(path) as image:
-            pixels = np.asarray(image.convert("L" if rank == 2 else "RGB"), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError) as e:
-        raise ModelFileError(f"{what}: {path} is not an image Pillow can decode: {e}") from e
-    return pixels[np.newaxis] if rank == 4 else pixels
-
-
-def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, Any]:
-    """{input name: value} from --input specs ("NAME=FILE" or "FILE") for the model's input tensors."""
-    by_name = {t.name: t for t in tensors}
-    names = ", ".join(by_name) or "none"
-    feeds: dict[str, Any] = {}
-    for spec in specs:
-        name, sep, file = spec.partition("=")
-        if not sep or (name not in by_name and Path(spec).exists()):
-            name, file = "", spec
-        path = Path(file)
-        what = f"--input {spec}"
-        if name and name not in by_name:
-            raise XGraphError(f"{what}: the model has no input {name!r}; its inputs are: {names}")
-        if path.suffix.lower() in IMAGE_SUFFIXES:
-            if not name:
-                if len(by_name) != 1:
-                    raise XGraphError(f"{what}: say which input the image is for (NAME=FILE); inputs: {names}")
-                name = next(iter(by_name))
-            feeds[name] = _load_image(path, by_name[name], what)
-            continue
-        loaded = _load_array_file(path, what)
-        if isinstance(loaded, dict):
-            if name:
-                if name in loaded:
-                    feeds[name] = loaded[name]
-                elif len(loaded) == 1:
-                    feeds[name] = next(iter(loaded.values()))
-                else:
-                    raise XGraphError(f"{what}: {path.name} holds {len(loaded)} arrays ({', '.join(loaded)}) and "
-                                      f"none is named {name!r}")
-                continue
-            unknown = [k for k in loaded if k not in by_name]
-            if unknown:
-                raise XGraphError(f"{what}: {path.name} holds array {unknown[0]!r}, which is not a model input; "
-                                  f"the inputs are: {names}")
-            feeds.update(loaded)
-            continue
-        if not name:
-            if len(by_name) != 1:
-                raise XGraphError(f"{what}: say which input the array is for (NAME=FILE); inputs: {names}")
-            name = next(iter(by_name))
-        feeds[name] = loaded
-    return feeds
-
-
 def concrete_shape(t: "Tensor") -> tuple[int, ...]:
     """The tensor's shape with every unknown or symbolic dim taken as 1."""
     if t.shape is None:
         raise XGraphError(f"input {t.name!r} has unknown rank, so no random value can be made for it; "
                           f"pass it with --input {t.name}=FILE")
-    return tuple(d if isinstance(d, int) else 1 for d in t.shape)
+    shape = tuple(d if isinstance(d, int) else 1 for d in t.shape)
+    itemsize = t.dtype.itemsize if t.dtype is not None and t.dtype.itemsize else 8
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape) or math.prod(shape) * itemsize > MAX_RANDOM_BYTES:
+        raise XGraphError(f"input {t.name!r} declares shape {t.shape}, for which no random value is made (rank at "
+                          f"most {MAX_RANK}, dims >= 0, at most {MAX_RANDOM_BYTES} bytes); pass it with "
+                          f"--input {t.name}=FILE")
+    return shape
 
 
 def random_value(t: "Tensor", rng: np.random.Generator) -> np.ndarray:
@@ -252,28 +188,70 @@ def summarize(value: Any) -> str:
                 f"{extra}{' (has NaN)' if np.isnan(flat).any() else ''}")
 
 
+#: Output file stems are cut to this many characters (plus a tag), well inside any NAME_MAX.
+MAX_STEM = 120
+
+
 def output_file_name(name: str) -> str:
-    """A file name for tensor `name` (characters other than letters, digits, '.', '_', '-' become '_')."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "output"
+    """A file name stem for tensor `name`: letters, digits, '.', '_', '-' kept, others become '_'.
+
+    A name that had to change (or was cut) gets a tag from a hash of the original, so distinct
+    tensors never share a file (`y/0` -> `y_0-3f2a9c1d`, while `y_0` stays `y_0`).
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")[:MAX_STEM] or "output"
+    if safe != name:
+        safe = f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
     return safe
 
 
-def save_output(directory: Path, name: str, value: Any) -> Path | None:
-    """Write `value` as NAME.npy (a sequence as NAME.npz, arr_0...); None for an empty optional."""
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = output_file_name(name)
+def output_files(names: Sequence[str]) -> dict[str, str]:
+    """{tensor name: file stem}, distinct even on case-insensitive file systems."""
+    stems: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        stem, n = output_file_name(name), 1
+        while stem.lower() in used:
+            n += 1
+            stem = f"{output_file_name(name)}-{n}"
+        used.add(stem.lower())
+        stems[name] = stem
+    return stems
+
+
+def encode_output(value: Any) -> tuple[str, bytes] | None:
+    """(suffix, file bytes) of an output: .npy, a sequence as .npz (arr_0...); None for an empty optional."""
     if value is None:
         return None
+    buffer = io.BytesIO()
     if isinstance(value, list):
-        path = directory / f"{stem}.npz"
-        np.savez(path, *[np.asarray(v) for v in value])
-        return path
-    path = directory / f"{stem}.npy"
+        np.savez(buffer, *[np.asarray(v) for v in value])
+        return ".npz", buffer.getvalue()
     array = np.asarray(value)
     if array.dtype == object:
         array = array.astype(str)  # np.save of an object array would need pickle to load
-    np.save(path, array)
-    return path
+    np.save(buffer, array)
+    return ".npy", buffer.getvalue()
+
+
+def save_outputs(directory: Path, values: dict[str, Any]) -> dict[str, Path | None]:
+    """Write every output into `directory` as one unit: all files replaced, or none (and no temp left)."""
+    from xgraph.ir.files import all_or_nothing, write_bytes
+    stems = output_files(list(values))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise XGraphError(f"--output-dir {directory}: cannot create it ({e.strerror or e})") from None
+    saved: dict[str, Path | None] = {}
+    with all_or_nothing():
+        for name, value in values.items():
+            encoded = encode_output(value)
+            if encoded is None:
+                saved[name] = None
+                continue
+            path = directory / f"{stems[name]}{encoded[0]}"
+            write_bytes(path, encoded[1], "--output-dir")
+            saved[name] = path
+    return saved
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -284,10 +262,10 @@ def add_parser(subparsers) -> None:
                               description="Run a compiled .xmodel (or an .onnx, compiled first) once through the "
                               "graph runner; print every output's name, shape, dtype and a short summary, and save "
                               "them as .npy files with --output-dir.")
-    p.add_argument("model", metavar="MODEL", help="the model: an .xmodel (from xcompile) or an .onnx")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .xmodel (from xcompile) or an .onnx")
     add_input_argument(p, "Every input needs a value unless --random is given.")
     p.add_argument("--random", action="store_true", help="fill inputs not given with seeded random values")
-    p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of --random (default 0)")
     p.add_argument("--mode", choices=MODES, default="run",
                    help="run: fastest on this host (default); sim: device numerics (AI Core fp16 when the "
                    "precision_mode asks); ref: the ONNX reference evaluator")
@@ -317,10 +295,10 @@ def run(args: argparse.Namespace) -> int:
     for name in feeds:
         note = f" (random, seed {args.seed})" if name in filled else ""
         print(f"  input   {name}: {summarize(feeds[name])}{note}")
-    directory = Path(args.output_dir) if args.output_dir else None
-    for t, value in zip(graph.get_output_tensors(), outputs):
-        print(f"  output  {t.name}: {summarize(value)}")
-        if directory is not None:
-            saved = save_output(directory, t.name, value)
-            print(f"          saved to {saved}" if saved else "          not saved (empty optional)")
+    values = {t.name: value for t, value in zip(graph.get_output_tensors(), outputs)}
+    saved = save_outputs(Path(args.output_dir), values) if args.output_dir else {}
+    for name, value in values.items():
+        print(f"  output  {name}: {summarize(value)}")
+        if args.output_dir:
+            print(f"          saved to {saved[name]}" if saved[name] else "          not saved (empty optional)")
     return 0

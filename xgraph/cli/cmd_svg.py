@@ -19,6 +19,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw and write."""
     from xgraph.view.svg import write_svg
+    from xgraph.ir.files import check_target
+    check_target(args.output)  # a bad target fails before the model is loaded
     graph = load_model(args)
     warn_if_not_compiled(graph, args)
     write_svg(graph, args.output)

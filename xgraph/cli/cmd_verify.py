@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from xgraph.cli.common import model_path, seed, tolerance
 from xgraph.cli.cmd_run import (add_compile_arguments, add_input_argument, add_kernels_argument, complete_inputs,
                                 load_compiled, read_inputs)
 from xgraph.errors import XGraphError
@@ -178,7 +179,7 @@ def add_parser(subparsers) -> None:
                               "inputs (or --input files), and compare every output with onnxruntime on the "
                               "original model (the ONNX reference evaluator when onnxruntime cannot run it). "
                               "Prints max|err| and max|ref| per output; exit code 1 on a mismatch.")
-    p.add_argument("model", metavar="MODEL", help="the model: an .onnx (or an .xmodel, whose graph is the reference)")
+    p.add_argument("model", metavar="MODEL", type=model_path, help="the model: an .onnx (or an .xmodel, whose graph is the reference)")
     add_compile_arguments(p)
     p.add_argument("--mode", choices=("run", "sim"), default="run",
                    help="run: fastest on this host (default); sim: device numerics (fp16 on AI Core when asked)")
@@ -186,9 +187,9 @@ def add_parser(subparsers) -> None:
                          "a path running on onnxruntime is compared with the ONNX reference evaluator, never "
                          "with onnxruntime itself")
     add_input_argument(p, "Inputs not given get seeded random values.")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--rtol", type=float, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-6; 1e-3 for sim fp16)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--rtol", type=tolerance, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
+    p.add_argument("--atol", type=tolerance, help="absolute tolerance (default 1e-6; 1e-3 for sim fp16)")
     p.set_defaults(func=run)
 
 

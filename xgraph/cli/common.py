@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import re
 import sys
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 from xgraph.errors import XGraphError
 from xgraph.registries import active, resolve
@@ -15,29 +20,113 @@ if TYPE_CHECKING:
 EXIT_USER_ERROR = 2
 
 
+# -- argument types: every command line value is checked here, as argparse reads it -------------
+#: Seeds are handed to numpy's generators, which take non-negative integers of up to 128 bits.
+MAX_SEED = (1 << 128) - 1
+
+
+def model_path(value: str) -> str:
+    """A MODEL argument: a file name (not empty, not a folder such as `.` or `/`)."""
+    if not value or "\0" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a model file name; give the path of an .onnx or .xmodel file")
+    path = Path(value)
+    if not path.name or path.name == ".." or os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is a folder, not a model file; give the path of an .onnx or "
+                                         ".xmodel file")
+    return value
+
+
+def seed(value: str) -> int:
+    """A --seed: an integer from 0 to 2**128 - 1."""
+    try:
+        n = int(value) if len(value) < 50 else None
+    except ValueError:
+        n = None
+    if n is None or not 0 <= n <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a seed; give an integer from 0 to 2**128 - 1")
+    return n
+
+
+def tolerance(value: str) -> float:
+    """A --rtol/--atol: a finite number >= 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a tolerance; give a finite number >= 0 (e.g. 1e-4)")
+    return x
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     """--debug: show the traceback instead of the one-line error."""
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
 
 
+# -- what reaches the terminal -------------------------------------------------------------------
+#: C0 controls but newline and tab, DEL, and C1 controls: ESC/OSC/CSI sequences start with these.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: object) -> str:
+    """`text` safe for a terminal: control characters as \\xNN escapes, lone surrogates as \\udcNN.
+
+    Op, tensor and graph names and paths come from model files; printed raw, an ESC or OSC
+    sequence in a name would drive the user's terminal (retitle it, hide text, write links).
+    """
+    value = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Escaping:
+    """A text stream that escapes control characters in everything written to it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        self.raw.write(shown(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def raw_stream(stream: TextIO) -> TextIO:
+    """The stream under an escaping wrapper (for rich, which escapes names itself and writes colours)."""
+    return stream.raw if isinstance(stream, _Escaping) else stream
+
+
+@contextlib.contextmanager
+def escaped_output() -> Iterator[None]:
+    """Within the block, everything printed to stdout and stderr has its control characters escaped."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaping(raw_stream(sys.stdout)), _Escaping(raw_stream(sys.stderr))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def run_cli(body: Callable[[], int | None], debug: bool, prog: str, registries: "Registries | None" = None) -> int:
-    """Run `body`; an XGraphError (or bad input file) becomes one line on stderr and exit code 2.
+    """Run `body` with escaped output; an XGraphError (or bad input file) becomes one line on stderr, exit code 2.
 
     Inside `body`, compile, placement and the runners use `registries` (the default ones when None).
     """
-    try:
-        with active(resolve(registries)):
-            return int(body() or 0)
-    except XGraphError as e:
-        if debug:
-            raise
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except (OSError, json.JSONDecodeError) as e:
-        if debug:
-            raise
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    with escaped_output():
+        try:
+            with active(resolve(registries)):
+                return int(body() or 0)
+        except XGraphError as e:
+            if debug:
+                raise
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except (OSError, json.JSONDecodeError) as e:
+            if debug:
+                raise
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130

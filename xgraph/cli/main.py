@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING
 
-from xgraph.cli.common import add_debug_flag, run_cli
+from xgraph.cli.common import add_debug_flag, escaped_output, run_cli
 
 if TYPE_CHECKING:
     from xgraph.registries import Registries
@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
     """Entry point of the `xgraph` console script; `registries` (default: the default ones) serve every command."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

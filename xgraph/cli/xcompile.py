@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xgraph.cli.common import add_debug_flag, run_cli
+from xgraph.cli.common import add_debug_flag, escaped_output, model_path, raw_stream, run_cli, shown
 from xgraph.errors import XGraphError
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog=PROG, description="Partition an ONNX model into device subgraphs "
                                 "(AI Core, AI CPU, DVPP, CPU and plugin devices) and write an .xmodel.")
-    p.add_argument("model", help="the model to compile (.onnx, or an .xmodel to compile again)")
+    p.add_argument("model", type=model_path, help="the model to compile (.onnx, or an .xmodel to compile again)")
     p.add_argument("-o", "--output", help="the .xmodel to write (default: MODEL.xmodel next to the input)")
     p.add_argument("--options", help='compile options as a JSON object, e.g. \'{"plugins": "a,b", '
                    '"devices": "aicore,cpu", "fallback": "error", "input_shape": "x:1,3,224,224"}\'')
@@ -98,7 +98,8 @@ class _ProgressBar:
                 return  # closed meanwhile
             stage, index, total = self._state
             self._progress = Progress(TextColumn("compiling: {task.description:<10}"), BarColumn(),
-                                      TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                                      TimeElapsedColumn(), console=Console(file=raw_stream(sys.stderr)),
+                                      transient=True)
             self._progress.start()
             self._task = self._progress.add_task(stage, completed=index, total=total)
 
@@ -114,18 +115,28 @@ class _ProgressBar:
 
 
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
-    """The device table, crossings and the most common fallback reasons, printed with rich."""
+    """The device table, crossings and the most common fallback reasons, printed with rich.
+
+    Everything taken from the model or the command line (names, paths, reasons) goes in as a
+    `Text` with its control characters escaped: never through rich markup, so a name such as
+    `[/nz]` prints as itself and an ESC in a name never reaches the terminal.
+    """
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(highlight=False)
+    def t(value: Any, style: str = "") -> Text:
+        return Text(shown(value), style=style)
+
+    console = Console(file=raw_stream(sys.stdout), highlight=False)
     n_ops, n_sg = len(report["ops"]), len(report["subgraphs"])
-    console.print(f"[bold]{model}[/bold] -> {output}: {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s")
+    console.print(Text.assemble(t(model, "bold"), " -> ", t(output),
+                                f": {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s"))
     prep = report.get("prepare") or {}
     if prep.get("folded_ops") or prep.get("dead_ops") or prep.get("cut_ops"):
-        console.print(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
-                      f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed")
+        console.print(t(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
+                        f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed"))
     table = Table(title="Placement")
     for column in ("device", "subgraphs", "ops", "reference kernels"):
         table.add_column(column, justify="left" if column == "device" else "right")
@@ -133,14 +144,16 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     for o in report["reference_ops"]:
         reference[o["device"]] = reference.get(o["device"], 0) + 1
     for device, counts in report["devices"].items():
-        table.add_row(device or "(none)", str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0)))
+        table.add_row(t(device or "(none)"), str(counts["subgraphs"]), str(counts["ops"]),
+                      str(reference.get(device, 0)))
     console.print(table)
-    console.print(f"host/device crossings: {report['crossings']}")
+    console.print(t(f"host/device crossings: {report['crossings']}"))
     for warning in report.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        console.print(t("warning: " + warning))
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
-        console.print(f"[red]{len(report['unrunnable_ops'])} op(s) nothing on this host can run[/red]: {names}")
+        console.print(Text.assemble(t(f"{len(report['unrunnable_ops'])} op(s) nothing on this host can run", "red"),
+                                    ": ", t(names)))
     fallbacks = report["fallbacks"]
     if fallbacks:
         reasons = Table(title=f"Why ops did not get the cheapest device (top {min(TOP_REASONS, len(fallbacks))} "
@@ -150,7 +163,7 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         reasons.add_column("reason", overflow="fold")
         reasons.add_column("e.g.")
         for f in fallbacks[:TOP_REASONS]:
-            reasons.add_row(str(f["count"]), f["device"], f["reason"], f["ops"][0])
+            reasons.add_row(str(f["count"]), t(f["device"]), t(f["reason"]), t(f["ops"][0]))
         console.print(reasons)
 
 
@@ -158,8 +171,12 @@ def _run(args: argparse.Namespace) -> int:
     import xgraph
     from xgraph.compiler.report import report as make_report
 
+    from xgraph.ir.files import all_or_nothing, check_target
     writer = _report_writer(args.report)
     output = _output_path(args.model, args.output)
+    check_target(output, "-o")  # every target checked before any work: a bad one costs nothing
+    if args.report is not None:
+        check_target(args.report, "--report")
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d]
     bar = _ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()
@@ -169,9 +186,10 @@ def _run(args: argparse.Namespace) -> int:
         bar.close()
     seconds = time.perf_counter() - start
     rep = make_report(compiled)
-    compiled.serialize(output)  # atomic: a failed write leaves any old file as it was
-    if writer is not None:
-        writer(compiled, args.report)
+    with all_or_nothing():  # the .xmodel and the report are replaced together, or neither is
+        compiled.serialize(output)
+        if writer is not None:
+            writer(compiled, args.report)
     if not args.quiet:
         print_summary(rep, args.model, output, seconds)
     return 0
@@ -179,7 +197,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
     """Entry point of the `xcompile` console script; `registries` default to the default ones."""
-    args = build_parser().parse_args(argv)
+    with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
+        args = build_parser().parse_args(argv)
     return run_cli(lambda: _run(args), args.debug, PROG, registries)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -101,7 +102,7 @@ def parse_input_shape(value: Any) -> dict[str, tuple[int, ...]]:
         for d in dims:
             try:
                 n = int(d) if not isinstance(d, bool) else None
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
                 n = None
             if n is None or n < -1 or (isinstance(d, float) and not d.is_integer()):
                 raise _bad("input_shape", value, f"{expected}; dim {d!r} of {name!r} is not an integer >= -1")
@@ -115,6 +116,58 @@ def format_input_shape(shapes: Mapping[str, tuple[int, ...]]) -> str:
     return ";".join(f"{name}:{','.join(str(d) for d in dims)}" for name, dims in shapes.items())
 
 
+#: Option JSON nested deeper than this, or with integers longer than this many digits, is refused.
+MAX_JSON_DEPTH = 32
+MAX_JSON_DIGITS = 30
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (a scan, so deep nesting cannot recurse)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise OptionError(f"options: the integer {text[:20]}... has {len(text)} digits; no option takes one this large")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise OptionError(f"options: the number {text[:40]} is out of range; options take finite numbers")
+    return value
+
+
+def _json_constant(text: str) -> float:
+    raise OptionError(f"options: {text} is not a number JSON allows; options take finite numbers")
+
+
+def load_json(text: str) -> Any:
+    """Option JSON, with nesting depth, integer length and non-finite numbers bounded (OptionError)."""
+    if _json_depth(text) > MAX_JSON_DEPTH:
+        raise OptionError(f"options: JSON nested more than {MAX_JSON_DEPTH} levels deep; options are a flat object "
+                          f"such as {_EXAMPLE}")
+    return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+
+
 def _load(options: "Mapping[str, Any] | str | None") -> dict[str, Any]:
     if options is None:
         return {}
@@ -124,7 +177,7 @@ def _load(options: "Mapping[str, Any] | str | None") -> dict[str, Any]:
         if not options.strip():
             return {}
         try:
-            options = json.loads(options)
+            options = load_json(options)
         except json.JSONDecodeError as e:
             raise OptionError(f"options are not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
                               f"write a JSON object such as {_EXAMPLE}") from None

@@ -8,7 +8,7 @@ Constant folding evaluates each op whose inputs are all weights with the ONNX re
 evaluator (one node at a time, in topological order, so chains fold), and replaces its outputs
 by weights of the same names. It skips nondeterministic ops (Random*, Bernoulli, Multinomial),
 ops with nested graphs, ops producing graph outputs or tensors a nested graph reads by name, and
-results larger than `MAX_FOLD_BYTES`.
+results larger than `MAX_FOLD_BYTES` or of a size not known before evaluating (`fold_sizes`).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import onnx
 
 from xgraph.errors import OptionError, XGraphError
 from xgraph.ir import Graph, Op, Tensor
+from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.compiler.options import CompileOptions
 
 #: Results larger than this stay computed at run time rather than becoming weights.
@@ -153,19 +154,6 @@ def _foldable(op: Op, keep: set[Tensor]) -> bool:
     return not any(t in keep for t in op.get_output_tensors())
 
 
-def _estimated_bytes(op: Op) -> int | None:
-    """Bytes the op's results will take, when the shapes tell (None: unknown until evaluated)."""
-    total = 0
-    for t in op.get_output_tensors():
-        if t.is_static() and t.dtype is not None:
-            total += t.numel() * t.dtype.itemsize
-        elif op.type == "ConstantOfShape" and op.get_input_tensors()[0] is not None:
-            total += int(np.prod(op.get_input_tensors()[0].data, dtype=np.int64)) * 8
-        else:
-            return None
-    return total
-
-
 def _evaluate(op: Op) -> list[np.ndarray] | None:
     from xgraph.kernels.reference import make_reference_kernel
     inputs = op.get_input_tensors()
@@ -212,8 +200,8 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
     for op in graph.toposort():
         if not _foldable(op, keep):
             continue
-        estimate = _estimated_bytes(op)
-        if estimate is not None and estimate > max_bytes:
+        estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
+        if estimate is None or estimate > max_bytes:
             continue
         arrays = _evaluate(op)
         if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:

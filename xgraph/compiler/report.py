@@ -14,6 +14,7 @@ from typing import Any
 
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, Op
+from xgraph.ir.files import check_target, write_text
 from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.devices import get_devices
 
@@ -118,10 +119,9 @@ def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_report(compiled: Graph, path: str) -> None:
-    """Write `report(compiled)` as JSON to `path`."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(report(compiled), f, indent=2, default=str)
-        f.write("\n")
+    """Write `report(compiled)` as JSON to `path` (atomically: a failure leaves an existing file as it was)."""
+    check_target(path, "report")
+    write_text(path, json.dumps(report(compiled), indent=2, default=str) + "\n", "report")
 
 
 __all__ = ["report", "write_report"]

@@ -57,12 +57,25 @@ class GraphTemplate:
 
     def add_op(self, name: str, types: "Iterable[str] | str", inputs: "Iterable[TemplateOp] | None" = None) -> TemplateOp:
         """Add a template op accepting any of `types`, reading the outputs of `inputs`."""
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"template {self.name!r}: an op name must be a non-empty str, got {name!r}")
         if name in self._ops:
             raise GraphError(f"template {self.name!r} already has an op named {name!r}")
-        types = frozenset([types] if isinstance(types, str) else types)
+        given = types
+        try:
+            types = frozenset([types] if isinstance(types, str) else types)
+        except TypeError:
+            types = None
+        if types is None or not all(isinstance(t, str) and t for t in types):
+            raise GraphError(f"template {self.name!r}: op {name!r} takes its op types as a str or a set of str "
+                             f"(e.g. {{'Conv'}}), got {given!r}")
         if not types:
             raise GraphError(f"template {self.name!r}: op {name!r} needs at least one op type")
-        ins = list(inputs or [])
+        try:
+            ins = list(inputs or [])
+        except TypeError:
+            raise GraphError(f"template {self.name!r}: inputs of {name!r} must be a list of template ops, "
+                             f"got {type(inputs).__name__}") from None
         for i in ins:
             if not isinstance(i, TemplateOp) or i.template is not self:
                 raise GraphError(f"template {self.name!r}: input {i!r} of {name!r} is not an op of this template")

@@ -12,6 +12,7 @@ timed. Graph inputs arrive in host memory and graph outputs are returned from ho
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -21,8 +22,9 @@ import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.devices import memory_of
+from xgraph.ir.files import write_text
 from xgraph.registries import resolve
-from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
+from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -41,6 +43,8 @@ def device_subgraphs(graph: "Graph") -> "list[Subgraph]":
     root = graph.get_root_subgraph()
     children = root.toposort_child_subgraph() if root.get_children_num() else []
     unplaced = [c.name for c in children if not c.has_attr("device")]
+    if not children and not graph.get_ops():
+        return []  # nothing to run: every output is a graph input or a weight
     if not children or unplaced:
         what = (f"has subgraphs without a device ({', '.join(unplaced[:5])})" if children
                 else "has no device subgraphs")
@@ -117,10 +121,14 @@ class GraphRunner:
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False, registries: "Registries | None" = None) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine."""
-        if not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
+        from xgraph.ir import Graph
+        if not isinstance(graph, Graph):
+            hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
+                    if isinstance(graph, (str, bytes, os.PathLike)) else "")
+            raise RunnerError(f"create_graph_runner needs a compiled xgraph.Graph, got {type(graph).__name__}{hint}")
+        if isinstance(max_jobs_in_flight, bool) or not isinstance(max_jobs_in_flight, int) or max_jobs_in_flight < 1:
             raise RunnerError(f"max_jobs_in_flight must be an int >= 1, got {max_jobs_in_flight!r}")
-        if job_timeout is not None and job_timeout <= 0:
-            raise RunnerError(f"job_timeout must be > 0 seconds (or None), got {job_timeout!r}")
+        job_timeout = check_timeout(job_timeout, "job_timeout")
         self.graph, self.mode, self.kernels = graph, mode, kernels
         self.registries = registries = resolve(registries)
         self.job_timeout, self.block_when_full = job_timeout, block_when_full
@@ -236,17 +244,22 @@ class GraphRunner:
         return self._jobs.get(job).error
 
     def get_outputs(self, job: "tuple[int, int] | int") -> list[np.ndarray] | None:
-        """The results of a finished job submitted without preallocated outputs."""
-        return self._jobs.get(job).results
+        """The results of a finished job submitted without preallocated outputs, handed over once.
+
+        The runner keeps no reference once they are collected (so memory stays flat however many
+        jobs run); results never collected are kept up to `jobs.MAX_KEPT_RESULT_BYTES` in all.
+        """
+        return self._jobs.take_results(job)
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure."""
         job = self._jobs.get(self.execute_async(feeds)[0])
         self._jobs.wait(job)
+        results = job.results
         self._jobs.forget(job)
         if job.status is not JobStatus.OK:
             raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
-        return job.results
+        return results
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
@@ -281,7 +294,7 @@ class GraphRunner:
             events.append({"name": name, "cat": kind, "ph": "X", "pid": 1, "tid": tid[stream],
                            "ts": round((start - self._epoch) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
                            "args": {"job": job_id, "bytes": nbytes}})
-        Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "trace")
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:

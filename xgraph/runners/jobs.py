@@ -2,18 +2,39 @@
 
 A job is submitted (`execute_async`), finishes once (ok, failed, cancelled or timed out) and
 is waited for (`wait`). Finished jobs stay retrievable (status, error) for a while after they
-are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status.
+are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status. Results
+are handed over once (`take_results`) and then forgotten; results nobody collects are kept
+up to `MAX_KEPT_RESULT_BYTES` in all, oldest dropped first.
 """
 from __future__ import annotations
 
 import enum
 import itertools
+import math
+import numbers
 import threading
 import time
 from collections import OrderedDict
 from typing import Any
 
 from xgraph.errors import RunnerError
+
+
+#: Results of finished jobs that nobody collected yet are kept up to this many bytes in all
+#: (256 MiB); beyond it the oldest are dropped, and collecting them says so.
+MAX_KEPT_RESULT_BYTES = 256 << 20
+_DROPPED = "results dropped"
+_COLLECTED = "results collected"
+
+
+def _nbytes(values: list) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, list):
+            total += _nbytes(v)
+        else:
+            total += getattr(v, "nbytes", 0)
+    return total
 
 
 class JobStatus(enum.IntEnum):
@@ -55,8 +76,10 @@ class Job:
 class JobTable:
     """Thread-safe job ids and records; `finish` is idempotent (the first final status wins)."""
 
-    def __init__(self, owner: str, keep_finished: int = 1024):
+    def __init__(self, owner: str, keep_finished: int = 1024, keep_result_bytes: int | None = None):
         self._owner = owner
+        self._keep_bytes = MAX_KEPT_RESULT_BYTES if keep_result_bytes is None else keep_result_bytes
+        self._result_bytes = 0
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._pending: dict[int, Job] = {}
@@ -80,18 +103,52 @@ class JobTable:
             job.error = error
             job.finished = time.perf_counter()
             job.inputs = None  # drop references to caller data as soon as possible
+            job.outputs = None  # the caller's buffers are filled; the record need not keep them alive
             self._pending.pop(job.id, None)
             self._finished[job.id] = job
+            if job.results is not None:
+                self._result_bytes += _nbytes(job.results)
             while len(self._finished) > self._keep:
-                self._finished.popitem(last=False)
+                self._drop_results(self._finished.popitem(last=False)[1])
+            if self._result_bytes > self._keep_bytes:
+                for old in self._finished.values():  # oldest first
+                    if self._result_bytes <= self._keep_bytes:
+                        break
+                    if old is not job and old.results is not None:
+                        self._drop_results(old, dropped=True)
         job.event.set()
         return True
+
+    def _drop_results(self, job: Job, dropped: bool = False) -> None:
+        """Let go of a finished job's results (under the lock)."""
+        if job.results is not None:
+            self._result_bytes -= _nbytes(job.results)
+            job.results = None
+            if dropped:
+                job.state = _DROPPED
+
+    def take_results(self, job: "tuple[int, int] | int | Job") -> list | None:
+        """A finished job's results, handed over once: the table keeps no reference afterwards."""
+        record = self.get(job)
+        with self._lock:
+            if not record.done:
+                raise RunnerError(f"{self._owner}: job {record.id} has not finished; wait() for it first")
+            results = record.results
+            if results is None and record.state in (_DROPPED, _COLLECTED):
+                why = ("were dropped: uncollected results may take at most "
+                       f"{self._keep_bytes} bytes, oldest dropped first" if record.state is _DROPPED
+                       else "were already collected (get_outputs hands them over once)")
+                raise RunnerError(f"{self._owner}: the results of job {record.id} {why}")
+            if results is not None:
+                self._drop_results(record)
+                record.state = _COLLECTED
+        return results
 
     def get(self, job: "tuple[int, int] | int | Job") -> Job:
         """The record for a job tuple, id or Job; RunnerError if unknown or forgotten."""
         if isinstance(job, Job):
             return job
-        job_id = job[0] if isinstance(job, tuple) else job
+        job_id = job[0] if isinstance(job, tuple) and job else job
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise RunnerError(f"{self._owner}: a job is the (job_id, status) tuple execute_async returned "
                               f"or its int id, not {job!r}")
@@ -104,9 +161,8 @@ class JobTable:
 
     def wait(self, job: "tuple[int, int] | int | Job", timeout: float | None = None) -> Job:
         """Block until `job` is final or `timeout` seconds pass (RunnerError naming the job then)."""
+        timeout = check_timeout(timeout, f"{self._owner}: wait timeout", allow_zero=True)
         record = self.get(job)
-        if timeout is not None and timeout < 0:
-            raise RunnerError(f"{self._owner}: wait timeout must be >= 0 seconds, got {timeout}")
         if not record.event.wait(timeout):
             raise RunnerError(f"{self._owner}: job {record.id} did not finish within {timeout} s; it is still "
                               f"running (wait again, or close() the runner to cancel it)")
@@ -115,7 +171,8 @@ class JobTable:
     def forget(self, job: Job) -> None:
         """Drop a finished job's record (used by the synchronous `run` paths)."""
         with self._lock:
-            self._finished.pop(job.id, None)
+            if self._finished.pop(job.id, None) is not None:
+                self._drop_results(job)
 
     def pending(self) -> list[Job]:
         """Jobs not yet final, oldest first."""
@@ -129,6 +186,21 @@ class JobTable:
             if self.finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: {reason}")):
                 n += 1
         return n
+
+
+def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | None:
+    """`value` as seconds (None: no limit); RunnerError naming `what` for a non-number, NaN or out of range."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise RunnerError(f"{what} must be a number of seconds or None, got {type(value).__name__} {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float: no sensible number of seconds
+        seconds = math.nan
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise RunnerError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds (or None), got {value!r}")
+    return None if math.isinf(seconds) else seconds
 
 
 def job_error_message(job: Job) -> str:

@@ -83,6 +83,9 @@ def _shape_ok(declared, actual: tuple) -> bool:
 def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | dict") -> list[np.ndarray]:
     """`inputs` (a list in tensor order or a dict by name) as arrays checked against the declared tensors."""
     names = [t.name for t in tensors]
+    if not isinstance(inputs, (dict, list, tuple)):
+        raise RunnerError(f"{owner}: inputs must be a list of arrays in input order ({', '.join(names)}) or a dict "
+                          f"name -> array, got {type(inputs).__name__}")
     if isinstance(inputs, dict):
         unknown = sorted(set(inputs) - set(names))
         if unknown:
@@ -99,7 +102,11 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
             arrays.append(x)
             continue
         if not isinstance(x, np.ndarray):
-            x = np.asarray(x, dtype=t.dtype)
+            try:
+                x = np.asarray(x, dtype=t.dtype)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise RunnerError(f"{owner}: input {t.name!r} must be a numpy array (or convertible to "
+                                  f"{t.dtype}), got {type(x).__name__} {str(x)[:40]!r}: {e}") from None
         if t.dtype is not None and x.dtype != t.dtype:
             raise RunnerError(f"{owner}: input {t.name!r} must be {t.dtype}, got {x.dtype}; "
                               f"convert it with .astype(np.{t.dtype})")
@@ -111,6 +118,9 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
 
 def check_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: Sequence) -> list[np.ndarray]:
     """Preallocated output buffers checked against the declared output tensors (count, shape, dtype)."""
+    if not isinstance(outputs, (list, tuple)):
+        raise RunnerError(f"{owner}: outputs must be a list of preallocated numpy arrays, one per output "
+                          f"({', '.join(t.name for t in tensors)}), got {type(outputs).__name__}")
     if len(outputs) != len(tensors):
         names = ", ".join(t.name for t in tensors)
         raise RunnerError(f"{owner}: expected {len(tensors)} preallocated outputs ({names}), got {len(outputs)}")
@@ -262,17 +272,26 @@ class Runner:
         where = describe(sg) if sg is not None else "no subgraph"
         return f"{type(self).__name__} for {where}"
 
-    def timed_execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """`execute` under the runner's lock, recording time and bytes in the stats."""
+    def timed_execute(self, inputs: list[np.ndarray], job_id: int | None = None) -> list[np.ndarray]:
+        """`execute` under the runner's lock, recording time and bytes in the stats.
+
+        Whatever `execute` raises other than an XGraphError or KeyboardInterrupt (a ValueError,
+        even SystemExit) becomes a RunnerError naming the runner, its subgraph and the job.
+        """
         rt = self._rt
         with rt.exec_lock:
             start = time.perf_counter()
             try:
                 results = self.execute(inputs)
-            except BaseException:
+            except BaseException as e:
                 with rt.stats_lock:
                     rt.stats["failures"] += 1
-                raise
+                if isinstance(e, (XGraphError, KeyboardInterrupt)):
+                    raise
+                # anything else a runner or kernel raises (ValueError, even SystemExit) is this
+                # runner's failure: it must fail the job, not end the caller or a worker thread
+                what = "execute" if job_id is None else f"job {job_id}"
+                raise RunnerError(f"{self._owner()}: {what} failed: {type(e).__name__}: {e}") from e
             elapsed = time.perf_counter() - start
         try:
             self._check_results(inputs, results)
@@ -333,6 +352,7 @@ class Runner:
     def _work(self) -> None:
         rt = self._rt
         while True:
+            job = results = None  # noqa: F841 - nothing of the last job stays alive while this thread sleeps
             job = rt.queue.get()
             if job is None:
                 return
@@ -340,11 +360,11 @@ class Runner:
                 continue
             job.started = time.perf_counter()
             try:
-                results = self.timed_execute(job.inputs)
+                results = self.timed_execute(job.inputs, job.id)
                 fill_outputs(self._owner(), self._io()[1], job.outputs, results)
             except XGraphError as e:
                 self._finish(job, JobStatus.FAILED, e)
-            except Exception as e:
+            except BaseException as e:  # the worker outlives whatever a job raises, so later jobs still run
                 self._finish(job, JobStatus.FAILED, RunnerError(
                     f"{self._owner()}: job {job.id} failed: {type(e).__name__}: {e}"))
             else:

@@ -158,6 +158,8 @@ class ThreadScheduler:
             if local:
                 run, task, held = local.popleft()
             else:
+                # drop the last job's values before sleeping: a finished job's results belong to its caller
+                run = task = item = args = outs = results = None  # noqa: F841
                 item = inbox.get()
                 if item is None:
                     return
@@ -174,7 +176,9 @@ class ThreadScheduler:
                 end = time.perf_counter()
                 if self._observer is not None:
                     self._observer(run.job, task, start, end, outs)
-            except Exception as e:  # reported through the job; the stream keeps serving other jobs
+            except BaseException as e:  # reported through the job (even SystemExit); the stream keeps serving
+                if not isinstance(e, Exception):
+                    e = RuntimeError(f"task {task.name!r} raised {type(e).__name__}: {e}")
                 self._forget(run)
                 run.done(run.job, None, e)
                 continue

@@ -6,6 +6,7 @@ built from it can be diffed across runs.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -54,9 +55,10 @@ def estimated_time_us(subgraph: Subgraph) -> float | None:
     if not subgraph.has_attr(ESTIMATED_TIME):
         return None
     try:
-        return float(subgraph.get_attr(ESTIMATED_TIME))
-    except (TypeError, ValueError):
+        value = float(subgraph.get_attr(ESTIMATED_TIME))
+    except (TypeError, ValueError, OverflowError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def crossing_copies(graph: Graph) -> list[dict[str, Any]]:

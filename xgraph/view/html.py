@@ -35,8 +35,10 @@ def view_data(scene: Scene, layout: Layout) -> dict[str, Any]:
 
 
 def script_json(value: Any) -> str:
-    """JSON safe inside a `<script>` element (no "</" can close it early)."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("</", "<\\/")
+    """JSON safe inside a `<script>` element: every `<`, `>` and `&` as a \\u escape, so no name
+    (`</script>`, `<!--<script>`) can end the element early or switch the parser's script state."""
+    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def legend_html(scene: Scene) -> str:

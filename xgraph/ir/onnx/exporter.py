@@ -7,7 +7,7 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import onnx
@@ -159,7 +159,48 @@ def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True) -> onnx.ModelPr
     """The whole graph as a ModelProto (nodes in topological order); the graph is not changed."""
     types = _types_for(graph, [*graph._inputs, *graph._outputs]) if infer_missing else None
     consts = [t for t in graph._tensors.values() if t._data is not None]
-    return _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types)
+    model = _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types)
+    if infer_missing:
+        check_exported(model, f"graph {graph.name!r}")
+    return model
+
+
+_SCHEMAS: dict[tuple[str, str, int], Any] = {}
+
+
+def _schema(op_type: str, domain: str, version: int):
+    key = (op_type, domain, version)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = onnx.defs.get_schema(op_type, version, domain)
+        except onnx.defs.SchemaError:  # a custom op or a function: nothing to check it against
+            _SCHEMAS[key] = None
+    return _SCHEMAS[key]
+
+
+def check_exported(model: onnx.ModelProto, what: str) -> None:
+    """Refuse an export whose nodes break their ONNX schema's input/output counts (a GraphError naming the op).
+
+    That is what the graph API lets a caller build wrongly (an op created without its inputs);
+    the counts are checked in one pass over the nodes, far cheaper than onnx.checker on the
+    whole model, which also needs every graph output's shape.
+    """
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    local = {(f.domain, f.name) for f in model.functions}
+    for node in model.graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in ("", "ai.onnx.ml") or (domain, node.op_type) in local or domain not in opsets:
+            continue
+        schema = _schema(node.op_type, domain, opsets[domain])
+        if schema is None:
+            continue
+        for kind, count, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
+                                       ("outputs", len(node.output), schema.min_output, schema.max_output)):
+            if not low <= count <= high:
+                wanted = f"{low}" if low == high else f"{low} to {high}" if high < 1 << 30 else f"at least {low}"
+                raise GraphError(f"{what}: op {node.name!r} ({node.op_type}) has {count} {kind}, but ONNX "
+                                 f"{node.op_type}-{schema.since_version} takes {wanted}; give the op its "
+                                 f"{kind} before exporting or saving")
 
 
 def subgraph_to_onnx(sg: "Subgraph") -> onnx.ModelProto:

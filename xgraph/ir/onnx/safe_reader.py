@@ -3,7 +3,6 @@ and tensor sizes checked against the bytes they carry before anything is allocat
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +12,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from xgraph.errors import ModelFileError
+from xgraph.ir.onnx.file_handles import MAX_MODEL_FILE_BYTES, open_regular, read_exactly, read_model_file
 
 #: A tensor declaring more bytes than this is refused before any allocation (1 TiB).
 MAX_TENSOR_BYTES = 1 << 40
@@ -21,6 +21,8 @@ MAX_GRAPH_DEPTH = 64
 #: Sparse tensors are expanded to dense arrays, so a few bytes of indices could ask for gigabytes:
 #: the dense sizes of all sparse tensors in one model may add up to at most this (1 GiB).
 MAX_SPARSE_DENSE_BYTES = 1 << 30
+#: Arrays (numpy's limit) and so sparse tensors, which are expanded to arrays, have at most this many dims.
+MAX_RANK = 64
 
 _BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
 if hasattr(TensorProto, "FLOAT4E2M1"):
@@ -197,6 +199,9 @@ def check_sparse_tensor(s: onnx.SparseTensorProto, label: str) -> tuple[int, np.
     for d in s.dims:
         if d < 0:
             raise ModelFileError(f"{label}: sparse tensor {name!r} has a negative dimension {d}")
+    if len(s.dims) > MAX_RANK:
+        raise ModelFileError(f"{label}: sparse tensor {name!r} has rank {len(s.dims)}, over the limit of "
+                             f"{MAX_RANK} dimensions an array can have")
     shape = tuple(int(d) for d in s.dims)
     numel = int(np.prod(shape, dtype=object)) if shape else 1
     nnz = s.values.dims[0] if len(s.values.dims) == 1 else None
@@ -217,7 +222,10 @@ def check_sparse_tensor(s: onnx.SparseTensorProto, label: str) -> tuple[int, np.
     if indices.ndim == 2:
         if ((indices < 0) | (indices >= np.array(shape, dtype=np.int64))).any():
             raise ModelFileError(f"{label}: sparse tensor {name!r} has an index outside its shape {list(shape)}")
-        flat = np.ravel_multi_index(tuple(indices.T), shape) if indices.size else np.zeros(0, np.int64)
+        # numel fits in int64 (the dense size is bounded above), so the row-major strides do too;
+        # np.ravel_multi_index would stop at 32 dimensions
+        strides = np.array([int(np.prod(shape[i + 1:], dtype=object)) for i in range(len(shape))], dtype=np.int64)
+        flat = indices @ strides if indices.size else np.zeros(0, np.int64)
     else:
         flat = indices.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= numel):
@@ -282,24 +290,22 @@ def _check_range(location: str, offset: int, length: int | None, nbytes: int, si
 def _read_external(path: Path, location: str, offset: int, length: int, nbytes: int, label: str, tensor: str) -> bytes:
     """The checked byte range of an external data file, read through one descriptor.
 
-    The descriptor is opened without following a final symlink and checked with fstat, so a
-    file swapped for a link or a hard link after the path checks is still refused.
+    The descriptor is opened without following a final symlink or blocking on a FIFO and checked
+    with fstat before anything is read, so a file swapped for a link, FIFO, folder or hard link
+    after the path checks is still refused.
     """
+    fd, st = open_regular(path, f"{label}: tensor {tensor!r} external data {location!r}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as e:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be opened "
-                             f"({e.strerror}); it may have been replaced by a link") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelFileError(f"{label}: tensor {tensor!r} external data {location!r} is not a regular file")
         if st.st_nlink > 1:
             raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} has several hard "
                                  "links; refusing a file that may alias one outside the model's folder")
         _check_range(location, offset, length, nbytes, st.st_size, label, tensor)
-        f.seek(offset)
-        data = f.read(length)
+        data = read_exactly(fd, offset, length)
+    except OSError as e:
+        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be read "
+                             f"({e.strerror or e})") from None
+    finally:
+        os.close(fd)
     if len(data) != length:
         raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} changed while being read")
     return data
@@ -370,14 +376,7 @@ def read_model_inventory(src, label: str | None = None) -> tuple[onnx.ModelProto
     elif isinstance(src, (str, os.PathLike)):
         path = Path(src)
         label = label or str(path)
-        try:
-            if not path.exists():
-                raise ModelFileError(f"{label}: no such file")
-            if path.is_dir():
-                raise ModelFileError(f"{label}: is a folder, not a model file")
-            data = path.read_bytes()
-        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-            raise ModelFileError(f"{label}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        data = read_model_file(path, label)
         model = parse_model_bytes(data, label)
         base_dir = path.parent
     else:

@@ -12,6 +12,7 @@ import onnx
 
 from xgraph.ir.onnx.safe_reader import Inventory, inventory
 from xgraph.ir.onnx.value_types import type_to_shape_dtype, value_types
+from xgraph.ir.onnx.inference_budget import data_propagation_is_bounded, expanded_node_count
 
 
 #: onnx's data propagation (which resolves Shape -> Gather -> Reshape chains) spends time and
@@ -34,7 +35,9 @@ def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | N
 
 def infer_model(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> onnx.ModelProto:
     """`model` with inferred value types (data propagation off for models declaring huge dims); best-effort."""
-    data_prop = _largest_declared_dim(model, label, inv) <= DATA_PROP_MAX_DIM
+    expanded_node_count(model, label)  # refuses function-call bombs before onnx expands them
+    largest = _largest_declared_dim(model, label, inv)
+    data_prop = largest <= DATA_PROP_MAX_DIM and data_propagation_is_bounded(model, largest, DATA_PROP_MAX_DIM)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,9 @@ import onnx
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.builder import GraphBuilder
+from xgraph.ir.files import check_target, write_bytes
 from xgraph.ir.graph_core import GraphCore
+from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.safe_reader import read_model
@@ -162,58 +163,19 @@ def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
     return model
 
 
-def _create_temp(folder: Path, name: str) -> tuple[int, str]:
-    """A new, exclusively created file beside the target, with the mode open() would give.
-
-    Created with mode 0o666 so the kernel applies the process umask (mkstemp's 0600 would stick
-    to the final file, and changing the umask to learn it is not thread-safe).
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    for _ in range(100):
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary file name in {folder}")
-
-
 def serialize(graph: GraphCore, path: str | os.PathLike) -> None:
     """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
 
     Only `path` itself (and a temporary file beside it) is ever written: all data is inline,
-    so no name from the graph becomes a path. A `path` that is a symbolic link is refused
-    rather than replaced or written through.
+    so no name from the graph becomes a path. The rules of every file xgraph writes apply
+    (`xgraph.ir.files`): a target that is a link, folder, device or FIFO is refused.
     """
-    path = Path(path)
+    check_target(path)
     try:
         data = to_model_proto(graph).SerializeToString()
     except (ValueError, RuntimeError) as e:  # e.g. over protobuf's 2 GiB message limit
         raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e})") from None
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        if not folder.is_dir():
-            raise ModelFileError(f"{path}: folder {folder} does not exist")
-        if path.is_symlink():
-            raise ModelFileError(f"{path}: is a symbolic link (to {os.readlink(path)}); xgraph does not write "
-                                 "through links: write to the real path, or remove the link first")
-        if path.is_dir():
-            raise ModelFileError(f"{path}: is a folder; give a file name such as {path / 'model.xmodel'}")
-        fd, tmp = _create_temp(folder, path.name)
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise ModelFileError(f"{path}: cannot write ({getattr(e, 'strerror', None) or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # renames over `path`; never follows a link created meanwhile
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise ModelFileError(f"{path}: cannot write ({e.strerror or e})") from None
-        raise
+    write_bytes(path, data)
 
 
 def _read_meta(model: onnx.ModelProto, label: str) -> dict:
@@ -333,6 +295,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
         dec.fail("graph inputs do not match the recorded inputs")
     _restore_tree(build, meta["tree"], dec)
     build.finish()
+    check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
     return graph
 
 

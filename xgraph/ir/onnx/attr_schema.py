@@ -1,0 +1,133 @@
+"""The attrs xgraph itself writes into an .xmodel and reads back, checked by type and range at load.
+
+A loaded file can carry any JSON-typed value under any key. Keys that xgraph's own stages
+read (the runtime, the report, the views, the CLI) must hold what those stages wrote, or
+the file is refused with a ModelFileError naming the graph, subgraph or op and the key;
+every other key stays free-form data for plugins.
+
+To read a new attr back from files, add it to the table of its owner here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from typing import Any, Callable
+
+from xgraph.errors import ModelFileError
+
+#: Text attrs (device names, reasons, kernel names) longer than this are refused.
+MAX_TEXT = 1 << 16
+
+Check = Callable[[Any], str | None]  # None when the value is fine, else what it should be
+
+
+def _text(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"a str, not {type(value).__name__}"
+    return None if len(value) <= MAX_TEXT else f"at most {MAX_TEXT} characters, not {len(value)}"
+
+
+def _name(value: Any) -> str | None:
+    problem = _text(value)
+    return problem or (None if value else "a non-empty str")
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: Any) -> str | None:
+        return None if isinstance(value, str) and value in choices else f"one of {', '.join(map(repr, choices))}"
+    return check
+
+
+def _runner_map(value: Any) -> str | None:
+    # An empty map is a compile-only plugin's subgraph: it loads, and creating a runner names what is missing.
+    if not isinstance(value, dict):
+        return "a dict of mode -> runner name"
+    bad = next((k for k, v in value.items() if not isinstance(k, str) or _name(v)), None)
+    return None if bad is None else f"a dict of mode -> runner name (str); mode {bad!r} maps to {value[bad]!r:.40}"
+
+
+def _seconds(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"a number, not {type(value).__name__}"
+    try:
+        x = float(value)
+    except OverflowError:
+        return "a finite number of microseconds"
+    return None if math.isfinite(x) and x >= 0 else "a finite number >= 0"
+
+
+def _dict(value: Any) -> str | None:
+    return None if isinstance(value, dict) else f"a dict, not {type(value).__name__}"
+
+
+def _json_object_text(value: Any) -> str | None:
+    problem = _text(value)
+    if problem:
+        return problem
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        return "a JSON object as text"
+    return None if isinstance(parsed, dict) else "a JSON object as text"
+
+
+def _plugin_runs(value: Any) -> str | None:
+    if not isinstance(value, list):
+        return f"a list of plugin records, not {type(value).__name__}"
+    for i, run in enumerate(value):
+        if not isinstance(run, dict):
+            return f"a list of dicts (entry {i} is {type(run).__name__})"
+        for key in ("name", "device"):
+            if key in run and _text(run[key]):
+                return f"records whose {key!r} is a str (entry {i})"
+        subgraphs = run.get("subgraphs", [])
+        if not isinstance(subgraphs, list) or not all(isinstance(s, str) for s in subgraphs):
+            return f"records whose 'subgraphs' is a list of names (entry {i})"
+    return None
+
+
+GRAPH_ATTRS: dict[str, Check] = {
+    "precision_mode": _text, "compile_options": _json_object_text, "prepare_summary": _dict,
+    "plugin_runs": _plugin_runs,
+}
+SUBGRAPH_ATTRS: dict[str, Check] = {
+    "device": _name, "runner": _runner_map, "memory": _one_of("host", "device"), "estimated_time_us": _seconds,
+}
+OP_ANNOTATIONS: dict[str, Check] = {
+    "device": _text, "placement_reason": _text, "kernel": _text, "precision": _text,
+}
+
+
+def _check(attrs: dict[str, Any], table: dict[str, Check], where: str, label: str) -> None:
+    for key, check in table.items():
+        if key in attrs:
+            problem = check(attrs[key])
+            if problem:
+                raise ModelFileError(f"{label}: {where} has attr {key!r} = {_preview(attrs[key])}, which must be "
+                                     f"{problem}; the file is damaged or hand-edited: compile the model again")
+
+
+def _preview(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_known_attrs(graph: Any, label: str) -> None:
+    """Refuse a loaded graph whose xgraph-owned attrs do not hold what xgraph writes (ModelFileError)."""
+    _check(graph.get_attrs(), GRAPH_ATTRS, f"graph {graph.name!r}", label)
+    stack = [graph.get_root_subgraph()]
+    while stack:
+        sg = stack.pop()
+        _check(sg.get_attrs(), SUBGRAPH_ATTRS, f"subgraph {sg.name!r}", label)
+        stack.extend(sg.get_children())
+    for op in graph.get_ops():
+        annotations = {k: op.get_attr(k) for k in OP_ANNOTATIONS if op.has_attr(k) and op.is_annotation(k)}
+        if annotations:
+            _check(annotations, OP_ANNOTATIONS, f"op {op.name!r}", label)
+
+
+__all__ = ["GRAPH_ATTRS", "OP_ANNOTATIONS", "SUBGRAPH_ATTRS", "check_known_attrs"]

@@ -1,0 +1,265 @@
+"""What onnx's shape inference may cost on a model, bounded before it is called.
+
+onnx's inference is C++ that cannot be interrupted, so a small file must not be able to
+ask it for hours or gigabytes. Two costs grow far beyond the file's size:
+
+- **Local functions** are expanded at every call: functions that each call the next twice
+  make a 2 KB model expand to millions of nodes. `expanded_node_count` counts what inference
+  would expand (memoised per function, so the count itself is linear) and the import refuses
+  a model over `MAX_EXPANDED_NODES`.
+- **Data propagation** (which resolves ``Shape -> Gather -> Reshape`` chains) spends about
+  150 bytes per element of every 1-D tensor that reaches an arithmetic op, and the length of
+  such a tensor can come from a value: ``Constant([n]) -> ConstantOfShape -> Add``, or a value
+  data propagation computes itself (``Mul`` of two constants). `data_propagation_is_bounded`
+  follows a bound of every integer value propagation could know (constants, shape dims,
+  arithmetic on them) to every op whose output length comes from a value, and says no when a
+  length could exceed the limit: the model then gets shape inference without propagation.
+
+Both are static over-estimates: a model they turn down may in fact be cheap, never the
+other way round for the ops listed here.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from xgraph.errors import ModelFileError
+
+#: A model whose local functions expand to more nodes than this is refused before inference.
+MAX_EXPANDED_NODES = 1 << 18
+#: Constant tensors larger than this are not read for value bounds (shape arithmetic is small).
+_SMALL = 4096
+
+#: Ops whose integer output data onnx propagates, and how a bound of their values follows.
+_SUM = frozenset({"Add", "Sub"})
+_PRODUCT = frozenset({"Mul"})
+_FIRST = frozenset({"Div", "Mod", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Gather", "GatherElements",
+                    "Slice", "Reshape", "Flatten", "Expand", "Neg", "Abs", "Tile", "Transpose"})
+_MAX = frozenset({"Concat", "Max", "Min", "Where"})
+#: Ops whose output length comes from an input's values: {op: (value inputs, also scaled by a dim?)}.
+_LENGTH_FROM_VALUES = {"ConstantOfShape": ((0,), False), "Expand": ((1,), False), "Reshape": ((1,), False),
+                       "Range": ((0, 1), False), "OneHot": ((1,), False), "Resize": ((3,), False),
+                       "Upsample": ((1,), True), "TopK": ((1,), False), "CenterCropPad": ((1,), False),
+                       "Tile": ((1,), True), "Pad": ((1,), True), "RandomNormal": ((), False)}
+
+
+def _function_key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
+    return (domain or "", name, overload or "")
+
+
+def _node_lists(nodes):
+    """`nodes` and the nodes of every graph nested in their attributes."""
+    stack = [nodes]
+    while stack:
+        current = stack.pop()
+        yield current
+        for node in current:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g.node)
+                stack.extend(g.node for g in a.graphs)
+
+
+def expanded_node_count(model: onnx.ModelProto, label: str, limit: int = MAX_EXPANDED_NODES) -> int:
+    """How many nodes the model has once every local function call is expanded (refused over `limit`)."""
+    functions = {_function_key(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
+    sizes: dict[tuple, int] = {}
+    visiting: set[tuple] = set()
+
+    def size_of(nodes) -> int:
+        total = 0
+        for group in _node_lists(nodes):
+            for node in group:
+                key = _function_key(node.domain, node.op_type, getattr(node, "overload", ""))
+                total += function_size(key) if key in functions else 1
+                if total > limit:
+                    return total
+        return total
+
+    def function_size(key: tuple) -> int:
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise ModelFileError(f"{label}: local function {key[1]!r} (domain {key[0]!r}) calls itself; "
+                                 "ONNX functions may not be recursive")
+        visiting.add(key)
+        sizes[key] = size_of(functions[key].node)
+        visiting.discard(key)
+        return sizes[key]
+
+    if functions:
+        # A chain of functions is walked bottom-up so the recursion stays shallow.
+        for key in functions:
+            function_size(key)
+    total = size_of(model.graph.node)
+    if total > limit:
+        raise ModelFileError(f"{label}: the model's local functions expand to more than {limit} nodes (each call "
+                             "is inlined for shape inference); refusing a model that small files make this large")
+    return total
+
+
+def _magnitude(array: np.ndarray) -> float:
+    if array.size == 0 or array.dtype.kind not in "biuf":
+        return 0.0
+    with np.errstate(all="ignore"):
+        m = float(np.max(np.abs(array.astype(np.float64))))
+    return m if math.isfinite(m) else math.inf
+
+
+def _constant_bound(node: onnx.NodeProto) -> float:
+    for a in node.attribute:
+        if a.name == "value" and a.HasField("t"):
+            n = math.prod(a.t.dims)
+            return _magnitude(numpy_helper.to_array(a.t)) if n <= _SMALL else math.inf
+        if a.name in ("value_int", "value_float"):
+            return abs(a.i if a.name == "value_int" else a.f)
+        if a.name in ("value_ints", "value_floats"):
+            values = a.ints if a.name == "value_ints" else a.floats
+            return max((abs(v) for v in values), default=0.0)
+    return 0.0
+
+
+def _attr_bound(node: onnx.NodeProto) -> float:
+    """The magnitude of ConstantOfShape's `value` (its output's values)."""
+    for a in node.attribute:
+        if a.name == "value" and a.HasField("t") and math.prod(a.t.dims) <= _SMALL:
+            return _magnitude(numpy_helper.to_array(a.t))
+    return 0.0
+
+
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                        onnx.TensorProto.UINT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT16,
+                        onnx.TensorProto.UINT8})
+_FLOAT_TO_INT = frozenset({"Cast", "CastLike", "Range"})
+
+
+def _makes_ints(node: onnx.NodeProto) -> bool:
+    """Whether a Constant/ConstantOfShape node makes integers (no value attr: ConstantOfShape's float zeros)."""
+    for a in node.attribute:
+        if a.name in ("value_int", "value_ints"):
+            return True
+        if a.name == "value" and a.HasField("t"):
+            return a.t.data_type in _INT_TYPES
+    return False
+
+
+_RELEVANT = _SUM | _PRODUCT | _FIRST | _MAX | frozenset(_LENGTH_FROM_VALUES) | {"Constant", "Shape", "Size"}
+
+
+def _has_fraction(array: np.ndarray) -> bool:
+    if array.dtype.kind != "f" or array.size == 0:
+        return False
+    with np.errstate(all="ignore"):
+        a = np.abs(array.astype(np.float64))
+    return bool(((a > 0) & (a < 1)).any())
+
+
+def _constant_has_fraction(node: onnx.NodeProto) -> bool:
+    for a in node.attribute:
+        if a.name == "value" and a.HasField("t") and math.prod(a.t.dims) <= _SMALL:
+            return _has_fraction(numpy_helper.to_array(a.t))
+        if a.name in ("value_float", "value_floats"):
+            return _has_fraction(np.array([a.f] if a.name == "value_float" else list(a.floats), np.float64))
+    return False
+
+
+def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit: int) -> bool:
+    """Whether no 1-D tensor that data propagation meets can be longer than `limit` elements.
+
+    `largest_dim` is the largest dimension the model declares. Bounds are per tensor name,
+    over every graph and function body (names of different scopes merge, which only makes
+    the bound larger), iterated to a fixpoint: a tensor's values (constants, `Shape` of a
+    tensor whose dims are bounded, arithmetic on them) and its largest dim (declared, or the
+    length an op makes from values).
+    """
+    groups = [model.graph.node, *(f.node for f in model.functions)]
+    nodes = [n for group in groups for nodes in _node_lists(group) for n in nodes
+             if n.op_type in _RELEVANT and n.domain in ("", "ai.onnx")]
+    if not any(n.op_type in _LENGTH_FROM_VALUES for n in nodes):
+        return True
+    values: dict[str, float] = {}
+    tiny: set[str] = set()  # constants holding a fraction: a Range step that makes long outputs
+    # Data propagation carries integers: a float value matters only where it becomes one (Cast, Range)
+    read_any = {x for n in nodes if n.op_type in _FLOAT_TO_INT for x in n.input}
+    read = {x for n in nodes for x in n.input}
+    for init in model.graph.initializer:
+        if (init.name in read_any or (init.name in read and init.data_type in _INT_TYPES)) \
+                and math.prod(init.dims) <= _SMALL:
+            try:
+                array = numpy_helper.to_array(init)
+            except Exception:  # malformed data is refused later, by the importer
+                values[init.name] = math.inf
+                continue
+            values[init.name] = _magnitude(array)
+            tiny.update([init.name] if _has_fraction(array) else [])
+    for n in nodes:
+        if n.op_type == "Constant" and _constant_has_fraction(n):
+            tiny.update(n.output)
+    # read once, not per pass, and only for values some relevant op reads
+    attr_values = {id(n): (_constant_bound(n) if n.op_type == "Constant" else _attr_bound(n))
+                   if any(o in read_any or (o in read and _makes_ints(n)) for o in n.output) else 0.0
+                   for n in nodes if n.op_type in ("Constant", "ConstantOfShape")}
+    dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
+    default_dim = float(max(largest_dim, 1))
+    for _ in range(8):
+        before = (dict(dims), dict(values))
+        for n in nodes:
+            bound = [values.get(x, 0.0) for x in n.input]
+            in_dims = [dims.get(x, default_dim) for x in n.input if x]
+            t = n.op_type
+            if t == "Constant" or t == "ConstantOfShape":
+                v = attr_values[id(n)]
+            elif t == "Shape":
+                v = in_dims[0] if in_dims else default_dim
+            elif t == "Size":
+                v = math.inf if (in_dims and in_dims[0] > 1) else 1.0
+            elif t in _SUM:
+                v = sum(bound)
+            elif t in _PRODUCT:
+                v = math.prod(bound) if bound else 0.0
+            elif t in _FIRST:
+                v = bound[0] if bound else 0.0
+            elif t in _MAX:
+                v = max(bound, default=0.0)
+            elif t == "Range":
+                v = max(bound[:2], default=0.0)
+                if len(n.input) > 2 and n.input[2] in tiny:
+                    return False
+            else:
+                v = 0.0
+            out_dim = sum(in_dims) if t == "Concat" else max(in_dims, default=0.0)
+            rule = _LENGTH_FROM_VALUES.get(t)
+            if rule is not None:
+                inputs, scaled = rule
+                length = sum(bound[i] for i in inputs if i < len(bound)) or 0.0
+                if scaled:
+                    length = length * max(in_dims, default=1.0) + max(in_dims, default=0.0)
+                if length > limit:
+                    return False
+                out_dim = max(out_dim, length)
+            for o in n.output:
+                if values.get(o, 0.0) < v:
+                    values[o] = v
+                if dims.get(o, 0.0) < out_dim:
+                    dims[o] = out_dim
+        if (dims, values) == before:
+            return True
+    return False
+
+
+def _declared_dims(model: onnx.ModelProto) -> dict[str, float]:
+    """The largest declared dimension of each graph input, initializer and value_info of the main graph."""
+    dims: dict[str, float] = {}
+    g = model.graph
+    for init in g.initializer:
+        dims[init.name] = float(max(init.dims, default=1))
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.WhichOneof("value") == "tensor_type":
+            dims[vi.name] = float(max((d.dim_value for d in vi.type.tensor_type.shape.dim), default=1))
+    return dims
+
+
+__all__ = ["MAX_EXPANDED_NODES", "data_propagation_is_bounded", "expanded_node_count"]
