@@ -133,7 +133,7 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
-        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path)
+        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options)
         _annotate_plugin_ops(graph, runs)
     stage("placement")
     bind_nested_graph_inputs(graph)
