@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xgraph.cli.common import add_debug_flag, run_cli
+from xgraph.cli.common import add_debug_flag, add_version_flag, check_output_path, run_cli
 from xgraph.errors import XGraphError
 
 PROG = "xcompile"
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="OUT.json|OUT.html", help="write the placement report")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     add_debug_flag(p)
+    add_version_flag(p)
     return p
 
 
@@ -110,12 +111,51 @@ class _ProgressBar:
                 self._progress = None
 
 
+def placement_rows(report: dict[str, Any]) -> list[tuple[str, str, int, int, str, str]]:
+    """(taken by, device, subgraphs, ops, ops on reference kernels, seconds) per plugin (0 ops included), then per
+    device of the built-in placement."""
+    reference: dict[str, int] = {}
+    for o in report["reference_ops"]:
+        reference[o["device"]] = reference.get(o["device"], 0) + 1
+    rows = []
+    for run in report.get("plugins", []):
+        seconds = run.get("seconds")
+        rows.append((f"plugin {run['name']}", run["device"], len(run["subgraphs"]), run["ops"], "-",
+                     f"{seconds:.3f}" if isinstance(seconds, (int, float)) else ""))
+    per_device: dict[str, list[int]] = {}
+    for sg in report["subgraphs"]:
+        if not sg.get("plugin"):
+            entry = per_device.setdefault(sg["device"], [0, 0])
+            entry[0] += 1
+            entry[1] += len(sg["ops"])
+    for device in report["devices"]:  # cheapest first
+        if device in per_device:
+            n_sg, n_ops = per_device[device]
+            rows.append(("placement", device or "(none)", n_sg, n_ops, str(reference.get(device, 0)), ""))
+    return rows
+
+
+def idle_plugin_notes(report: dict[str, Any], model: str) -> list[str]:
+    """One line per plugin that took nothing: the templates it tried, and how to see why they missed."""
+    notes = []
+    for run in report.get("plugins", []):
+        if run["ops"]:
+            continue
+        tried = ", ".join(f"{t['name']} ({t['matches']} match{'es' * (t['matches'] != 1)})"
+                          for t in run.get("templates", []))
+        what = f"its templates: {tried}" if tried else "it matched no template"
+        notes.append(f"plugin {run['name']!r} took no ops ({what}); `xgraph explain {model} --type TYPE` with "
+                     "the same --options and --plugin-path says why")
+    return notes
+
+
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
-    """The device table, crossings and the most common fallback reasons, printed with rich."""
-    from rich.console import Console
+    """Who took what (each plugin, then the built-in placement per device), crossings, top fallback reasons."""
     from rich.table import Table
 
-    console = Console(highlight=False)
+    from xgraph.cli.common import console as make_console
+
+    console = make_console()
     n_ops, n_sg = len(report["ops"]), len(report["subgraphs"])
     console.print(f"[bold]{model}[/bold] -> {output}: {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s")
     prep = report.get("prepare") or {}
@@ -123,14 +163,13 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         console.print(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
                       f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed")
     table = Table(title="Placement")
-    for column in ("device", "subgraphs", "ops", "reference kernels"):
-        table.add_column(column, justify="left" if column == "device" else "right")
-    reference: dict[str, int] = {}
-    for o in report["reference_ops"]:
-        reference[o["device"]] = reference.get(o["device"], 0) + 1
-    for device, counts in report["devices"].items():
-        table.add_row(device or "(none)", str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0)))
+    for column in ("taken by", "device", "subgraphs", "ops", "reference kernels", "seconds"):
+        table.add_column(column, justify="left" if column in ("taken by", "device") else "right")
+    for row in placement_rows(report):
+        table.add_row(*(str(v) for v in row))
     console.print(table)
+    for note in idle_plugin_notes(report, model):
+        console.print(note)
     console.print(f"host/device crossings: {report['crossings']}")
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
@@ -154,6 +193,8 @@ def _run(args: argparse.Namespace) -> int:
 
     writer = _report_writer(args.report)
     output = _output_path(args.model, args.output)
+    check_output_path("-o", output)
+    check_output_path("--report", args.report)
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d]
     bar = _ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()

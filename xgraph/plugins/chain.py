@@ -164,7 +164,7 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
 
     before = GraphSnapshot(graph)
     try:
-        with record_matches(label=loaded.name) as matching:
+        with record_matches(label=name) as matching:
             returned = call("partition(graph)", plugin.partition, graph)
         subgraphs = _check_partition(call, graph, returned)
         changed = before.changes(merges_allowed=True, free_subgraphs=subgraphs)
