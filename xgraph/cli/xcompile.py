@@ -174,7 +174,9 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
         console.print(f"[red]{len(report['unrunnable_ops'])} op(s) nothing on this host can run[/red]: {names}")
-    fallbacks = report["fallbacks"]
+    by_plugin = {o["name"] for o in report["ops"] if o["subgraph"] in {sg["name"] for sg in report["subgraphs"]
+                                                                      if sg.get("plugin")}}
+    fallbacks = [f for f in report["fallbacks"] if not by_plugin.issuperset(f["ops"])]  # plugins chose, not fell back
     if fallbacks:
         reasons = Table(title=f"Why ops did not get the cheapest device (top {min(TOP_REASONS, len(fallbacks))} "
                               f"of {len(fallbacks)})")
