@@ -147,7 +147,13 @@ def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, 
                 if len(by_name) != 1:
                     raise XGraphError(f"{what}: say which input the image is for (NAME=FILE); inputs: {names}")
                 name = next(iter(by_name))
-            feeds[name] = _load_image(path, by_name[name], what)
+            pixels = _load_image(path, by_name[name], what)
+            wanted = by_name[name].dtype
+            if wanted is not None and pixels.dtype != wanted:
+                raise XGraphError(f"{what}: input {name!r} takes {wanted}, but an image file gives uint8 pixels; "
+                                  f"preprocess the image into a {wanted} array saved as .npy (resize, scale, "
+                                  f"normalise as the model expects) and pass --input {name}=FILE.npy")
+            feeds[name] = pixels
             continue
         loaded = _load_array_file(path, what)
         if isinstance(loaded, dict):
@@ -171,6 +177,11 @@ def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, 
                 raise XGraphError(f"{what}: say which input the array is for (NAME=FILE); inputs: {names}")
             name = next(iter(by_name))
         feeds[name] = loaded
+    for name, value in feeds.items():
+        wanted = by_name[name].dtype
+        if isinstance(value, np.ndarray) and wanted is not None and _is_tensor(by_name[name]) and value.dtype != wanted:
+            raise XGraphError(f"--input {name}: the file holds a {value.dtype} array but input {name!r} takes {wanted}; "
+                              f"save the array as {wanted} (e.g. numpy's astype before np.save) and pass it again")
     return feeds
 
 
@@ -298,6 +309,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile if needed, run once, print the outputs, save them when asked."""
     import xgraph
+    if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise XGraphError(f"--output-dir {args.output_dir}: is a file, not a folder; give a folder to save outputs in")
     graph = load_compiled(args)
     inputs = graph.get_input_tensors()
     feeds = read_inputs(args.input, inputs)

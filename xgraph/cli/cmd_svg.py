@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from xgraph.cli.common import check_output_path
 from xgraph.cli.cmd_inspect import add_model_arguments, load_model, warn_if_not_compiled
 
 
@@ -19,6 +20,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw and write."""
     from xgraph.view.svg import write_svg
+    check_output_path("output", args.output)
     graph = load_model(args)
     warn_if_not_compiled(graph, args)
     write_svg(graph, args.output)

@@ -208,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
     rep = make_report(compiled)
     compiled.serialize(output)  # atomic: a failed write leaves any old file as it was
     if writer is not None:
-        writer(compiled, args.report)
+        writer(compiled, args.report, args.model)
     if not args.quiet:
         print_summary(rep, args.model, output, seconds)
     return 0

@@ -123,10 +123,13 @@ def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for (device, reason), names in ordered]
 
 
-def write_report(compiled: Graph, path: str) -> None:
-    """Write `report(compiled)` as JSON to `path`."""
+def write_report(compiled: Graph, path: str, model: str | None = None) -> None:
+    """Write `report(compiled)` as JSON to `path` (with "model": the model file, when given)."""
+    content = report(compiled)
+    if model is not None:
+        content["model"] = str(model)
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(report(compiled), f, indent=2, default=str)
+        json.dump(content, f, indent=2, default=str)
         f.write("\n")
 
 
