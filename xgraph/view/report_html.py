@@ -61,7 +61,10 @@ def _fallback_report(compiled: Graph) -> dict[str, Any]:
     ops = [{"name": op.name, "type": op.type, "device": where[op][0], "subgraph": where[op][1],
             "reason": str(op.get_attr("placement_reason")) if op.is_annotation("placement_reason") else "",
             "kernel": str(op.get_attr("kernel")) if op.is_annotation("kernel") else ""} for op in compiled.toposort()]
-    subgraphs = [{"name": sg.name, "device": subgraph_device(sg), "runner": subgraph_runner(sg),
+    runs = compiled.get_attr("plugin_runs") if compiled.has_attr("plugin_runs") else []
+    taken_by = {n: r.get("name", "") for r in runs if isinstance(r, dict) for n in r.get("subgraphs", [])}
+    subgraphs = [{"name": sg.name, "device": subgraph_device(sg), "plugin": taken_by.get(sg.name, ""),
+                  "runner": subgraph_runner(sg),
                   "ops": [op.name for op in sg.toposort()], "inputs": [t.name for t in sg.get_input_tensors()],
                   "outputs": [t.name for t in sg.get_output_tensors()]} for sg in device_subgraphs(compiled)]
     devices: dict[str, dict[str, int]] = {}
@@ -204,12 +207,14 @@ def header_section(rep: dict[str, Any], model: str | None) -> str:
 
 def render_html_report(compiled: Graph, model: str | None = None) -> str:
     """The compile report page of `compiled` (`model`: the model file's path, shown in the header)."""
+    from xgraph.view.collapsed import choose_view
     rep = report_data(compiled)
     times = {sg.name: estimated_time_us(sg) for sg in device_subgraphs(compiled)}
     scene = build_scene(compiled)
+    view = choose_view(compiled)
     body = (f'<div class="xg-report"><h1>Compile report: {xml(summary_line(scene))}</h1>'
             f'{header_section(rep, model)}{device_section(rep, times)}{crossing_section(rep)}{fallback_section(rep)}'
-            f'<h2>Partition</h2>{legend_html(scene)}{picture_html(scene, layout_scene(scene))}'
+            f'<h2>Partition</h2>{legend_html(scene)}{picture_html(scene, layout_scene(scene), compiled, view)}'
             f'{subgraph_section(rep, times)}{op_section(rep)}</div>')
     return page(f"{compiled.name} \u2014 xgraph compile report", body, _REPORT_CSS, _FILTER_JS)
 
