@@ -259,12 +259,18 @@ JS = r"""
     if (!b) { return false; }
     showView("ops");
     hide();
-    var r = box(), k = Math.min(1, (r.width - 40) / b.bounds[2], (r.height - 40) / b.bounds[3]);
+    // the whole region when it fits at a readable size, else its full width from its top
+    var r = box(), k = Math.min(1, (r.width - 40) / b.bounds[2]);
+    var whole = Math.min(k, (r.height - 40) / b.bounds[3]);
     unmark();
     Array.prototype.forEach.call(scene.querySelectorAll(".subgraph"), function (el) {
       if (el.getAttribute("data-subgraph") === name) { mark(el); }
     });
-    centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + Math.min(b.bounds[3], r.height / k) / 2, k);
+    if (whole >= 0.5 || whole === k) {
+      centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + b.bounds[3] / 2, whole);
+    } else {
+      centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + (r.height / 2 - 20) / k, k);
+    }
     status.textContent = "subgraph " + name + " (" + b.device + ", " + b.ops + " ops)";
     return true;
   }
@@ -289,8 +295,14 @@ JS = r"""
   });
   window.xgraphView = { fit: fit, centreOn: centreOn, find: find, view: view, expand: expand,
                        showView: showView, shown: function () { return shown; } };
+  function fitReadable() {
+    // the whole picture when it stays readable (half size or more), else its full width from the top
+    var size = views[shown], r = box();
+    var k = Math.min(1, (r.width - 16) / size.width, (r.height - 16) / size.height);
+    fit(k >= 0.5);
+  }
   showView(shown);
-  fit(shown === "subgraphs");
+  fitReadable();
 })();
 """
 
