@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from xgraph.errors import GraphError
@@ -101,7 +101,7 @@ class GraphTemplate:
 SHOWN_CANDIDATES = 3
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is made per anchor op, and a frozen dataclass is slow to build
 class NearMiss:
     """A partial match that broke: the template ops matched so far (search order) and where it stopped."""
 
@@ -234,7 +234,7 @@ def _search_order(comp: list[TemplateOp], type_count: dict[str, int] | None) -> 
 
 
 def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str, list["Op"]],
-                     misses: "dict[Op, NearMiss] | None" = None) -> list[dict[str, "Op"]]:
+                     misses: "dict[Op, NearMiss] | None" = None, label: str = "") -> list[dict[str, "Op"]]:
     consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in order}
     for t in order:
         for i in t.inputs:
@@ -293,7 +293,7 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
         why = next((w for w in ("filter", "edge", "taken", "type") if w in kinds), "none")
         found = tuple(op for op, w in zip(tried, kinds) if w == why) if tried else ()
         misses[anchor] = NearMiss(template, tuple((u.name, mapping[u]) for u in order[:k]), t.name,
-                                  t.types, found, why)
+                                  t.types, found, why, label)
 
     def extend(k: int) -> None:
         if k == len(order):
@@ -324,17 +324,17 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
     misses: dict[Op, NearMiss] | None = None
     if log is not None and log.near_misses:
         misses = {}  # a second pass in data-flow order, for near misses only (the results stay the first pass's)
-        _find_matches(graph, template, misses, flow_order=True)
+        _find_matches(graph, template, misses, flow_order=True, label=log.label)
     if log is not None:
         log._called(template.name, len(matches))
         if misses is not None:
-            log.misses += [m if m.label else replace(m, label=log.label) for m in misses.values()]
+            log.misses += misses.values()
             log.matches += [(log.label, template.name, m) for m in matches]
     return matches
 
 
 def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, NearMiss] | None" = None,
-                  flow_order: bool = False) -> list[dict[str, "Op"]]:
+                  flow_order: bool = False, label: str = "") -> list[dict[str, "Op"]]:
     if not template._ops:
         return []
     by_type: dict[str, list[Op]] = {}
@@ -343,7 +343,8 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
     type_count = {k: len(v) for k, v in by_type.items()}
     partial: list[dict[str, Op]] = [{}]
     for comp in _components(template):
-        found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses)
+        found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses,
+                                 label)
         partial = [dict(p, **f) for p in partial for f in found
                    if not (set(p.values()) & set(f.values()))]
         if not partial:
@@ -355,7 +356,8 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
             for m in partial:
                 if id(m) not in kept_ids:
                     first = next(iter(m.values()))
-                    misses[first] = NearMiss(template.name, tuple(m.items()), "", frozenset(), (), "match filter")
+                    misses[first] = NearMiss(template.name, tuple(m.items()), "", frozenset(), (), "match filter",
+                                             label)
         partial = kept
     order = {name: i for i, name in enumerate(template._ops)}
     return [dict(sorted(m.items(), key=lambda kv: order[kv[0]])) for m in partial]

@@ -145,7 +145,8 @@ def _box(box: Box, region: Region) -> str:
     x, y = region.title_at
     return (f'<g class="subgraph" data-subgraph="{xml(box.name)}" data-device="{xml(box.device)}">'
             f'<g class="region" fill="{colour}" fill-opacity="0.10" stroke="none">{rects}</g>'
-            f'<text x="{_num(x)}" y="{_num(y)}" font-size="11" font-weight="600" fill="{colour}">'
+            f'<text x="{_num(x)}" y="{_num(y)}" font-size="11" font-weight="600" fill="{colour}" '
+            f'stroke="#ffffff" stroke-width="3" paint-order="stroke">'  # a halo: edges pass behind the title
             f'{xml(label)}</text><title>{xml(box_label(box))}\nrunner: {xml(runner)}</title></g>')
 
 
