@@ -92,3 +92,42 @@ def test_write_svg_is_public(relu_model, tmp_path):
     xgraph.write_svg(xgraph.compile(relu_model), str(tmp_path / "p.svg"))
     svg = (tmp_path / "p.svg").read_text()
     assert svg.count('class="op"') == 2 and 'data-op="relu"' in svg
+
+
+BOOM_RUNNER = """
+from xgraph import Runner, register_runner
+from xgraph.partition import filter_by_type, merge_subgraph
+from xgraph.plugins import Plugin
+
+
+class R(Runner):
+    def execute(self, inputs):
+        scale = len(inputs)
+        raise ValueError("kernel exploded")
+
+
+register_runner("boom_runner", R)
+
+
+class P(Plugin):
+    def get_runner(self):
+        return {"run": "boom_runner"}
+
+    def partition(self, graph):
+        return merge_subgraph(filter_by_type(graph, "Relu"))
+
+
+def get_plugin():
+    return P()
+"""
+
+
+def test_a_plugin_runner_error_names_its_line(relu_model, tmp_path, capsys):
+    (tmp_path / "plugins" / "boom.py").write_text(BOOM_RUNNER)
+    np.save(tmp_path / "x.npy", np.ones((1, 3, 4, 4), np.float32))
+    argv = ["run", str(relu_model), "-i", f"x={tmp_path / 'x.npy'}", "--options", '{"plugins": "boom"}',
+            "--plugin-path", str(tmp_path / "plugins")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "failed in R: ValueError: kernel exploded at " + str(tmp_path / "plugins" / "boom.py") + ":10 " \
+        "(--debug shows the traceback)" in err and err.count("\n") == 1

@@ -84,3 +84,12 @@ def test_cli_without_ops_is_a_one_line_error():
     done = subprocess.run([sys.executable, "-m", "xgraph.cli.main", "explain", str(INCEPTION_V2)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.startswith("xgraph: error: explain: name the ops")
+
+
+def test_plugin_names_recorded_in_an_xmodel_never_import_arbitrary_modules(tmp_path):
+    from xgraph.errors import PluginError
+    compiled = xgraph.compile(INCEPTION_V2)
+    compiled.set_attr("compile_options", json.dumps({"plugins": "json"}))  # an importable module, not a plugin
+    compiled.serialize(tmp_path / "hostile.xmodel")
+    with pytest.raises(PluginError, match="no plugin named 'json'"):
+        xgraph.explain(tmp_path / "hostile.xmodel", ["n0"])

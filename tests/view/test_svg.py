@@ -137,3 +137,10 @@ def test_awkward_names_are_escaped(tmp_path):
 def test_render_is_stable(toy):
     assert render_svg(toy) == render_svg(toy)
     assert not re.search(r"0x[0-9a-f]{6,}", render_svg(toy))  # no object ids
+
+
+def test_collapsed_view_of_an_uncompiled_graph_says_to_compile(resnet50_raw):
+    from xgraph import XGraphError
+    with pytest.raises(XGraphError, match="not compiled, so it has no device subgraphs"):
+        render_svg(resnet50_raw, view="subgraphs")
+    assert "collapsed" not in _parse(render_svg(resnet50_raw)).get("class")  # auto: the ops view

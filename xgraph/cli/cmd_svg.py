@@ -14,6 +14,9 @@ def add_parser(subparsers) -> None:
                               "subgraph boxed, host/device copies marked, with a legend.")
     add_model_arguments(p)
     p.add_argument("output", metavar="OUT.svg", help="the SVG file to write")
+    p.add_argument("--view", choices=("auto", "ops", "subgraphs"), default="auto",
+                   help="every op, one box per device subgraph, or auto (default: subgraphs for a compiled graph "
+                   "above 120 ops)")
     p.set_defaults(func=run)
 
 
@@ -23,6 +26,6 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("output", args.output)
     graph = load_model(args)
     warn_if_not_compiled(graph, args)
-    write_svg(graph, args.output)
+    write_svg(graph, args.output, view=args.view)
     print(f"wrote {args.output}")
     return 0

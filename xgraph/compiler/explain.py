@@ -58,6 +58,12 @@ def compile_with_log(source: Any, options: Any = None, plugin_path: "list[str] |
     from xgraph.compiler.pipeline import compile as compile_graph
     if options is None:
         options = recorded_options(source)
+        if options:  # names read from a model file resolve only to installed or plugin-path plugins
+            from xgraph.plugins.loader import load_plugin
+            names = parse_options(options, get_devices()).plugins
+            paths = [plugin_path] if isinstance(plugin_path, (str, os.PathLike)) else plugin_path
+            for name in names:
+                load_plugin(name, paths, importable=False)
     with record_matches(near_misses=True) as log:
         compiled = compile_graph(source, options, plugin_path)
     return compiled, log

@@ -47,9 +47,13 @@ def choose_view(graph: Graph, view: str = "auto") -> str:
     if view not in VIEWS:
         from xgraph.errors import XGraphError
         raise XGraphError(f"view {view!r} is not one of {', '.join(VIEWS)}")
+    compiled = not graph.get_root_subgraph().is_leaf
+    if view == "subgraphs" and not compiled:
+        from xgraph.errors import XGraphError
+        raise XGraphError(f"graph {graph.name!r} is not compiled, so it has no device subgraphs to draw; compile it "
+                          "first (xcompile, or --compile) or draw the ops view")
     if view != "auto":
         return view
-    compiled = not graph.get_root_subgraph().is_leaf
     return "subgraphs" if compiled and graph.get_op_num() > COLLAPSE_ABOVE else "ops"
 
 
