@@ -5,6 +5,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pytest
 
 from xgraph import Graph
 from xgraph.view.palette import BUILTIN_COLOURS, CROSSING_COLOUR, device_colour
