@@ -50,7 +50,7 @@ def _report_writer(path: str | None):
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
         from xgraph.compiler.report import write_report
-        return write_report
+        return lambda compiled, out, model: write_report(compiled, out)
     if suffix in (".html", ".htm"):
         from xgraph.view.report_html import write_html_report
         return write_html_report
@@ -122,9 +122,10 @@ def placement_rows(report: dict[str, Any]) -> list[tuple[str, str, int, int, str
         seconds = run.get("seconds")
         rows.append((f"plugin {run['name']}", run["device"], len(run["subgraphs"]), run["ops"], "-",
                      f"{seconds:.3f}" if isinstance(seconds, (int, float)) else ""))
+    taken = {name for run in report.get("plugins", []) for name in run["subgraphs"]}
     per_device: dict[str, list[int]] = {}
     for sg in report["subgraphs"]:
-        if not sg.get("plugin"):
+        if sg["name"] not in taken:
             entry = per_device.setdefault(sg["device"], [0, 0])
             entry[0] += 1
             entry[1] += len(sg["ops"])
@@ -174,8 +175,8 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     if report["unrunnable_ops"]:
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
         console.print(f"[red]{len(report['unrunnable_ops'])} op(s) nothing on this host can run[/red]: {names}")
-    by_plugin = {o["name"] for o in report["ops"] if o["subgraph"] in {sg["name"] for sg in report["subgraphs"]
-                                                                      if sg.get("plugin")}}
+    taken = {name for run in report.get("plugins", []) for name in run["subgraphs"]}
+    by_plugin = {o["name"] for o in report["ops"] if o["subgraph"] in taken}
     fallbacks = [f for f in report["fallbacks"] if not by_plugin.issuperset(f["ops"])]  # plugins chose, not fell back
     if fallbacks:
         reasons = Table(title=f"Why ops did not get the cheapest device (top {min(TOP_REASONS, len(fallbacks))} "

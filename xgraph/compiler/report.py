@@ -9,7 +9,6 @@ did not get the cheapest device, grouped by device and reason, largest group fir
 that took nothing: "name", "device", "runner", "memory", "ops" (how many it took),
 "subgraphs" (their names), "seconds" (time in the plugin), "templates" (each template it
 matched with: "name", "calls", "matches"), "options" (its plugin options) and "source".
-Each subgraph entry also names the "plugin" that took it ("" for the built-in placement).
 """
 from __future__ import annotations
 
@@ -65,10 +64,8 @@ def report(compiled: Graph) -> dict[str, Any]:
                     "subgraph": child.name, "reason": _annotation(op, "placement_reason") or "",
                     "kernel": _annotation(op, "kernel") or ""})
     plugin_runs = _attr(compiled, "plugin_runs", [])
-    taken_by = {name: run.get("name", "") for run in plugin_runs if isinstance(run, dict)
-                for name in run.get("subgraphs", [])}
     subgraphs = [{"name": c.name, "device": str(c.get_attr("device")) if c.has_attr("device") else "",
-                  "plugin": taken_by.get(c.name, ""), "runner": _runner_attr(c),
+                  "runner": _runner_attr(c),
                   "ops": [op.name for op in c.toposort()],
                   "inputs": [t.name for t in c.get_input_tensors()],
                   "outputs": [t.name for t in c.get_output_tensors()]} for c in children]
@@ -123,13 +120,10 @@ def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for (device, reason), names in ordered]
 
 
-def write_report(compiled: Graph, path: str, model: str | None = None) -> None:
-    """Write `report(compiled)` as JSON to `path` (with "model": the model file, when given)."""
-    content = report(compiled)
-    if model is not None:
-        content["model"] = str(model)
+def write_report(compiled: Graph, path: str) -> None:
+    """Write `report(compiled)` as JSON to `path`."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(content, f, indent=2, default=str)
+        json.dump(report(compiled), f, indent=2, default=str)
         f.write("\n")
 
 

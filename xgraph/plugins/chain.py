@@ -26,8 +26,8 @@ What a plugin may change:
 Runner names are recorded, not resolved: the runtime looks them up in its registry.
 
 Plugin options (``{"plugin_options": {"a": {...}}}``) reach a plugin through its factory:
-``get_plugin(options)`` when it takes a parameter (always called with a dict, empty when the
-user gave none); a ``get_plugin()`` without parameters given options is a PluginError. Each
+``get_plugin(options)`` (or ``get_plugin(options=None)``) is called with a dict, empty when the
+user gave none; a ``get_plugin()`` without such a parameter given options is a PluginError. Each
 record also says how long the plugin took ("seconds") and which templates it matched with
 ("templates": name, calls, matches).
 """
@@ -118,16 +118,17 @@ class _Call:
 
 
 def takes_options(factory: Callable[..., Any]) -> bool:
-    """True when `factory` (a plugin's get_plugin) accepts one positional argument: the plugin's options."""
+    """True when `factory` (a plugin's get_plugin) takes the plugin's options: its first parameter is
+    positional and either required or named "options" (so `get_plugin(x=default)` closures are left alone)."""
     try:
-        signature = inspect.signature(factory)
+        parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
         return False
-    try:
-        signature.bind({})
-    except TypeError:
+    if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
         return False
-    return True
+    first = parameters[0]
+    return first.default is inspect.Parameter.empty or first.name == "options"
 
 
 def make_plugin(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) -> Any:

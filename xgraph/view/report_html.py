@@ -61,10 +61,7 @@ def _fallback_report(compiled: Graph) -> dict[str, Any]:
     ops = [{"name": op.name, "type": op.type, "device": where[op][0], "subgraph": where[op][1],
             "reason": str(op.get_attr("placement_reason")) if op.is_annotation("placement_reason") else "",
             "kernel": str(op.get_attr("kernel")) if op.is_annotation("kernel") else ""} for op in compiled.toposort()]
-    runs = compiled.get_attr("plugin_runs") if compiled.has_attr("plugin_runs") else []
-    taken_by = {n: r.get("name", "") for r in runs if isinstance(r, dict) for n in r.get("subgraphs", [])}
-    subgraphs = [{"name": sg.name, "device": subgraph_device(sg), "plugin": taken_by.get(sg.name, ""),
-                  "runner": subgraph_runner(sg),
+    subgraphs = [{"name": sg.name, "device": subgraph_device(sg), "runner": subgraph_runner(sg),
                   "ops": [op.name for op in sg.toposort()], "inputs": [t.name for t in sg.get_input_tensors()],
                   "outputs": [t.name for t in sg.get_output_tensors()]} for sg in device_subgraphs(compiled)]
     devices: dict[str, dict[str, int]] = {}
