@@ -410,3 +410,18 @@ def test_plugin_options_round_trip_through_to_dict():
     options = parse_options({"plugins": "a,b", "plugin_options": {"b": {"k": [1, "x"]}}})
     assert options.plugin_options == {"b": {"k": [1, "x"]}}
     assert parse_options(options.to_json()) == options
+
+
+@pytest.mark.parametrize("source, takes", [
+    ("def get_plugin(): pass", False),
+    ("def get_plugin(options): pass", True),
+    ("def get_plugin(options=None): pass", True),
+    ("def get_plugin(script={'k': 1}): pass", False),  # a closure default, not an options parameter
+    ("def get_plugin(*args): pass", False),
+    ("def get_plugin(cfg, extra=2): pass", True),
+])
+def test_which_factories_take_options(source, takes):
+    from xgraph.plugins.chain import takes_options
+    namespace: dict = {}
+    exec(source, namespace)
+    assert takes_options(namespace["get_plugin"]) is takes
