@@ -59,7 +59,8 @@ def test_device_subgraphs_are_boxed_with_their_label(toy):
     assert label == "subgraph_conv \u00b7 2 ops"  # the full label does not fit above one op: name and size
     assert boxes[0].find("svg:title", NS).text.startswith("subgraph_conv \u00b7 AICORE \u00b7 2 ops")
     # the region is made of rectangles around its own ops: each op lies in one of them
-    rects = [tuple(float(r.get(k)) for k in ("x", "y", "width", "height")) for r in boxes[0].iter("{%s}rect" % NS["svg"])]
+    rects = [tuple(float(r.get(k)) for k in ("x", "y", "width", "height"))
+             for r in boxes[0].iter("{%s}rect" % NS["svg"])]
     layout = layout_graph(toy)
     for name in ("conv", "relu"):
         x, y = layout.positions[name]

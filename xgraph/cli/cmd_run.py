@@ -180,8 +180,9 @@ def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, 
     for name, value in feeds.items():
         wanted = by_name[name].dtype
         if isinstance(value, np.ndarray) and wanted is not None and _is_tensor(by_name[name]) and value.dtype != wanted:
-            raise XGraphError(f"--input {name}: the file holds a {value.dtype} array but input {name!r} takes {wanted}; "
-                              f"save the array as {wanted} (e.g. numpy's astype before np.save) and pass it again")
+            raise XGraphError(f"--input {name}: the file holds a {value.dtype} array but input {name!r} takes "
+                              f"{wanted}; save the array as {wanted} (e.g. numpy's astype before np.save) and pass "
+                              "it again")
     return feeds
 
 

@@ -22,7 +22,8 @@ def runner_registration_problems(check: PluginCheck) -> list[str]:
             "when the plugin is imported" for mode, name in check.runner.items() if name not in registered]
 
 
-def check_all(names: list[str], plugin_path: list[str] | None, options: dict[str, Any] | None = None) -> list[PluginCheck]:
+def check_all(names: list[str], plugin_path: list[str] | None,
+              options: dict[str, Any] | None = None) -> list[PluginCheck]:
     """check_plugin for each name, plus the runner registration check."""
     checks = []
     for name in names:

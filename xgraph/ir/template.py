@@ -118,7 +118,8 @@ class NearMiss:
         return {op for _, op in self.matched} | set(self.found)
 
     def text(self) -> str:
-        """"conv matched n4 (Conv), bn matched n5 (BatchNormalization), act expected one of {Clip, Relu}, found n6 (Mul)"."""
+        """E.g. "conv matched n4 (Conv), bn matched n5 (BatchNormalization), act expected one of {Clip, Relu},
+        found n6 (Mul)"."""
         steps = [f"{name} matched {op.name} ({op.type})" for name, op in self.matched]
         if self.why == "match filter":
             return ", ".join(steps) + ", then the template's match filter refused the match"

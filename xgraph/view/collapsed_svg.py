@@ -15,7 +15,8 @@ from xgraph.view.collapsed import CollapsedScene, build_collapsed_scene, edge_la
 from xgraph.view.layout import Layout
 from xgraph.view.palette import CROSSING_COLOUR, device_colour, text_colour
 from xgraph.view.scene import Edge, Node, build_scene
-from xgraph.view.svg import DEFS, FONT, LEGEND_HEIGHT, SVG_NS, _legend, _num, edge_path, label_point, summary_line, xml
+from xgraph.view.svg import (DEFS, FONT, LEGEND_HEIGHT, SVG_NS, edge_path, label_point, legend_svg, number,
+                             summary_line, xml)
 
 #: Approximate width of one character of an edge label (10 px font), for its background.
 CHAR_WIDTH = 5.6
@@ -31,16 +32,18 @@ def _box(node: Node, index: int, layout: Layout) -> str:
     d = node.details
     if node.kind != "subgraph":
         return (f'<g class="io {node.kind}" data-tensor="{xml(node.name)}" data-sg-index="{index}" '
-                f'transform="translate({_num(x)},{_num(y)})"><rect x="{_num(-w / 2)}" y="{_num(-h / 2 + 8)}" '
-                f'width="{_num(w)}" height="{_num(h - 16)}" rx="{_num(h / 2 - 8)}" fill="#ffffff" stroke="#546e7a" '
+                f'transform="translate({number(x)},{number(y)})"><rect x="{number(-w / 2)}" y="{number(-h / 2 + 8)}" '
+                f'width="{number(w)}" height="{number(h - 16)}" rx="{number(h / 2 - 8)}" fill="#ffffff" '
+                f'stroke="#546e7a" '
                 f'stroke-width="1.2"/><text y="4" text-anchor="middle" font-size="11" fill="#263238">'
                 f'{xml(node.name[:30])}</text></g>')
     fill = device_colour(node.device)
     ink = text_colour(fill)
     ops = f"{d['ops']} op{'s' * (d['ops'] != 1)}"
     return (f'<g class="sg-node" data-subgraph="{xml(node.name)}" data-device="{xml(node.device)}" '
-            f'data-sg-index="{index}" transform="translate({_num(x)},{_num(y)})">'
-            f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2)}" width="{_num(w)}" height="{_num(h)}" rx="7" fill="{fill}" '
+            f'data-sg-index="{index}" transform="translate({number(x)},{number(y)})">'
+            f'<rect x="{number(-w / 2)}" y="{number(-h / 2)}" width="{number(w)}" height="{number(h)}" rx="7" '
+            f'fill="{fill}" '
             f'stroke="#263238" stroke-width="1"/>'
             f'<text y="-5" text-anchor="middle" font-size="12.5" font-weight="600" fill="{ink}">'
             f'{xml(node.name[:30])}</text>'
@@ -62,9 +65,9 @@ def _edge(scene: CollapsedScene, edge: Edge, layout: Layout) -> str:
             f'data-target="{xml(_key_text(edge.target))}"{direction}>'
             f'<path d="{edge_path(points)}" fill="none" stroke="{colour}" '
             f'stroke-width="{2.2 if edge.crossing else 1.4}"{dash} marker-end="url(#{marker})"/>'
-            f'<g class="sg-edge-label"><rect x="{_num(x - width / 2)}" y="{_num(y - 8)}" width="{_num(width)}" '
+            f'<g class="sg-edge-label"><rect x="{number(x - width / 2)}" y="{number(y - 8)}" width="{number(width)}" '
             f'height="15" rx="3" fill="#ffffff" fill-opacity="0.92" stroke="{colour}" stroke-width="0.6"/>'
-            f'<text x="{_num(x)}" y="{_num(y + 3.5)}" text-anchor="middle" font-size="10" '
+            f'<text x="{number(x)}" y="{number(y + 3.5)}" text-anchor="middle" font-size="10" '
             f'font-weight="{700 if edge.crossing else 400}" fill="{colour}">{xml(label)}</text></g>'
             f'<title>{tensors}</title></g>')
 
@@ -80,17 +83,17 @@ def render_collapsed_svg(graph: Graph) -> str:
     """A standalone SVG of the collapsed picture: the legend strip, then one box per device subgraph."""
     scene = build_collapsed_scene(graph)
     layout = layout_collapsed(scene)
-    legend, legend_width = _legend(build_scene(graph))
+    legend, legend_width = legend_svg(build_scene(graph))
     margin = layout.style.margin
     width = max(layout.width, legend_width + 2 * margin)
     height = layout.height + LEGEND_HEIGHT
     summary = summary_line(build_scene(graph)) + " \u00b7 collapsed: one box per device subgraph"
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<svg xmlns="{SVG_NS}" class="xgraph collapsed" width="{_num(width)}" height="{_num(height)}" '
-            f'viewBox="0 0 {_num(width)} {_num(height)}" font-family="{xml(FONT)}">'
+            f'<svg xmlns="{SVG_NS}" class="xgraph collapsed" width="{number(width)}" height="{number(height)}" '
+            f'viewBox="0 0 {number(width)} {number(height)}" font-family="{xml(FONT)}">'
             f'<title>{xml(summary)}</title>{DEFS}<rect width="100%" height="100%" fill="#ffffff"/>'
-            f'<g transform="translate({_num(margin)},{_num(margin)})">{legend}</g>'
-            f'<g transform="translate(0,{_num(LEGEND_HEIGHT)})">{collapsed_drawing(scene, layout)}</g></svg>\n')
+            f'<g transform="translate({number(margin)},{number(margin)})">{legend}</g>'
+            f'<g transform="translate(0,{number(LEGEND_HEIGHT)})">{collapsed_drawing(scene, layout)}</g></svg>\n')
 
 
 __all__ = ["collapsed_drawing", "render_collapsed_svg"]

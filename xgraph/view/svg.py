@@ -36,7 +36,7 @@ def xml(text: str) -> str:
     return escape(_NOT_XML.sub("\ufffd", text), quote=True)
 
 
-def _num(value: float) -> str:
+def number(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
@@ -47,10 +47,10 @@ def _clip(text: str, limit: int) -> str:
 def edge_path(points: list[tuple[float, float]]) -> str:
     """An SVG path through `points`: vertical-tangent cubic curves, so bends through rows look smooth."""
     (x, y), rest = points[0], points[1:]
-    parts = [f"M{_num(x)} {_num(y)}"]
+    parts = [f"M{number(x)} {number(y)}"]
     for nx_, ny in rest:
         mid = (y + ny) / 2
-        parts.append(f"C{_num(x)} {_num(mid)} {_num(nx_)} {_num(mid)} {_num(nx_)} {_num(ny)}")
+        parts.append(f"C{number(x)} {number(mid)} {number(nx_)} {number(mid)} {number(nx_)} {number(ny)}")
         x, y = nx_, ny
     return "".join(parts)
 
@@ -77,17 +77,17 @@ def _node(node: Node, index: int, layout: Layout, titles: bool) -> str:
         ink = text_colour(fill)
         return (f'<g class="op" data-op="{xml(node.name)}" data-device="{xml(node.device)}" '
                 f'data-type="{xml(node.label)}" data-subgraph="{xml(node.subgraph)}" data-index="{index}" '
-                f'transform="translate({_num(x)},{_num(y)})">'
-                f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2)}" width="{_num(w)}" height="{_num(h)}" rx="5" '
+                f'transform="translate({number(x)},{number(y)})">'
+                f'<rect x="{number(-w / 2)}" y="{number(-h / 2)}" width="{number(w)}" height="{number(h)}" rx="5" '
                 f'fill="{fill}" stroke="#263238" stroke-width="0.8"/>'
                 f'<text y="-3" text-anchor="middle" font-size="12" font-weight="600" fill="{ink}">'
                 f'{xml(_clip(node.label, 22))}</text>'
                 f'<text y="11" text-anchor="middle" font-size="9.5" fill="{ink}">{xml(_clip(node.name, 26))}</text>'
                 f'{title}</g>')
     return (f'<g class="io {node.kind}" data-tensor="{xml(node.name)}" data-index="{index}" '
-            f'transform="translate({_num(x)},{_num(y)})">'
-            f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2 + 4)}" width="{_num(w)}" height="{_num(h - 8)}" '
-            f'rx="{_num(h / 2 - 4)}" fill="#ffffff" stroke="#546e7a" stroke-width="1.2"/>'
+            f'transform="translate({number(x)},{number(y)})">'
+            f'<rect x="{number(-w / 2)}" y="{number(-h / 2 + 4)}" width="{number(w)}" height="{number(h - 8)}" '
+            f'rx="{number(h / 2 - 4)}" fill="#ffffff" stroke="#546e7a" stroke-width="1.2"/>'
             f'<text y="-1" text-anchor="middle" font-size="10.5" fill="#263238">{xml(_clip(node.name, 24))}</text>'
             f'<text y="9" text-anchor="middle" font-size="8.5" fill="#546e7a">{xml(_clip(node.label, 28))}</text>'
             f'{title}</g>')
@@ -110,7 +110,7 @@ def _edge(edge: Edge, layout: Layout) -> str:
             f'<path class="edge crossing" d="{edge_path(points)}" fill="none" stroke="{CROSSING_COLOUR}" '
             f'stroke-width="2.4" stroke-dasharray="7 4" marker-end="url(#xg-arrow-crossing)">'
             f'<title>{edge.crossing} copy: {tensors}</title></path>'
-            f'<text x="{_num(x + 6)}" y="{_num(y + 4)}" font-size="10" font-weight="700" '
+            f'<text x="{number(x + 6)}" y="{number(y + 4)}" font-size="10" font-weight="700" '
             f'fill="{CROSSING_COLOUR}">{edge.crossing}</text></g>')
 
 
@@ -136,7 +136,7 @@ def box_label(box: Box) -> str:
 def _box(box: Box, region: Region) -> str:
     colour = device_colour(box.device)
     runner = ", ".join(f"{mode}={name}" for mode, name in box.runner.items()) or "none"
-    rects = "".join(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(w)}" height="{_num(h)}"/>'
+    rects = "".join(f'<rect x="{number(x)}" y="{number(y)}" width="{number(w)}" height="{number(h)}"/>'
                     for x, y, w, h in region.rects)
     room = max(4, int(region.title_width / 6.2))  # characters of an 11 px title that fit on the segment
     full = box_label(box)
@@ -145,7 +145,7 @@ def _box(box: Box, region: Region) -> str:
     x, y = region.title_at
     return (f'<g class="subgraph" data-subgraph="{xml(box.name)}" data-device="{xml(box.device)}">'
             f'<g class="region" fill="{colour}" fill-opacity="0.10" stroke="none">{rects}</g>'
-            f'<text x="{_num(x)}" y="{_num(y)}" font-size="11" font-weight="600" fill="{colour}" '
+            f'<text x="{number(x)}" y="{number(y)}" font-size="11" font-weight="600" fill="{colour}" '
             f'stroke="#ffffff" stroke-width="3" paint-order="stroke">'  # a halo: edges pass behind the title
             f'{xml(label)}</text><title>{xml(box_label(box))}\nrunner: {xml(runner)}</title></g>')
 
@@ -168,17 +168,17 @@ def summary_line(scene: Scene) -> str:
     return " \u00b7 ".join(parts)
 
 
-def _legend(scene: Scene) -> tuple[str, float]:
+def legend_svg(scene: Scene) -> tuple[str, float]:
     """The legend strip and its width."""
     items, x = [], 0.0
     for device, colour, count in legend_entries(scene):
         text = f"{device} ({count})"
-        items.append(f'<g class="legend-device" data-device="{xml(device)}" transform="translate({_num(x)},30)">'
+        items.append(f'<g class="legend-device" data-device="{xml(device)}" transform="translate({number(x)},30)">'
                      f'<rect width="14" height="14" rx="3" fill="{colour}"/>'
                      f'<text x="20" y="11.5" font-size="12">{xml(text)}</text></g>')
         x += 34 + 7.2 * len(text)
     if scene.compiled:
-        items.append(f'<g class="legend-crossing" transform="translate({_num(x)},30)">'
+        items.append(f'<g class="legend-crossing" transform="translate({number(x)},30)">'
                      f'<line x1="0" y1="7" x2="30" y2="7" stroke="{CROSSING_COLOUR}" stroke-width="2.4" '
                      f'stroke-dasharray="7 4"/><text x="36" y="11.5" font-size="12">host/device copy '
                      f'({scene.crossings})</text></g>')
@@ -207,17 +207,17 @@ def drawing(scene: Scene, layout: Layout, titles: bool = True, element_id: str =
 
 def scene_svg(scene: Scene, layout: Layout) -> str:
     """A standalone SVG document: legend strip on top, then the drawing."""
-    legend, legend_width = _legend(scene)
+    legend, legend_width = legend_svg(scene)
     margin = layout.style.margin
     width = max(layout.width, legend_width + 2 * margin)
     height = layout.height + LEGEND_HEIGHT
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<svg xmlns="{SVG_NS}" class="xgraph" width="{_num(width)}" height="{_num(height)}" '
-            f'viewBox="0 0 {_num(width)} {_num(height)}" font-family="{xml(FONT)}">'
+            f'<svg xmlns="{SVG_NS}" class="xgraph" width="{number(width)}" height="{number(height)}" '
+            f'viewBox="0 0 {number(width)} {number(height)}" font-family="{xml(FONT)}">'
             f'<title>{xml(summary_line(scene))}</title>{DEFS}'
             f'<rect width="100%" height="100%" fill="#ffffff"/>'
-            f'<g transform="translate({_num(margin)},{_num(margin)})">{legend}</g>'
-            f'<g transform="translate(0,{_num(LEGEND_HEIGHT)})">{drawing(scene, layout)}</g></svg>\n')
+            f'<g transform="translate({number(margin)},{number(margin)})">{legend}</g>'
+            f'<g transform="translate(0,{number(LEGEND_HEIGHT)})">{drawing(scene, layout)}</g></svg>\n')
 
 
 def render_svg(graph: Graph, layout: Layout | None = None, view: str = "auto") -> str:
@@ -241,5 +241,5 @@ def write_svg(graph: Graph, path: str, view: str = "auto") -> None:
     write_text(path, render_svg(graph, view=view))
 
 
-__all__ = ["DEFS", "box_bounds", "box_label", "box_regions", "label_point", "drawing", "edge_path", "legend_entries", "render_svg", "scene_svg",
-           "summary_line", "write_svg", "xml"]
+__all__ = ["DEFS", "box_bounds", "box_label", "box_regions", "drawing", "edge_path", "label_point", "legend_entries",
+           "legend_svg", "number", "render_svg", "scene_svg", "summary_line", "write_svg", "xml"]
