@@ -18,7 +18,7 @@ OPTIONS = {"plugins": "cbr"}
 
 @pytest.fixture(scope="module")
 def inception_entries(cbr_dir):
-    return xgraph.explain(INCEPTION_V2, ["n0", "n1", "n3", "n7"], OPTIONS, [str(cbr_dir)]), cbr_dir
+    return xgraph.explain(INCEPTION_V2, ["n0", "n1", "n3", "n6", "n7"], OPTIONS, [str(cbr_dir)]), cbr_dir
 
 
 def test_near_miss_names_where_the_template_broke_on_inception_v2(inception_entries):
@@ -32,6 +32,9 @@ def test_near_miss_names_where_the_template_broke_on_inception_v2(inception_entr
         [template] = plugin["templates"]
         assert template["template"] == "conv_bn_relu" and template["matched"] == []
         assert template["near_misses"] == [expected]
+    [plugin] = by_name["n6"]["plugins"]  # the Relu: the match anchored on it breaks on the way up
+    assert plugin["templates"][0]["near_misses"] == [
+        "act matched n6 (Relu), bn expected BatchNormalization, found n5 (Add)"]
     [plugin] = by_name["n7"]["plugins"]  # the MaxPool after the Relu is in no partial match
     assert plugin["templates"][0]["near_misses"] == []
 

@@ -12,7 +12,8 @@ ops already matched. Cost is O(anchors x local branching), independent of graph 
 sparse patterns.
 
 Near misses. Inside ``with record_matches(near_misses=True) as log:`` every matching also
-records, per anchor op, the deepest partial match that broke: which template ops matched
+records, per anchor op and in two passes (anchored on the rarest op type, and on the
+template's first op in data-flow order), the deepest partial match that broke: which template ops matched
 which graph ops, the template op where it broke and the ops it found there instead
 (`NearMiss.text()`: "conv matched n4 (Conv), bn matched n5 (BatchNormalization), act
 expected one of {Clip, Relu}, found n6 (Mul)"). Without near misses the log only counts
@@ -321,16 +322,26 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
 def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"]]:
     """Every match of `template` in `graph`, deterministic (anchors in graph insertion order)."""
     log = _ACTIVE.get()
-    matches = _find_matches(graph, template)
-    misses: dict[Op, NearMiss] | None = None
-    if log is not None and log.near_misses:
-        misses = {}  # a second pass in data-flow order, for near misses only (the results stay the first pass's)
-        _find_matches(graph, template, misses, flow_order=True, label=log.label)
-    if log is not None:
-        log._called(template.name, len(matches))
-        if misses is not None:
-            log.misses += misses.values()
-            log.matches += [(log.label, template.name, m) for m in matches]
+    if log is None or not log.near_misses:
+        matches = _find_matches(graph, template)
+        if log is not None:
+            log._called(template.name, len(matches))
+        return matches
+    # Near misses from two passes: the matching pass (anchored on the rarest op type, so it breaks
+    # on the way up from e.g. a Relu) and one in data-flow order (anchored on the template's first
+    # op, breaking on the way down from e.g. a Conv). Each keeps one record per anchor op.
+    rare: dict[Op, NearMiss] = {}
+    flow: dict[Op, NearMiss] = {}
+    matches = _find_matches(graph, template, rare, label=log.label)
+    _find_matches(graph, template, flow, flow_order=True, label=log.label)
+    log._called(template.name, len(matches))
+    seen = set()
+    for miss in list(flow.values()) + list(rare.values()):
+        key = (miss.matched, miss.expected, miss.found, miss.why)
+        if key not in seen:
+            seen.add(key)
+            log.misses.append(miss)
+    log.matches += [(log.label, template.name, m) for m in matches]
     return matches
 
 
