@@ -29,10 +29,11 @@ def test_a_plugin_that_takes_nothing_is_listed_with_its_templates(tmp_path, ligh
     rows = table_rows(done.stdout)
     assert rows[0][:4] == ["plugin cbr", "CBR", "0", "0"]
     assert rows[1][:5] == ["placement", "AICORE", "1", "371", "0"]
-    assert "plugin 'cbr' took no ops (its templates: conv_bn_relu (0 matches))" in done.stdout
+    assert "plugin 'cbr' took no ops (its templates: conv_bn_relu (0 matches)); `xgraph explain " in done.stdout
+    assert "--type Conv` with the same --options and --plugin-path says why" in done.stdout
     [plugin] = json.loads(report.read_text())["plugins"]
     assert (plugin["name"], plugin["ops"], plugin["subgraphs"]) == ("cbr", 0, [])
-    assert plugin["templates"] == [{"name": "conv_bn_relu", "calls": 1, "matches": 0}]
+    assert plugin["templates"] == [{"name": "conv_bn_relu", "calls": 1, "matches": 0, "types": ["Conv"]}]
     assert plugin["seconds"] >= 0
 
 

@@ -145,8 +145,9 @@ def idle_plugin_notes(report: dict[str, Any], model: str) -> list[str]:
         tried = ", ".join(f"{t['name']} ({t['matches']} match{'es' * (t['matches'] != 1)})"
                           for t in run.get("templates", []))
         what = f"its templates: {tried}" if tried else "it matched no template"
-        notes.append(f"plugin {run['name']!r} took no ops ({what}); `xgraph explain {model} --type TYPE` with "
-                     "the same --options and --plugin-path says why")
+        types = next((t.get("types") for t in run.get("templates", []) if t.get("types")), None) or ["TYPE"]
+        notes.append(f"plugin {run['name']!r} took no ops ({what}); `xgraph explain {model} --type {types[0]}` "
+                     "with the same --options and --plugin-path says why")
     return notes
 
 

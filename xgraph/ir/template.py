@@ -26,7 +26,7 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from xgraph.errors import GraphError
 
@@ -143,19 +143,22 @@ class MatchLog:
 
     near_misses: bool = False
     label: str = ""
-    templates: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about)}
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     misses: list[NearMiss] = field(default_factory=list)
     matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)  # (label, template, match)
 
-    def _called(self, template: str, found: int) -> None:
-        entry = self.templates.setdefault(template, {"calls": 0, "matches": 0})
+    def _called(self, template: GraphTemplate, found: int) -> None:
+        first = template.get_ops()[0] if template.get_ops() else None
+        entry = self.templates.setdefault(template.name, {"calls": 0, "matches": 0,
+                                                          "types": sorted(first.types) if first else []})
         entry["calls"] += 1
         entry["matches"] += found
 
     def absorb(self, inner: "MatchLog") -> None:
         """Take over what an inner recorder saw (its label wins where it set one)."""
         for name, entry in inner.templates.items():
-            mine = self.templates.setdefault(name, {"calls": 0, "matches": 0})
+            mine = self.templates.setdefault(name, {"calls": 0, "matches": 0, "types": entry.get("types", [])})
             mine["calls"] += entry["calls"]
             mine["matches"] += entry["matches"]
         if self.near_misses:
@@ -325,7 +328,7 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
     if log is None or not log.near_misses:
         matches = _find_matches(graph, template)
         if log is not None:
-            log._called(template.name, len(matches))
+            log._called(template, len(matches))
         return matches
     # Near misses from two passes: the matching pass (anchored on the rarest op type, so it breaks
     # on the way up from e.g. a Relu) and one in data-flow order (anchored on the template's first
@@ -334,7 +337,7 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
     flow: dict[Op, NearMiss] = {}
     matches = _find_matches(graph, template, rare, label=log.label)
     _find_matches(graph, template, flow, flow_order=True, label=log.label)
-    log._called(template.name, len(matches))
+    log._called(template, len(matches))
     seen = set()
     for miss in list(flow.values()) + list(rare.values()):
         key = (miss.matched, miss.expected, miss.found, miss.why)
