@@ -15,7 +15,7 @@ from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 
 __version__ = "0.1.0"
 
-_LAZY = {
+_LAZY: dict[str, "str | tuple[str, str]"] = {
     "load": "xgraph.ir.graph",
     "compile": "xgraph.compiler.pipeline",
     "report": "xgraph.compiler.report",
@@ -24,6 +24,9 @@ _LAZY = {
     "Registries": "xgraph.registries",
     "create_graph_runner": "xgraph.runners.graph_runner",
     "GraphRunner": "xgraph.runners.graph_runner",
+    "explain": "xgraph.compiler.explain",
+    "write_html": ("xgraph.view.report_html", "write_html_report"),
+    "write_svg": "xgraph.view.picture",
 }
 
 
@@ -31,7 +34,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'xgraph' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, attr = module if isinstance(module, tuple) else (module, name)
+    value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
 

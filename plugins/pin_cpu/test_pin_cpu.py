@@ -90,3 +90,31 @@ def test_pinning_after_the_owner_says_to_list_it_first(pin_cpu):
     with pytest.raises(PluginError, match="already assigned to device 'SMFC' .* list pin_cpu first"):
         run_plugin_chain(g, ["smfc", "pin_cpu"], [PLUGINS])
     assert g.get_subgraph("subgraph_b").get_attr("device") == "SMFC"
+
+
+def test_names_from_plugin_options_win_over_the_environment(pin_cpu, monkeypatch):
+    monkeypatch.setenv(pin_cpu.ENV, "e")
+    g = chain_graph()
+    [record] = run_plugin_chain(g, ["pin_cpu"], [PLUGINS], {"pin_cpu": {"ops": ["a", "c"]}})
+    assert record["options"] == {"ops": ["a", "c"]}
+    assert pinned(g) == [["a"], ["c"]]  # b sits between them, so they stay apart
+
+
+def test_plugin_options_reach_pin_cpu_through_compile_and_the_xmodel(pin_cpu, tmp_path):
+    import json
+
+    import xgraph
+    g = chain_graph()
+    options = {"plugins": "pin_cpu", "plugin_options": {"pin_cpu": {"ops": "b,d"}}}
+    compiled = xgraph.compile(g, options, [PLUGINS])
+    [run] = compiled.get_attr("plugin_runs")
+    taken = sorted(sorted(op.name for op in compiled.get_subgraph(n).get_ops()) for n in run["subgraphs"])
+    assert taken == [["b"], ["d"]] and run["options"] == {"ops": "b,d"}
+    compiled.serialize(tmp_path / "pins.xmodel")
+    stored = json.loads(xgraph.load(tmp_path / "pins.xmodel").get_attr("compile_options"))
+    assert stored["plugin_options"] == {"pin_cpu": {"ops": "b,d"}}
+
+
+def test_unknown_pin_cpu_option_is_named(pin_cpu):
+    with pytest.raises(PluginError, match=r"unknown plugin option\(s\) \['op'\]"):
+        run_plugin_chain(chain_graph(), ["pin_cpu"], [PLUGINS], {"pin_cpu": {"op": "a"}})

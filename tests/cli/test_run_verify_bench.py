@@ -142,7 +142,7 @@ def test_run_user_errors_are_one_line_with_exit_2(model, tmp_path, capsys):
         assert message in err and err.count("\n") == 1, err
     np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float64))
     assert main(["run", str(model), "--input", f"x={tmp_path / 'wrong.npy'}"]) == 2
-    assert "'x' must be float32, got float64" in capsys.readouterr().err
+    assert "the file holds a float64 array but input 'x' takes float32" in capsys.readouterr().err
 
 
 def test_run_random_fills_missing_inputs(model, capsys):

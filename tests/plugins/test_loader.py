@@ -115,7 +115,7 @@ def test_same_file_name_in_two_directories_do_not_collide(tmp_path):
     mx = load_plugin("twin", [str(tmp_path / "x")]).module
     my = load_plugin("twin", [str(tmp_path / "y")]).module
     assert (mx.ORIGIN, my.ORIGIN) == ("x", "y")
-    assert mx.__name__ != my.__name__ and "twin" not in sys.modules
+    assert mx.__name__ != my.__name__ and sys.modules["twin"] is mx  # the first keeps its own name
     assert sys.modules[mx.__name__] is mx and sys.modules[my.__name__] is my
 
 
@@ -278,3 +278,150 @@ def test_default_plugin_name_and_device():
     assert plugin.partition(None) == set() and plugin.compile(None) is None
     Inline.__module__ = "__main__"
     assert Inline().get_plugin_name() == "Inline"
+
+
+# -- plugins are ordinary Python ---------------------------------------------------------------
+def test_file_plugin_imports_its_sibling_module(tmp_path):
+    (tmp_path / "sibling_helpers.py").write_text("DEVICE = 'FROM_SIBLING'\n")
+    (tmp_path / "uses_sibling.py").write_text(textwrap.dedent("""
+        from sibling_helpers import DEVICE
+        from xgraph.plugins import Plugin
+
+        class P(Plugin):
+            def get_device(self):
+                return DEVICE
+
+        def get_plugin():
+            return P()
+    """))
+    plugin = load_plugin("uses_sibling", [str(tmp_path)]).get_plugin()
+    assert plugin.get_device() == "FROM_SIBLING"
+
+
+def test_package_plugin_imports_itself_by_name_without_a_second_copy(tmp_path):
+    pkg = tmp_path / "selfpkg"
+    pkg.mkdir()
+    (pkg / "runner.py").write_text("COUNT = globals().get('COUNT', 0) + 1\nNAME = 'R'\n")
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        from selfpkg.runner import NAME
+        from . import runner as relative_runner
+        from xgraph.plugins import Plugin
+
+        class P(Plugin):
+            def get_device(self):
+                return NAME
+
+        def get_plugin():
+            return P()
+    """))
+    loaded = load_plugin("selfpkg", [str(tmp_path)])
+    assert loaded.get_plugin().get_device() == "R"
+    assert loaded.module.relative_runner is sys.modules["selfpkg.runner"]  # one copy, both import styles
+    assert loaded.module.relative_runner.COUNT == 1
+
+
+def test_failed_import_leaves_neither_modules_nor_the_path_entry(tmp_path):
+    (tmp_path / "half_helper.py").write_text("X = 1\n")
+    (tmp_path / "half.py").write_text("import half_helper\nraise ValueError('no')\n")
+    before, path_before = set(sys.modules), list(sys.path)
+    with pytest.raises(PluginError, match=r"half.py:2 \(--debug shows the traceback\)"):
+        load_plugin("half", [str(tmp_path)])
+    assert set(sys.modules) == before and sys.path == path_before
+
+
+def test_syntax_error_is_located(tmp_path):
+    (tmp_path / "bad_syntax.py").write_text("x = 1\ndef f(:\n")
+    with pytest.raises(PluginError, match=r"SyntaxError.*bad_syntax.py:2 "):
+        load_plugin("bad_syntax", [str(tmp_path)])
+
+
+def test_plugin_error_names_the_line_of_the_plugin_that_raised(tmp_path):
+    from xgraph import Graph
+    from xgraph.plugins import run_plugin_chain
+    (tmp_path / "divides.py").write_text(textwrap.dedent("""
+        from xgraph.plugins import Plugin
+
+        def ratio(graph):
+            return len(graph.get_ops()) / 0
+
+        class P(Plugin):
+            def partition(self, graph):
+                return ratio(graph)
+
+        def get_plugin():
+            return P()
+    """))
+    g = Graph("g")
+    g.create_input("x", (1,))
+    g.create_op("a", "Relu", inputs=["x"])
+    g.get_root_subgraph().create_child_subgraph()
+    with pytest.raises(PluginError) as info:
+        run_plugin_chain(g, ["divides"], [str(tmp_path)])
+    message = str(info.value)
+    assert f"ZeroDivisionError: division by zero at {tmp_path / 'divides.py'}:5 (--debug shows the traceback)" \
+        in message
+
+
+def test_plugin_options_reach_get_plugin_and_need_a_parameter(tmp_path):
+    from xgraph import Graph
+    from xgraph.plugins import run_plugin_chain
+    (tmp_path / "with_options.py").write_text(textwrap.dedent("""
+        from xgraph.plugins import Plugin
+
+        class P(Plugin):
+            def __init__(self, options):
+                self.options = options
+            def get_device(self):
+                return self.options.get("device", "DEFAULT")
+
+        def get_plugin(options):
+            return P(options)
+    """))
+    (tmp_path / "no_options.py").write_text(PLUGIN.format(origin="x"))
+    g = Graph("g")
+    g.create_input("x", (1,))
+    g.create_op("a", "Relu", inputs=["x"])
+    g.get_root_subgraph().create_child_subgraph()
+    [record] = run_plugin_chain(g, ["with_options"], [str(tmp_path)], {"with_options": {"device": "NPU7"}})
+    assert record["device"] == "NPU7" and record["options"] == {"device": "NPU7"}
+    [record] = run_plugin_chain(g, ["with_options"], [str(tmp_path)])
+    assert record["device"] == "DEFAULT"
+    with pytest.raises(PluginError, match=r"get_plugin\(\) takes no argument; define get_plugin\(options\)"):
+        run_plugin_chain(g, ["no_options"], [str(tmp_path)], {"no_options": {"a": 1}})
+    with pytest.raises(PluginError, match=r"plugin options given for 'other'"):
+        run_plugin_chain(g, ["no_options"], [str(tmp_path)], {"other": {}})
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"plugins": "a", "plugin_options": {"b": {}}}, r"names plugin 'b'.*not in \"plugins\" \(listed: a\)"),
+    ({"plugin_options": {"a": {}}}, r"names plugin 'a'.*listed: none"),
+    ({"plugins": "a", "plugin_options": {"a": 3}}, r"entry 'a': 3 is not an object"),
+    ({"plugins": "a", "plugin_options": ["a"]}, r"'plugin_options' has invalid value"),
+])
+def test_plugin_options_are_validated(options, message):
+    from xgraph.compiler.options import parse_options
+    from xgraph.errors import OptionError
+    with pytest.raises(OptionError, match=message):
+        parse_options(options)
+
+
+def test_plugin_options_round_trip_through_to_dict():
+    from xgraph.compiler.options import parse_options
+    options = parse_options({"plugins": "a,b", "plugin_options": {"b": {"k": [1, "x"]}}})
+    assert options.plugin_options == {"b": {"k": [1, "x"]}}
+    assert parse_options(options.to_json()) == options
+
+
+@pytest.mark.parametrize("source, takes", [
+    ("def get_plugin(): pass", False),
+    ("def get_plugin(options): pass", True),
+    ("def get_plugin(options=None): pass", True),
+    ("def get_plugin(script={'k': 1}): pass", False),  # a closure default, not an options parameter
+    ("def get_plugin(*args): pass", False),
+    ("def get_plugin(cfg, extra=2): pass", True),
+])
+def test_which_factories_take_options(source, takes):
+    from xgraph.plugins.chain import takes_options
+    namespace: dict = {}
+    exec(source, namespace)
+    assert takes_options(namespace["get_plugin"]) is takes

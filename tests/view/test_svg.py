@@ -5,11 +5,12 @@ import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pytest
 
 from xgraph import Graph
 from xgraph.view.palette import BUILTIN_COLOURS, CROSSING_COLOUR, device_colour
 from xgraph.view.scene import layout_graph
-from xgraph.view.svg import render_svg, write_svg
+from xgraph.view.picture import render_svg, write_svg
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 
@@ -55,14 +56,15 @@ def test_device_subgraphs_are_boxed_with_their_label(toy):
         ("subgraph_conv", "AICORE"), ("subgraph_topk_like", "CPU"), ("subgraph_softmax", "SMFC"),
         ("subgraph_add", "AICORE"), ("subgraph_shape_op", "AICPU")]
     label = "".join(boxes[0].find("svg:text", NS).itertext())
-    assert label == "subgraph_conv \u00b7 AICORE \u00b7 2 ops"
-    # the box encloses its ops
-    rect = boxes[0].find("svg:rect", NS)
+    assert label == "subgraph_conv \u00b7 2 ops"  # the full label does not fit above one op: name and size
+    assert boxes[0].find("svg:title", NS).text.startswith("subgraph_conv \u00b7 AICORE \u00b7 2 ops")
+    # the region is made of rectangles around its own ops: each op lies in one of them
+    rects = [tuple(float(r.get(k)) for k in ("x", "y", "width", "height"))
+             for r in boxes[0].iter("{%s}rect" % NS["svg"])]
     layout = layout_graph(toy)
     for name in ("conv", "relu"):
         x, y = layout.positions[name]
-        assert float(rect.get("x")) < x < float(rect.get("x")) + float(rect.get("width"))
-        assert float(rect.get("y")) < y < float(rect.get("y")) + float(rect.get("height"))
+        assert any(rx < x < rx + rw and ry < y < ry + rh for rx, ry, rw, rh in rects), name
 
 
 def test_host_device_crossings_are_marked_and_counted(toy):
@@ -90,13 +92,37 @@ def test_uncompiled_graph_draws_grey_ops_and_no_boxes(resnet50_raw):
 
 
 def test_compiled_resnet50(resnet50_compiled):
-    root = _parse(render_svg(resnet50_compiled))
+    root = _parse(render_svg(resnet50_compiled, view="ops"))
     ops = _ops(root)
     assert len(ops) == resnet50_compiled.get_op_num()
     assert {g.get("data-device") for g in ops} == {"AICORE"}
     first = next(g for g in ops if g.get("data-op") == "n0")
     assert first.get("data-type") == "Conv"
     assert float(root.get("width")) > 0 and float(root.get("height")) > 0
+
+
+def test_large_compiled_graphs_are_collapsed_by_default(resnet50_compiled):
+    root = _parse(render_svg(resnet50_compiled))
+    assert "collapsed" in root.get("class") and not _ops(root)
+    [box] = [g for g in root.iter("{%s}g" % NS["svg"]) if g.get("class") == "sg-node"]
+    assert (box.get("data-subgraph"), box.get("data-device")) == ("subgraph_n0", "AICORE")
+    assert "".join(box.itertext()) == "subgraph_n0AICORE \u00b7 176 ops"
+    labels = ["".join(g.itertext()) for g in root.iter("{%s}g" % NS["svg"]) if g.get("class") == "sg-edge-label"]
+    # 1 x 3 x 224 x 224 float32 in, 1 x 1000 float32 out
+    assert sorted(labels) == ["gpu_0/data_0 \u00b7 602.1 kB", "gpu_0/softmax_1 \u00b7 4.0 kB"]
+
+
+def test_collapsed_edges_carry_tensors_bytes_and_copies(toy):
+    root = _parse(render_svg(toy, view="subgraphs"))
+    edges = {(g.get("data-source"), g.get("data-target")): g for g in root.iter("{%s}g" % NS["svg"])
+             if (g.get("class") or "").startswith("sg-edge") and g.get("data-source")}
+    # relu (AICORE) -> topk_like (CPU): a D2H copy of relu's 1x2x4x4 float32 output
+    d2h = edges[("subgraph:subgraph_conv", "subgraph:subgraph_topk_like")]
+    assert d2h.get("class") == "sg-edge crossing" and d2h.get("data-direction") == "D2H"
+    assert "".join(d2h.find("svg:g", NS).itertext()) == "D2H \u00b7 relu \u00b7 128 B"
+    plain = edges[("subgraph:subgraph_conv", "subgraph:subgraph_add")]
+    assert plain.get("class") == "sg-edge"
+    assert sorted(g.get("data-direction") for g in edges.values() if g.get("data-direction")) == ["D2H", "H2D"]
 
 
 def test_awkward_names_are_escaped(tmp_path):
@@ -113,3 +139,10 @@ def test_awkward_names_are_escaped(tmp_path):
 def test_render_is_stable(toy):
     assert render_svg(toy) == render_svg(toy)
     assert not re.search(r"0x[0-9a-f]{6,}", render_svg(toy))  # no object ids
+
+
+def test_collapsed_view_of_an_uncompiled_graph_says_to_compile(resnet50_raw):
+    from xgraph import XGraphError
+    with pytest.raises(XGraphError, match="not compiled, so it has no device subgraphs"):
+        render_svg(resnet50_raw, view="subgraphs")
+    assert "collapsed" not in _parse(render_svg(resnet50_raw)).get("class")  # auto: the ops view

@@ -24,8 +24,8 @@ import numpy as np
 from xgraph.cli.common import model_path, seed
 from xgraph.cli.cmd_run import (MODES, add_compile_arguments, add_input_argument, add_kernels_argument,
                                 complete_inputs, load_compiled, read_inputs)
+from xgraph.cli.common import check_output_path
 from xgraph.errors import RunnerError, XGraphError
-from xgraph.ir.files import check_target
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph
@@ -45,14 +45,17 @@ def _device_of(graph: "Graph") -> dict[str, str]:
 
 
 def per_device(graph: "Graph", before: dict[str, Any], after: dict[str, Any], runs: int) -> dict[str, dict[str, float]]:
-    """Per device, per run: execute seconds, estimated device seconds (sim) and subgraph count."""
-    devices: dict[str, dict[str, float]] = defaultdict(lambda: {"seconds": 0.0, "estimated": 0.0, "subgraphs": 0})
+    """Per device, per run: execute seconds, estimated device seconds (sim; None when no subgraph of the device
+    has a cost profile to estimate from) and subgraph count."""
+    devices: dict[str, dict[str, Any]] = defaultdict(lambda: {"seconds": 0.0, "estimated": None, "subgraphs": 0})
     for name, device in _device_of(graph).items():
         new, old = after["subgraphs"].get(name, {}), before["subgraphs"].get(name, {})
         entry = devices[device]
         entry["subgraphs"] += 1
         entry["seconds"] += (new.get("total_s", 0.0) - old.get("total_s", 0.0)) / runs
-        entry["estimated"] += (new.get("estimated_device_s", 0.0) - old.get("estimated_device_s", 0.0)) / runs
+        if "estimated_device_s" in new:
+            entry["estimated"] = (entry["estimated"] or 0.0) + \
+                (new["estimated_device_s"] - old.get("estimated_device_s", 0.0)) / runs
     return dict(devices)
 
 
@@ -109,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
     warmup = _positive("--warmup", args.warmup, 0)
     jobs = _positive("--jobs", args.jobs, 1)
     trace = Path(args.trace) if args.trace else None
-    if trace is not None:
-        check_target(trace, "--trace")
+    check_output_path("--trace", trace)
     graph = load_compiled(args)
     inputs = graph.get_input_tensors()
     feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
@@ -149,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
     width = max([len(d) for d in devices] + [6])
     for device, entry in sorted(devices.items(), key=lambda kv: -kv[1]["seconds"]):
         n = int(entry["subgraphs"])
-        estimate = f"  estimated on device {entry['estimated'] * 1e3:.3f}" if sim else ""
+        known = entry["estimated"] is not None
+        estimate = "" if not sim else f"  estimated on device {entry['estimated'] * 1e3:.3f}" if known else \
+            "  estimated on device n/a (no cost profile)"
         print(f"  {device:<{width}}  {entry['seconds'] * 1e3:8.3f}  ({n} subgraph{'s' if n != 1 else ''}){estimate}")
     print(f"  {'copies':<{width}}  {copies['seconds'] * 1e3:8.3f}  ({copies['count']:g} host<->device copies, "
           f"{_megabytes(copies['bytes'])} per run)")

@@ -1,11 +1,13 @@
-"""`xgraph plugins`: the partition plugins, devices and runners this installation can find."""
+"""`xgraph plugins`: the partition plugins (with their device and runner), devices and runners this
+installation can find; `--check` imports and checks plugins (see `plugin_check`)."""
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-from xgraph.cli.common import raw_stream, shown
+from xgraph.cli.common import shown
+
+from xgraph.errors import XGraphError
 
 
 def add_parser(subparsers) -> None:
@@ -13,31 +15,47 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plugins", help="list discovered partition plugins, devices and runners",
                               description="List the partition plugins found on the plugin path and as entry "
                               "points, the devices placement can use (cheapest first), and the registered runners.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="with --check: the plugins to check (default: every "
+                   "plugin found)")
     p.add_argument("--plugin-path", action="append", default=[], metavar="DIR",
                    help=f"directory to look for plugins in (repeatable, or {os.pathsep!r}-separated)")
+    p.add_argument("--check", action="store_true", help="import each plugin and check its interface (methods, "
+                   "device, memory, registered runners); exit 1 naming each problem")
+    p.add_argument("--model", metavar="MODEL", help="with --check: dry-run the plugins on this model and say what "
+                   "each would take")
+    p.add_argument("--options", metavar="JSON", help='with --check --model: compile options, for "plugin_options"')
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the three tables."""
-    from rich.console import Console
+    """Print the three tables, or with --check the problems found."""
     from rich.table import Table
+    from rich.text import Text
 
+    from xgraph.cli.common import console as make_console
     from xgraph.plugins.loader import discover_plugins, plugin_search_path
     from xgraph.registries import resolve
     registries = resolve(None)  # the command's registries (see xgraph.cli.common.run_cli)
 
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d] or None
-    console = Console(file=raw_stream(sys.stdout), highlight=False, markup=False)  # names print as they are
+    if args.check or args.model:
+        from xgraph.cli.plugin_check import run_check
+        return run_check(args.names, plugin_path, args.model, args.options)
+    if args.names:
+        raise XGraphError("plugin names are for --check: xgraph plugins --check NAME ...")
+    from xgraph.cli.plugin_check import check_all
+    console = make_console(markup=False)  # names print as they are
 
     plugins = Table(title="Partition plugins")
-    plugins.add_column("name")
-    plugins.add_column("found at", overflow="fold")
+    for column in ("name", "device", "runner", "status", "found at"):
+        plugins.add_column(column, overflow="fold")
     found = discover_plugins(plugin_path)
-    for name, source in found:
-        plugins.add_row(shown(name), shown(source))
-    console.print(plugins if found else shown("No partition plugins found (searched entry points and "
-                  f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'})."))
+    for (name, source), check in zip(found, check_all([n for n, _ in found], plugin_path)):
+        runner = ", ".join(f"{m}={n}" for m, n in check.runner.items())
+        status = "ok" if check.ok else f"{len(check.problems)} problem(s): xgraph plugins --check {name}"
+        plugins.add_row(*(Text(shown(v)) for v in (name, check.device, runner, status, source)))
+    console.print(plugins if found else Text(shown("No partition plugins found (searched entry points and "
+                  f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'}).")))
 
     devices = Table(title="Devices (placement tries them cheapest first)")
     for column in ("device", "cost rank", "memory", "runner", "op-info entries", "source"):

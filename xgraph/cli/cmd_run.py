@@ -33,8 +33,6 @@ from xgraph.modes import KERNEL_CHOICES, MODES as RUNNER_MODES
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Tensor
 
-#: File suffixes read as images (through Pillow).
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 MODES = RUNNER_MODES
 KERNELS = KERNEL_CHOICES
 #: --random makes values for inputs up to this size (and rank); larger ones come from files.
@@ -103,7 +101,7 @@ def load_compiled(args: argparse.Namespace) -> "Graph":
 # -- inputs --------------------------------------------------------------------------------------
 
 def _is_tensor(t: "Tensor") -> bool:
-    return t.type_proto is None
+    return t.is_tensor_value
 
 
 def concrete_shape(t: "Tensor") -> tuple[int, ...]:
@@ -278,6 +276,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile if needed, run once, print the outputs, save them when asked."""
     import xgraph
+    if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise XGraphError(f"--output-dir {args.output_dir}: is a file, not a folder; give a folder to save outputs in")
     graph = load_compiled(args)
     inputs = graph.get_input_tensors()
     feeds = read_inputs(args.input, inputs)

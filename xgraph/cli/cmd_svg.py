@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from xgraph.cli.common import check_output_path
 from xgraph.cli.cmd_inspect import add_model_arguments, load_model, warn_if_not_compiled
 
 
@@ -13,16 +14,18 @@ def add_parser(subparsers) -> None:
                               "subgraph boxed, host/device copies marked, with a legend.")
     add_model_arguments(p)
     p.add_argument("output", metavar="OUT.svg", help="the SVG file to write")
+    p.add_argument("--view", choices=("auto", "ops", "subgraphs"), default="auto",
+                   help="every op, one box per device subgraph, or auto (default: subgraphs for a compiled graph "
+                   "above 120 ops)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Draw and write."""
-    from xgraph.view.svg import write_svg
-    from xgraph.ir.files import check_target
-    check_target(args.output)  # a bad target fails before the model is loaded
+    from xgraph.view.picture import write_svg
+    check_output_path("output", args.output)
     graph = load_model(args)
     warn_if_not_compiled(graph, args)
-    write_svg(graph, args.output)
+    write_svg(graph, args.output, view=args.view)
     print(f"wrote {args.output}")
     return 0

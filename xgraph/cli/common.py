@@ -1,4 +1,5 @@
-"""What every xgraph command line shares: one error line and exit code 2 for user errors."""
+"""What every xgraph command line shares: one error line and exit code 2 for user errors, --version,
+consoles that use the full width of a pipe or file, and output paths checked before any work."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,10 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from xgraph.errors import XGraphError
+from xgraph.ir.files import check_target
 from xgraph.registries import active, resolve
 
 if TYPE_CHECKING:
@@ -58,9 +60,43 @@ def tolerance(value: str) -> float:
     return x
 
 
+#: Width of tables written to a pipe or file: wide enough that rich never wraps a row.
+PIPE_WIDTH = 400
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     """--debug: show the traceback instead of the one-line error."""
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """--version: print the xgraph version and exit."""
+    from xgraph import __version__
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+
+def console(stderr: bool = False, markup: bool = True) -> Any:
+    """A rich Console: the terminal's width on a TTY, else (a pipe or a file) no wrapping at 80 columns."""
+    from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    # rich writes its colours to the raw stream; names reach it as escaped Text (see `shown`)
+    return Console(file=raw_stream(stream), highlight=False, width=width, markup=markup)
+
+
+def check_output_path(flag: str, path: "str | os.PathLike | None") -> None:
+    """Fail before any work when `path` (given with `flag`) cannot be written: no folder, a folder, not writable."""
+    if path is None:
+        return
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise XGraphError(f"{flag} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise XGraphError(f"{flag} {path}: folder {str(folder)!r} does not exist; create it or choose another path")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise XGraphError(f"{flag} {path}: not writable; choose another path")
+    check_target(path, flag)  # the rules of every file xgraph writes: regular file or absent, no link
 
 
 # -- what reaches the terminal -------------------------------------------------------------------

@@ -130,7 +130,13 @@ def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, 
                 if len(by_name) != 1:
                     raise XGraphError(f"{what}: say which input the image is for (NAME=FILE); inputs: {names}")
                 name = next(iter(by_name))
-            feeds[name] = _load_image(path, by_name[name], what)
+            pixels = _load_image(path, by_name[name], what)
+            wanted = by_name[name].dtype
+            if wanted is not None and pixels.dtype != wanted:
+                raise XGraphError(f"{what}: input {name!r} takes {wanted}, but an image file gives uint8 pixels; "
+                                  f"preprocess the image into a {wanted} array saved as .npy (resize, scale, "
+                                  f"normalise as the model expects) and pass --input {name}=FILE.npy")
+            feeds[name] = pixels
             continue
         loaded = _load_array_file(path, what)
         if isinstance(loaded, dict):
@@ -154,6 +160,12 @@ def read_inputs(specs: Sequence[str], tensors: "Sequence[Tensor]") -> dict[str, 
                 raise XGraphError(f"{what}: say which input the array is for (NAME=FILE); inputs: {names}")
             name = next(iter(by_name))
         feeds[name] = loaded
+    for name, value in feeds.items():
+        wanted = by_name[name].dtype
+        if isinstance(value, np.ndarray) and wanted is not None and by_name[name].is_tensor_value and value.dtype != wanted:
+            raise XGraphError(f"--input {name}: the file holds a {value.dtype} array but input {name!r} takes "
+                              f"{wanted}; save the array as {wanted} (e.g. numpy's astype before np.save) and pass "
+                              "it again")
     return feeds
 
 

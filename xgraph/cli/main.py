@@ -10,19 +10,20 @@ import importlib
 import sys
 from typing import TYPE_CHECKING
 
-from xgraph.cli.common import add_debug_flag, escaped_output, run_cli
+from xgraph.cli.common import add_debug_flag, add_version_flag, escaped_output, run_cli
 
 if TYPE_CHECKING:
     from xgraph.registries import Registries
 
 #: Sub-command modules, in the order `xgraph --help` lists them.
-COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins")
+COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins", "explain")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available sub-command."""
     parser = argparse.ArgumentParser(prog="xgraph", description="Inspect, draw, run and verify xgraph models.")
     add_debug_flag(parser)
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

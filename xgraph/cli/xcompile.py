@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xgraph.cli.common import add_debug_flag, escaped_output, model_path, raw_stream, run_cli, shown
+from xgraph.cli.common import (add_debug_flag, add_version_flag, check_output_path, escaped_output, model_path,
+                               raw_stream, run_cli, shown)
 from xgraph.errors import XGraphError
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="OUT.json|OUT.html", help="write the placement report")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     add_debug_flag(p)
+    add_version_flag(p)
     return p
 
 
@@ -52,7 +54,7 @@ def _report_writer(path: str | None):
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
         from xgraph.compiler.report import write_report
-        return write_report
+        return lambda compiled, out, model: write_report(compiled, out)
     if suffix in (".html", ".htm"):
         from xgraph.view.report_html import write_html_report
         return write_html_report
@@ -114,22 +116,62 @@ class _ProgressBar:
                 self._progress = None
 
 
+def placement_rows(report: dict[str, Any]) -> list[tuple[str, str, int, int, str, str]]:
+    """(taken by, device, subgraphs, ops, ops on reference kernels, seconds) per plugin (0 ops included), then per
+    device of the built-in placement."""
+    reference: dict[str, int] = {}
+    for o in report["reference_ops"]:
+        reference[o["device"]] = reference.get(o["device"], 0) + 1
+    rows = []
+    for run in report.get("plugins", []):
+        seconds = run.get("seconds")
+        rows.append((f"plugin {run['name']}", run["device"], len(run["subgraphs"]), run["ops"], "-",
+                     f"{seconds:.3f}" if isinstance(seconds, (int, float)) else ""))
+    taken = {name for run in report.get("plugins", []) for name in run["subgraphs"]}
+    per_device: dict[str, list[int]] = {}
+    for sg in report["subgraphs"]:
+        if sg["name"] not in taken:
+            entry = per_device.setdefault(sg["device"], [0, 0])
+            entry[0] += 1
+            entry[1] += len(sg["ops"])
+    for device in report["devices"]:  # cheapest first
+        if device in per_device:
+            n_sg, n_ops = per_device[device]
+            rows.append(("placement", device or "(none)", n_sg, n_ops, str(reference.get(device, 0)), ""))
+    return rows
+
+
+def idle_plugin_notes(report: dict[str, Any], model: str) -> list[str]:
+    """One line per plugin that took nothing: the templates it tried, and how to see why they missed."""
+    notes = []
+    for run in report.get("plugins", []):
+        if run["ops"]:
+            continue
+        tried = ", ".join(f"{t['name']} ({t['matches']} match{'es' * (t['matches'] != 1)})"
+                          for t in run.get("templates", []))
+        what = f"its templates: {tried}" if tried else "it matched no template"
+        types = next((t.get("types") for t in run.get("templates", []) if t.get("types")), None) or ["TYPE"]
+        notes.append(f"plugin {run['name']!r} took no ops ({what}); `xgraph explain {model} --type {types[0]}` "
+                     "with the same --options and --plugin-path says why")
+    return notes
+
+
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
-    """The device table, crossings and the most common fallback reasons, printed with rich.
+    """Who took what (each plugin, then the built-in placement per device), crossings, top fallback reasons.
 
     Everything taken from the model or the command line (names, paths, reasons) goes in as a
     `Text` with its control characters escaped: never through rich markup, so a name such as
     `[/nz]` prints as itself and an ESC in a name never reaches the terminal.
     """
-    from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
+
+    from xgraph.cli.common import console as make_console
 
     def t(value: Any, style: str = "") -> Text:
         return Text(shown(value), style=style)
 
-    console = Console(file=raw_stream(sys.stdout), highlight=False)
+    console = make_console()
     n_ops, n_sg = len(report["ops"]), len(report["subgraphs"])
     console.print(Text.assemble(t(model, "bold"), " -> ", t(output),
                                 f": {n_ops} ops in {n_sg} subgraph(s), {seconds:.2f} s"))
@@ -138,15 +180,13 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         console.print(t(f"prepare: {prep.get('folded_ops', 0)} constant op(s) folded into weights, "
                         f"{prep.get('dead_ops', 0)} dead and {prep.get('cut_ops', 0)} cut op(s) removed"))
     table = Table(title="Placement")
-    for column in ("device", "subgraphs", "ops", "reference kernels"):
-        table.add_column(column, justify="left" if column == "device" else "right")
-    reference: dict[str, int] = {}
-    for o in report["reference_ops"]:
-        reference[o["device"]] = reference.get(o["device"], 0) + 1
-    for device, counts in report["devices"].items():
-        table.add_row(t(device or "(none)"), str(counts["subgraphs"]), str(counts["ops"]),
-                      str(reference.get(device, 0)))
+    for column in ("taken by", "device", "subgraphs", "ops", "reference kernels", "seconds"):
+        table.add_column(column, justify="left" if column in ("taken by", "device") else "right")
+    for row in placement_rows(report):
+        table.add_row(*(t(v) for v in row))
     console.print(table)
+    for note in idle_plugin_notes(report, model):
+        console.print(t(note))
     console.print(t(f"host/device crossings: {report['crossings']}"))
     for warning in report.get("warnings", []):
         console.print(t("warning: " + warning))
@@ -154,7 +194,9 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
         names = ", ".join(o["name"] for o in report["unrunnable_ops"][:5])
         console.print(Text.assemble(t(f"{len(report['unrunnable_ops'])} op(s) nothing on this host can run", "red"),
                                     ": ", t(names)))
-    fallbacks = report["fallbacks"]
+    taken = {name for run in report.get("plugins", []) for name in run["subgraphs"]}
+    by_plugin = {o["name"] for o in report["ops"] if o["subgraph"] in taken}
+    fallbacks = [f for f in report["fallbacks"] if not by_plugin.issuperset(f["ops"])]  # plugins chose, not fell back
     if fallbacks:
         reasons = Table(title=f"Why ops did not get the cheapest device (top {min(TOP_REASONS, len(fallbacks))} "
                               f"of {len(fallbacks)})")
@@ -171,12 +213,11 @@ def _run(args: argparse.Namespace) -> int:
     import xgraph
     from xgraph.compiler.report import report as make_report
 
-    from xgraph.ir.files import all_or_nothing, check_target
+    from xgraph.ir.files import all_or_nothing
     writer = _report_writer(args.report)
     output = _output_path(args.model, args.output)
-    check_target(output, "-o")  # every target checked before any work: a bad one costs nothing
-    if args.report is not None:
-        check_target(args.report, "--report")
+    check_output_path("-o", output)  # every target checked before any work: a bad one costs nothing
+    check_output_path("--report", args.report)
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d]
     bar = _ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()
@@ -189,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
     with all_or_nothing():  # the .xmodel and the report are replaced together, or neither is
         compiled.serialize(output)
         if writer is not None:
-            writer(compiled, args.report)
+            writer(compiled, args.report, args.model)
     if not args.quiet:
         print_summary(rep, args.model, output, seconds)
     return 0

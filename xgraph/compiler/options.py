@@ -20,7 +20,8 @@ from xgraph.errors import OptionError
 PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
-OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape")
+OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
+               "plugin_options")
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
 
 
@@ -35,6 +36,7 @@ class CompileOptions:
     min_subgraph_ops: int = 1
     precision_mode: str = "must_keep_origin_dtype"
     input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # plugin name -> its settings
 
     def to_dict(self) -> dict[str, Any]:
         """The options in their JSON form (what `parse_options` reads back to the same value)."""
@@ -48,6 +50,8 @@ class CompileOptions:
             out["output_ops"] = ",".join(self.output_ops)
         if self.input_shape:
             out["input_shape"] = format_input_shape(self.input_shape)
+        if self.plugin_options:
+            out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
         return out
 
     def to_json(self) -> str:
@@ -186,6 +190,31 @@ def _load(options: "Mapping[str, Any] | str | None") -> dict[str, Any]:
     return dict(options)
 
 
+def parse_plugin_options(value: Any, plugins: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """{"a": {...}} for plugins listed in "plugins"; OptionError for any other shape or name."""
+    expected = 'a JSON object of plugin name -> object, e.g. {"plugins": "a", "plugin_options": {"a": {"ops": "n1"}}}'
+    if not isinstance(value, Mapping):
+        raise _bad("plugin_options", value, expected)
+    result: dict[str, dict[str, Any]] = {}
+    for name, settings in value.items():
+        if not isinstance(name, str) or not isinstance(settings, Mapping):
+            raise OptionError(f"option 'plugin_options' entry {name!r}: {settings!r:.60} is not an object; "
+                              f"expected {expected}")
+        if name not in plugins:
+            listed = ", ".join(plugins) if plugins else 'none ("plugins" is empty)'
+            hint = difflib.get_close_matches(name, plugins, 1)
+            raise OptionError(f"option 'plugin_options' names plugin {name!r}"
+                              f"{f' (did you mean {hint[0]!r}?)' if hint else ''}, which is not in \"plugins\" "
+                              f"(listed: {listed}); add it to \"plugins\" or drop its entry")
+        try:
+            settings = json.loads(json.dumps(dict(settings)))  # plain JSON values: they are stored in the .xmodel
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"option 'plugin_options' entry {name!r} is not plain JSON ({e}); use strings, "
+                              "numbers, booleans, lists and objects") from None
+        result[name] = settings
+    return result
+
+
 def _devices(value: Any, known_devices: Iterable[str]) -> tuple[str, ...]:
     known = list(known_devices)
     by_upper = {k.upper(): k for k in known}
@@ -237,8 +266,10 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["precision_mode"] = raw["precision_mode"]
     if "input_shape" in raw:
         kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
+    if "plugin_options" in raw:
+        kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
     return CompileOptions(**kwargs)
 
 
 __all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PRECISION_MODES", "format_input_shape", "parse_input_shape",
-           "parse_options"]
+           "parse_options", "parse_plugin_options"]

@@ -161,7 +161,7 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
-        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path)
+        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options)
         _annotate_plugin_ops(graph, runs)
     with collector_paused():
         stage("placement")

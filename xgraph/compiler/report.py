@@ -5,7 +5,10 @@ ops, inputs, outputs), "devices" ({device: {"subgraphs", "ops"}}, cheapest devic
 "crossings" (number of host/device copies) with "crossing_tensors", "fallbacks" (ops that
 did not get the cheapest device, grouped by device and reason, largest group first),
 "reference_ops" (ops run by the ONNX reference evaluator), "unrunnable_ops", "options",
-"prepare" and "plugins".
+"prepare" and "plugins": one entry per plugin of the chain, in chain order, including those
+that took nothing: "name", "device", "runner", "memory", "ops" (how many it took),
+"subgraphs" (their names), "seconds" (time in the plugin), "templates" (each template it
+matched with: "name", "calls", "matches"), "options" (its plugin options) and "source".
 """
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ def report(compiled: Graph) -> dict[str, Any]:
                     "device": str(child.get_attr("device")) if child.has_attr("device") else "",
                     "subgraph": child.name, "reason": _annotation(op, "placement_reason") or "",
                     "kernel": _annotation(op, "kernel") or ""})
+    plugin_runs = _attr(compiled, "plugin_runs", [])
     subgraphs = [{"name": c.name, "device": str(c.get_attr("device")) if c.has_attr("device") else "",
                   "runner": _runner_attr(c),
                   "ops": [op.name for op in c.toposort()],
@@ -88,7 +92,7 @@ def report(compiled: Graph) -> dict[str, Any]:
                            for o in ops if o["kernel"] == "none"],
         "options": _options_attr(compiled.name, options),
         "prepare": _attr(compiled, "prepare_summary", {}),
-        "plugins": _attr(compiled, "plugin_runs", []),
+        "plugins": _plugins(plugin_runs, subgraphs),
         "warnings": runner_warnings(children),
     }
 
@@ -105,6 +109,21 @@ def runner_warnings(children) -> list[str]:
         who = f"plugin {plugin!r}" if plugin else f"device {child.get_attr('device') if child.has_attr('device') else '?'}"
         warnings.append(f"subgraph {child.name!r} runs nowhere yet: {who} registered no runner for mode 'run'")
     return warnings
+
+
+def _plugins(runs: Any, subgraphs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per plugin run, with its op count taken from the compiled subgraphs (older files lack it)."""
+    ops_of = {sg["name"]: len(sg["ops"]) for sg in subgraphs}
+    result = []
+    for run in runs if isinstance(runs, list) else []:
+        if not isinstance(run, dict):
+            continue
+        names = [n for n in run.get("subgraphs", []) if isinstance(n, str)]
+        result.append({"name": run.get("name", ""), "device": run.get("device", ""), "runner": run.get("runner", {}),
+                       "memory": run.get("memory", "device"), "ops": sum(ops_of.get(n, 0) for n in names),
+                       "subgraphs": names, "seconds": run.get("seconds"), "templates": list(run.get("templates", [])),
+                       "options": run.get("options", {}), "source": run.get("source", "")})
+    return result
 
 
 def _fallbacks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,10 +10,23 @@ The matcher anchors each connected component of the template on its rarest op ty
 grows the match along template edges, drawing candidates only from producers/consumers of
 ops already matched. Cost is O(anchors x local branching), independent of graph size for
 sparse patterns.
+
+Near misses. Inside ``with record_matches(near_misses=True) as log:`` every matching also
+records, per anchor op and in two passes (anchored on the rarest op type, and on the
+template's first op in data-flow order), the deepest partial match that broke: which template ops matched
+which graph ops, the template op where it broke and the ops it found there instead
+(`NearMiss.text()`: "conv matched n4 (Conv), bn matched n5 (BatchNormalization), act
+expected one of {Clip, Relu}, found n6 (Mul)"). Without near misses the log only counts
+calls and matches per template (what the compile report lists as "templates tried").
+Recording keeps one record per anchor, so it stays O(anchors x template size).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from xgraph.errors import GraphError
 
@@ -98,6 +111,95 @@ class GraphTemplate:
         """Only keep whole matches for which `func(match)` is true (match: template op name -> Op)."""
         self.filter = func
 
+#: Candidate ops a near miss lists at the template op where it broke.
+SHOWN_CANDIDATES = 3
+
+
+@dataclass(slots=True)  # not frozen: one is made per anchor op, and a frozen dataclass is slow to build
+class NearMiss:
+    """A partial match that broke: the template ops matched so far (search order) and where it stopped."""
+
+    template: str
+    matched: tuple[tuple[str, "Op"], ...]
+    expected: str
+    expected_types: frozenset[str]
+    found: tuple["Op", ...]
+    why: str  # "type", "filter", "edge", "taken", "none" (no candidate), "match filter"
+    label: str = ""  # who was matching (the plugin), set by the recorder
+
+    def ops(self) -> set["Op"]:
+        """Every graph op this near miss touched (matched or found at the break)."""
+        return {op for _, op in self.matched} | set(self.found)
+
+    def text(self) -> str:
+        """E.g. "conv matched n4 (Conv), bn matched n5 (BatchNormalization), act expected one of {Clip, Relu},
+        found n6 (Mul)"."""
+        steps = [f"{name} matched {op.name} ({op.type})" for name, op in self.matched]
+        if self.why == "match filter":
+            return ", ".join(steps) + ", then the template's match filter refused the match"
+        types = sorted(self.expected_types)
+        wanted = types[0] if len(types) == 1 else "one of {" + ", ".join(types) + "}"
+        shown = ", ".join(f"{op.name} ({op.type})" for op in self.found[:SHOWN_CANDIDATES])
+        if len(self.found) > SHOWN_CANDIDATES:
+            shown += f" and {len(self.found) - SHOWN_CANDIDATES} more"
+        found = {"type": f"found {shown}",
+                 "filter": f"found {shown}, which its op filter refused",
+                 "edge": f"found {shown}, not wired to the ops matched so far",
+                 "taken": f"found {shown}, already matched to another template op",
+                 "none": "found no op there"}[self.why]
+        return ", ".join(steps + [f"{self.expected} expected {wanted}, {found}"])
+
+
+@dataclass
+class MatchLog:
+    """What template matching did inside `record_matches`: per template calls and matches, near misses."""
+
+    near_misses: bool = False
+    label: str = ""
+    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about)}
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    misses: list[NearMiss] = field(default_factory=list)
+    matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)  # (label, template, match)
+
+    def _called(self, template: GraphTemplate, found: int) -> None:
+        first = template.get_ops()[0] if template.get_ops() else None
+        entry = self.templates.setdefault(template.name, {"calls": 0, "matches": 0,
+                                                          "types": sorted(first.types) if first else []})
+        entry["calls"] += 1
+        entry["matches"] += found
+
+    def absorb(self, inner: "MatchLog") -> None:
+        """Take over what an inner recorder saw (its label wins where it set one)."""
+        for name, entry in inner.templates.items():
+            mine = self.templates.setdefault(name, {"calls": 0, "matches": 0, "types": entry.get("types", [])})
+            mine["calls"] += entry["calls"]
+            mine["matches"] += entry["matches"]
+        if self.near_misses:
+            self.misses += inner.misses
+            self.matches += inner.matches
+
+
+_ACTIVE: contextvars.ContextVar["MatchLog | None"] = contextvars.ContextVar("xgraph_match_log", default=None)
+
+
+@contextmanager
+def record_matches(near_misses: bool | None = None, label: str = "") -> Iterator[MatchLog]:
+    """Record template matching in this context; an enclosing recorder gets everything too.
+
+    `near_misses` None inherits the enclosing recorder's setting (off when there is none);
+    `label` (e.g. the plugin's name) tags what is recorded.
+    """
+    outer = _ACTIVE.get()
+    keep = near_misses if near_misses is not None else bool(outer is not None and outer.near_misses)
+    log = MatchLog(keep, label or (outer.label if outer is not None else ""))
+    token = _ACTIVE.set(log)
+    try:
+        yield log
+    finally:
+        _ACTIVE.reset(token)
+        if outer is not None:
+            outer.absorb(log)
+
 
 def _components(template: GraphTemplate) -> list[list[TemplateOp]]:
     neighbours: dict[TemplateOp, set[TemplateOp]] = {t: set() for t in template._ops.values()}
@@ -122,25 +224,35 @@ def _components(template: GraphTemplate) -> list[list[TemplateOp]]:
     return result
 
 
-def _search_order(comp: list[TemplateOp], type_count: dict[str, int]) -> list[TemplateOp]:
-    """Rarest type first, then breadth-first along edges, so each step is anchored."""
-    rarity = {t: sum(type_count.get(x, 0) for x in t.types) for t in comp}
+def _search_order(comp: list[TemplateOp], type_count: dict[str, int] | None) -> list[TemplateOp]:
+    """Rarest type first, then breadth-first along edges, so each step is anchored.
+
+    With `type_count` None: the data-flow order instead (the template's first source op,
+    then ops in the order they were added), which is how near misses read best.
+    """
+    added = {t: i for i, t in enumerate(comp[0].template._ops.values())} if comp else {}
+    if type_count is None:
+        rank = {t: (added[t], t.name) for t in comp}
+    else:
+        rank = {t: (sum(type_count.get(x, 0) for x in t.types), t.name) for t in comp}
     consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in comp}
     for t in comp:
         for i in t.inputs:
             consumers[i].append(t)
-    start = min(comp, key=lambda t: (rarity[t], t.name))
+    sources = [t for t in comp if not t.inputs] if type_count is None else comp
+    start = min(sources or comp, key=rank.__getitem__)
     order, placed = [start], {start}
     while len(order) < len(comp):
         frontier = [t for t in comp if t not in placed and
                     (any(i in placed for i in t.inputs) or any(c in placed for c in consumers[t]))]
-        nxt = min(frontier, key=lambda t: (rarity[t], t.name))
+        nxt = min(frontier, key=rank.__getitem__)
         order.append(nxt)
         placed.add(nxt)
     return order
 
 
-def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str, list["Op"]]) -> list[dict[str, "Op"]]:
+def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str, list["Op"]],
+                     misses: "dict[Op, NearMiss] | None" = None, label: str = "") -> list[dict[str, "Op"]]:
     consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in order}
     for t in order:
         for i in t.inputs:
@@ -148,6 +260,7 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
     results: list[dict[str, Op]] = []
     mapping: dict[TemplateOp, Op] = {}
     used: set[Op] = set()
+    template = order[0].template.name if order else ""
 
     def candidates(t: TemplateOp) -> Iterable["Op"]:
         for i in t.inputs:
@@ -157,6 +270,22 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
             if c in mapping:
                 return mapping[c].get_input_ops()
         return [op for ty in sorted(t.types) for op in by_type.get(ty, ())]
+
+    def problem(t: TemplateOp, op: "Op") -> str:
+        """"" when `op` may stand for `t` here, else what is wrong (the near-miss kinds)."""
+        if op.type not in t.types:
+            return "type"
+        if op in used:
+            return "taken"
+        for i in t.inputs:
+            if i in mapping and mapping[i] not in op.get_input_ops():
+                return "edge"
+        for c in consumers[t]:
+            if c in mapping and op not in mapping[c].get_input_ops():
+                return "edge"
+        if t.filter is not None and not t.filter(op):
+            return "filter"
+        return ""
 
     def consistent(t: TemplateOp, op: "Op") -> bool:
         if op in used or not t.accepts(op):
@@ -172,18 +301,35 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
                 return False
         return True
 
+    def note_miss(k: int, t: TemplateOp, tried: list["Op"]) -> None:
+        """Keep the deepest broken partial match per anchor (one record each: linear)."""
+        anchor = mapping[order[0]]
+        best = misses.get(anchor)
+        if best is not None and len(best.matched) >= k:
+            return
+        kinds = [problem(t, op) for op in tried]
+        why = next((w for w in ("filter", "edge", "taken", "type") if w in kinds), "none")
+        found = tuple(op for op, w in zip(tried, kinds) if w == why) if tried else ()
+        misses[anchor] = NearMiss(template, tuple((u.name, mapping[u]) for u in order[:k]), t.name,
+                                  t.types, found, why, label)
+
     def extend(k: int) -> None:
         if k == len(order):
             results.append({t.name: op for t, op in mapping.items()})
             return
         t = order[k]
-        for op in candidates(t):
+        tried = list(candidates(t)) if misses is not None and k > 0 else candidates(t)
+        grew = False
+        for op in tried:
             if consistent(t, op):
+                grew = True
                 mapping[t] = op
                 used.add(op)
                 extend(k + 1)
                 used.discard(op)
                 del mapping[t]
+        if misses is not None and k > 0 and not grew:
+            note_miss(k, t, tried)
 
     extend(0)
     return results
@@ -191,6 +337,32 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
 
 def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"]]:
     """Every match of `template` in `graph`, deterministic (anchors in graph insertion order)."""
+    log = _ACTIVE.get()
+    if log is None or not log.near_misses:
+        matches = _find_matches(graph, template)
+        if log is not None:
+            log._called(template, len(matches))
+        return matches
+    # Near misses from two passes: the matching pass (anchored on the rarest op type, so it breaks
+    # on the way up from e.g. a Relu) and one in data-flow order (anchored on the template's first
+    # op, breaking on the way down from e.g. a Conv). Each keeps one record per anchor op.
+    rare: dict[Op, NearMiss] = {}
+    flow: dict[Op, NearMiss] = {}
+    matches = _find_matches(graph, template, rare, label=log.label)
+    _find_matches(graph, template, flow, flow_order=True, label=log.label)
+    log._called(template, len(matches))
+    seen = set()
+    for miss in list(flow.values()) + list(rare.values()):
+        key = (miss.matched, miss.expected, miss.found, miss.why)
+        if key not in seen:
+            seen.add(key)
+            log.misses.append(miss)
+    log.matches += [(log.label, template.name, m) for m in matches]
+    return matches
+
+
+def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, NearMiss] | None" = None,
+                  flow_order: bool = False, label: str = "") -> list[dict[str, "Op"]]:
     if not template._ops:
         return []
     by_type: dict[str, list[Op]] = {}
@@ -199,12 +371,21 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
     type_count = {k: len(v) for k, v in by_type.items()}
     partial: list[dict[str, Op]] = [{}]
     for comp in _components(template):
-        found = _match_component(graph, _search_order(comp, type_count), by_type)
+        found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses,
+                                 label)
         partial = [dict(p, **f) for p in partial for f in found
                    if not (set(p.values()) & set(f.values()))]
         if not partial:
             return []
     if template.filter is not None:
-        partial = [m for m in partial if template.filter(dict(m))]
+        kept = [m for m in partial if template.filter(dict(m))]
+        if misses is not None:
+            kept_ids = {id(m) for m in kept}
+            for m in partial:
+                if id(m) not in kept_ids:
+                    first = next(iter(m.values()))
+                    misses[first] = NearMiss(template.name, tuple(m.items()), "", frozenset(), (), "match filter",
+                                             label)
+        partial = kept
     order = {name: i for i, name in enumerate(template._ops)}
     return [dict(sorted(m.items(), key=lambda kv: order[kv[0]])) for m in partial]

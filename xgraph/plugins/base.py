@@ -18,6 +18,11 @@ but the defaults mean a useful plugin only has to write `partition`::
 The chain (`xgraph.plugins.chain.run_plugin_chain`) calls, in order: `get_plugin_name`,
 `get_device`, `get_runner`, `partition`, then `compile` once per returned subgraph, and
 finally sets the "device" and "runner" attrs on each of those subgraphs.
+
+Settings reach a plugin through its factory: with ``{"plugin_options": {"name": {...}}}`` in
+the compile options, the chain calls ``get_plugin(options)`` (define the parameter, e.g.
+``def get_plugin(options=None): return MyPlugin(**(options or {}))``). A plugin's runner that
+only accelerates some ops subclasses `xgraph.runners.kernel_runner.KernelRunner`.
 """
 from __future__ import annotations
 

@@ -27,17 +27,27 @@ What a plugin may change:
   subgraph.
 
 Runner names are recorded, not resolved: the runtime looks them up in its registry.
+
+Plugin options (``{"plugin_options": {"a": {...}}}``) reach a plugin through its factory:
+``get_plugin(options)`` (or ``get_plugin(options=None)``) is called with a dict, empty when the
+user gave none; a ``get_plugin()`` without such a parameter given options is a PluginError. Each
+record also says how long the plugin took ("seconds") and which templates it matched with
+("templates": name, calls, matches).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+import time
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from xgraph.errors import PartitionError, PluginError
 from xgraph.devices import get_devices
 from xgraph.ir import Graph, Subgraph
+from xgraph.ir.template import record_matches
 from xgraph.plugins.base import RUNNER_MODES
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
+from xgraph.plugins.location import DEBUG_HINT, at, code_location
 from xgraph.plugins.snapshot import GraphSnapshot
 
 if TYPE_CHECKING:
@@ -46,9 +56,10 @@ if TYPE_CHECKING:
 _METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
 
 
-def run_plugin_chain(graph: Graph, names: "list[str] | str",
-                     plugin_path: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run the named plugins in order on `graph`; one record per plugin: name, device, runner, subgraphs, source."""
+def run_plugin_chain(graph: Graph, names: "list[str] | str", plugin_path: list[str] | None = None,
+                     plugin_options: "Mapping[str, Mapping[str, Any]] | None" = None) -> list[dict[str, Any]]:
+    """Run the named plugins in order on `graph`; one record per plugin: name, device, runner, subgraphs, source,
+    options, seconds, templates."""
     if not isinstance(graph, Graph):
         raise PluginError(f"run_plugin_chain needs an xgraph.Graph, got {type(graph).__name__}")
     names = _plugin_names(names)
@@ -56,8 +67,14 @@ def run_plugin_chain(graph: Graph, names: "list[str] | str",
     if graph.get_op_num() and root.is_leaf:
         raise PartitionError(f"graph {graph.name!r}: the root subgraph has no children yet; call "
                              "graph.get_root_subgraph().create_child_subgraph() before running plugins")
+    options = dict(plugin_options or {})
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        raise PluginError(f"plugin options given for {', '.join(map(repr, unknown))}, which "
+                          f"{'is' if len(unknown) == 1 else 'are'} not in the plugins {names}; list the plugin "
+                          'in "plugins" or drop its "plugin_options" entry')
     loaded = [load_plugin(name, plugin_path) for name in names]
-    return [_run_one(graph, plugin) for plugin in loaded]
+    return [_run_one(graph, plugin, dict(options.get(plugin.name) or {})) for plugin in loaded]
 
 
 def _plugin_names(names: "list[str] | str") -> list[str]:
@@ -82,6 +99,7 @@ class _Call:
         self.label = f"plugin {loaded.name!r}"
         self.requested = loaded.name
         self.source = loaded.source
+        self.roots = loaded.code_roots()
 
     def named(self, plugin_name: str) -> None:
         """Add the name the plugin gives itself to messages, when it differs from the requested one."""
@@ -93,18 +111,45 @@ class _Call:
         try:
             return func(*args)
         except Exception as e:
-            raise PluginError(f"{self.label}: {what} raised {type(e).__name__}: {e} "
-                              f"(plugin loaded from {self.source}); fix the plugin or leave it out of "
-                              '"plugins"') from e
+            where = code_location(e, self.roots)
+            origin = "" if where else f" (plugin loaded from {self.source})"
+            raise PluginError(f"{self.label}: {what} raised {type(e).__name__}: {e}{at(where)}{origin} "
+                              f"{DEBUG_HINT}; fix the plugin or leave it out of \"plugins\"") from e
 
     def error(self, problem: str) -> PluginError:
         """A PluginError about this plugin."""
         return PluginError(f"{self.label}: {problem}")
 
 
-def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
+def takes_options(factory: Callable[..., Any]) -> bool:
+    """True when `factory` (a plugin's get_plugin) takes the plugin's options: its first parameter is
+    positional and either required or named "options" (so `get_plugin(x=default)` closures are left alone)."""
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        return False
+    first = parameters[0]
+    return first.default is inspect.Parameter.empty or first.name == "options"
+
+
+def make_plugin(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) -> Any:
+    """The plugin object: get_plugin(options) when it takes them, else get_plugin() (options must be empty)."""
+    if takes_options(loaded.get_plugin):
+        return call("get_plugin(options)", loaded.get_plugin, options)
+    if options:
+        raise call.error(f"was given plugin_options {sorted(options)} but its get_plugin() takes no argument; "
+                         "define get_plugin(options) to receive them, or drop the plugin's \"plugin_options\"")
+    return call("get_plugin()", loaded.get_plugin)
+
+
+def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None = None) -> dict[str, Any]:
     call = _Call(loaded)
-    plugin = call("get_plugin()", loaded.get_plugin)
+    options = dict(options or {})
+    started = time.perf_counter()
+    plugin = make_plugin(call, loaded, options)
     missing = [m for m in _METHODS if not callable(getattr(plugin, m, None))]
     if missing:
         raise call.error(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
@@ -127,7 +172,8 @@ def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
 
     before = GraphSnapshot(graph)
     try:
-        returned = call("partition(graph)", plugin.partition, graph)
+        with record_matches(label=name) as matching:
+            returned = call("partition(graph)", plugin.partition, graph)
         subgraphs = _check_partition(call, graph, returned)
         changed = before.changes(merges_allowed=True, free_subgraphs=subgraphs)
         if changed:
@@ -149,8 +195,11 @@ def _run_one(graph: Graph, loaded: LoadedPlugin) -> dict[str, Any]:
     except BaseException:
         before.restore()
         raise
+    templates = [{"name": t, **counts} for t, counts in matching.templates.items()]
     return {"name": name, "device": device, "runner": dict(runner), "memory": memory,
-            "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source}
+            "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source, "options": options,
+            "ops": sum(sg.get_op_num() for sg in subgraphs), "seconds": round(time.perf_counter() - started, 6),
+            "templates": templates}
 
 
 def _check_runner(call: _Call, runner: Any) -> dict[str, str]:

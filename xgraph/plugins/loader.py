@@ -9,11 +9,16 @@ A name in ``{"plugins": "a,b"}`` resolves, first hit wins, to:
    LD_LIBRARY_PATH; empty entries are ignored rather than meaning the current directory);
 3. an importable module ``a`` (dotted names allowed).
 
-Files from plugin directories are imported under a private module name derived from their
-real path, so two directories holding a ``softmax.py`` each do not collide in `sys.modules`,
-and a file already imported under another name (e.g. by pytest) is reused rather than run
-twice (a plugin that registers a runner at import must run once). Each file is imported at
-most once per process; edit-and-reload needs a new process.
+A plugin file or package is ordinary Python. Its directory is appended to `sys.path` (at
+the end, so it never shadows an installed module), so the plugin can import its sibling
+modules (``from mynpu import kernels`` next to ``mynpu_plugin.py``), and it is imported under
+its own name (``a``), so a package plugin can import itself (``from a.runner import R``) as
+well as relatively. When that name is already taken by another module (two directories
+holding a ``softmax.py`` each, or an installed ``softmax``), the later file is imported under a
+private name derived from its real path instead, so the two do not collide in `sys.modules`.
+A file already imported under another name (e.g. by pytest) is reused rather than run twice
+(a plugin that registers a runner at import must run once). Each file is imported at most
+once per process; edit-and-reload needs a new process.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from typing import Any, Callable
 
 from xgraph.errors import PluginError
 from xgraph.plugins.base import PLUGIN_NAME_ATTR
+from xgraph.plugins.location import DEBUG_HINT, at, code_location, innermost_location, module_roots
 
 ENTRY_POINT_GROUP = "xgraph.plugins"
 PATH_ENV = "XGRAPH_PLUGIN_PATH"
@@ -47,8 +53,12 @@ class LoadedPlugin:
 
     name: str
     source: str
-    get_plugin: Callable[[], Any] = field(repr=False)
+    get_plugin: Callable[..., Any] = field(repr=False)
     module: ModuleType | None = field(default=None, repr=False)
+
+    def code_roots(self) -> list[str]:
+        """The plugin's own files (its module file, or its package folder): where its errors are located."""
+        return module_roots(self.module)
 
 
 def plugin_search_path(plugin_path: list[str] | None = None) -> list[str]:
@@ -133,7 +143,8 @@ def _from_entry_point(name: str, looked: list[str]) -> LoadedPlugin | None:
     try:
         obj = ep.load()
     except Exception as e:
-        raise PluginError(f"plugin {name!r}: importing {source} failed: {type(e).__name__}: {e}; "
+        raise PluginError(f"plugin {name!r}: importing {source} failed: {type(e).__name__}: {e}"
+                          f"{at(innermost_location(e))} {DEBUG_HINT}; "
                           "fix or reinstall the distribution that provides it") from e
     if isinstance(obj, ModuleType):
         _tag(obj, name)
@@ -165,33 +176,58 @@ def _from_plugin_path(name: str, dirs: list[str], looked: list[str]) -> LoadedPl
 
 
 def _import_file(name: str, path: str, is_package: bool) -> ModuleType:
-    """Import a plugin file once per real path, under a private module name."""
+    """Import a plugin file once per real path: under its own name when free, else a private one."""
     real = os.path.realpath(path)
     module = _by_file.get(real) or _already_imported(real)
     if module is not None:
         _by_file[real] = module
         _tag(module, name)
         return module
-    digest = hashlib.sha1(real.encode()).hexdigest()[:12]
-    module_name = f"_xgraph_plugin_{name.replace('-', '_')}_{digest}"
+    directory = os.path.dirname(os.path.dirname(real) if is_package else real)
+    added = directory not in sys.path
+    if added:
+        sys.path.append(directory)  # siblings and the plugin's own package import by plain name
+    module_name = name if _plain_name_is_ours(name, real) else \
+        f"_xgraph_plugin_{name.replace('-', '_')}_{hashlib.sha1(real.encode()).hexdigest()[:12]}"
     locations = [os.path.dirname(real)] if is_package else None
     spec = importlib.util.spec_from_file_location(module_name, real, submodule_search_locations=locations)
     if spec is None or spec.loader is None:
         raise PluginError(f"plugin {name!r}: {path} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     setattr(module, PLUGIN_NAME_ATTR, name)
+    before = set(sys.modules)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException as e:
-        for key in [k for k in sys.modules if k == module_name or k.startswith(module_name + ".")]:
-            del sys.modules[key]
+        for key in set(sys.modules) - before:  # the plugin and whatever it imported from its folder
+            if _is_under(sys.modules[key], directory) or key == module_name:
+                del sys.modules[key]
+        if added and directory in sys.path:
+            sys.path.remove(directory)
         if not isinstance(e, Exception):
             raise
-        raise PluginError(f"plugin {name!r}: importing {path} failed: {type(e).__name__}: {e}; "
-                          "fix the error in the plugin file") from e
+        where = code_location(e, [os.path.dirname(real) if is_package else real]) or innermost_location(e)
+        raise PluginError(f"plugin {name!r}: importing {path} failed: {type(e).__name__}: {e}{at(where)} "
+                          f"{DEBUG_HINT}; fix the error in the plugin file") from e
     _by_file[real] = module
     return module
+
+
+def _plain_name_is_ours(name: str, real: str) -> bool:
+    """True when `name` is a free module name that resolves to the file `real` (so no other module is shadowed)."""
+    if not _MODULE_NAME.fullmatch(name) or "." in name or name in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and isinstance(spec.origin, str) and os.path.realpath(spec.origin) == real
+
+
+def _is_under(module: ModuleType | None, directory: str) -> bool:
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and os.path.realpath(file).startswith(os.path.realpath(directory) + os.sep)
 
 
 def _already_imported(real: str) -> ModuleType | None:
@@ -220,8 +256,8 @@ def _from_module(name: str, looked: list[str]) -> LoadedPlugin | None:
     try:
         module = importlib.import_module(name)
     except Exception as e:
-        raise PluginError(f"plugin {name!r}: importing module {name!r} failed: {type(e).__name__}: {e}; "
-                          "fix the error in the plugin module") from e
+        raise PluginError(f"plugin {name!r}: importing module {name!r} failed: {type(e).__name__}: {e}"
+                          f"{at(innermost_location(e))} {DEBUG_HINT}; fix the error in the plugin module") from e
     _tag(module, name)
     source = f"module {name} ({getattr(module, '__file__', None) or 'built in'})"
     return LoadedPlugin(name, source, _factory(module, name, source), module)

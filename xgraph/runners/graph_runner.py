@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
+from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
 from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
@@ -72,7 +74,9 @@ def _subgraph_task(runner: Runner, where: str):
         except XGraphError:
             raise
         except Exception as e:
-            raise RunnerError(f"{where} failed in {type(runner).__name__}: {type(e).__name__}: {e}") from e
+            place = code_location(e, module_roots(sys.modules.get(type(runner).__module__)))
+            raise RunnerError(f"{where} failed in {type(runner).__name__}: {type(e).__name__}: {e}{at(place)} "
+                              f"{DEBUG_HINT}") from e
     return call
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import queue
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
@@ -25,6 +26,7 @@ from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported
 from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
 from xgraph.runners.result_check import ResultCheck
+from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
@@ -291,7 +293,9 @@ class Runner:
                 # anything else a runner or kernel raises (ValueError, even SystemExit) is this
                 # runner's failure: it must fail the job, not end the caller or a worker thread
                 what = "execute" if job_id is None else f"job {job_id}"
-                raise RunnerError(f"{self._owner()}: {what} failed: {type(e).__name__}: {e}") from e
+                place = code_location(e, module_roots(sys.modules.get(type(self).__module__)))
+                raise RunnerError(f"{self._owner()}: {what} failed: {type(e).__name__}: {e}{at(place)} "
+                                  f"{DEBUG_HINT}") from e
             elapsed = time.perf_counter() - start
         try:
             self._check_results(inputs, results)

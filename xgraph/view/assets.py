@@ -2,8 +2,11 @@
 
 The script reads the node facts from `<script type="application/json" id="xg-data">` and
 works on the SVG `#xg-canvas` whose `#xg-scene` group it pans (drag) and zooms (wheel).
-Hovering an element with `data-index` shows that node's facts; `#xg-search` finds an op
-by name (exact, then substring; Enter steps through the matches), centres and highlights it.
+Hovering an element with `data-index` (an op) or `data-sg-index` (a collapsed subgraph box)
+shows its facts; `#xg-search` finds an op by name (exact, then substring; Enter steps through
+the matches), centres and highlights it. `#xg-scene` holds `#xg-view-ops` and, for compiled
+graphs, `#xg-view-subgraphs`; one is shown at a time (`#xg-view-toggle`, key v), and a click
+on a subgraph box expands it: the op view, zoomed to that subgraph's region.
 """
 from __future__ import annotations
 
@@ -28,7 +31,9 @@ h2 { font-size: 15px; margin: 22px 0 8px; }
 .xg-stage { position: relative; flex: 1; min-height: 0; }
 #xg-canvas { display: block; width: 100%; height: 100%; cursor: grab; touch-action: none; user-select: none; }
 #xg-canvas.xg-dragging { cursor: grabbing; }
-#xg-canvas .op, #xg-canvas .io { cursor: pointer; }
+#xg-canvas .op, #xg-canvas .io, #xg-canvas .sg-node { cursor: pointer; }
+#xg-canvas .sg-node:hover rect { stroke: #111; stroke-width: 2.5px; }
+#xg-canvas .subgraph.xg-hit .region { fill-opacity: 0.28; }
 #xg-canvas .op:hover rect { stroke: #111; stroke-width: 2px; }
 #xg-canvas .op.xg-hit rect { stroke: #ffb000; stroke-width: 5px; }
 #xg-canvas .subgraph.xg-hit rect { stroke-width: 4px; }
@@ -61,6 +66,19 @@ JS = r"""
   var MIN_ZOOM = 0.01, MAX_ZOOM = 8;
   var view = { x: 0, y: 0, k: 1 };
   var hits = [], hitAt = -1, marked = [];
+  var views = data.views || { ops: { width: data.width, height: data.height } };
+  var shown = data.view || "ops";
+  var toggle = document.getElementById("xg-view-toggle");
+
+  function showView(name) {
+    if (!views[name]) { return; }
+    shown = name;
+    Array.prototype.forEach.call(scene.children, function (g) {
+      if (g.id && g.id.indexOf("xg-view-") === 0) { g.style.display = g.id === "xg-view-" + name ? "" : "none"; }
+    });
+    svg.parentNode.parentNode.setAttribute("data-view", name);
+    if (toggle) { toggle.textContent = name === "subgraphs" ? "Show ops" : "Show subgraphs"; }
+  }
 
   function apply() {
     scene.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")");
@@ -69,11 +87,11 @@ JS = r"""
   function box() { return svg.getBoundingClientRect(); }
 
   function fit(all) {
-    var r = box(), k = clamp(Math.min(1, (r.width - 16) / data.width));
-    if (all) { k = clamp(Math.min(k, (r.height - 16) / data.height)); }
+    var size = views[shown], r = box(), k = clamp(Math.min(1, (r.width - 16) / size.width));
+    if (all) { k = clamp(Math.min(k, (r.height - 16) / size.height)); }
     view.k = k;
-    view.x = (r.width - data.width * k) / 2;
-    view.y = data.height * k < r.height ? (r.height - data.height * k) / 2 : 8;
+    view.x = (r.width - size.width * k) / 2;
+    view.y = size.height * k < r.height ? (r.height - size.height * k) / 2 : 8;
     apply();
   }
   function centreOn(x, y, k) {
@@ -98,7 +116,9 @@ JS = r"""
     view.y = drag.vy + dy;
     apply();
   });
+  var dragged = false;
   function endDrag() {
+    dragged = !!(drag && drag.moved);
     if (drag && drag.moved && svg.hasPointerCapture(drag.id)) { svg.releasePointerCapture(drag.id); }
     drag = null;
     svg.classList.remove("xg-dragging");
@@ -126,6 +146,7 @@ JS = r"""
   }
   function show(node, e) {
     tip.textContent = "";
+    if (node.kind === "subgraph") { return showSubgraph(node, e); }
     var title = document.createElement("div");
     title.className = "xg-tip-title";
     title.textContent = node.type + " " + node.name;
@@ -150,11 +171,33 @@ JS = r"""
     tip.style.left = x + "px";
     tip.style.top = y + "px";
   }
+  function showSubgraph(node, e) {
+    var title = document.createElement("div");
+    title.className = "xg-tip-title";
+    title.textContent = "subgraph " + node.name;
+    tip.appendChild(title);
+    var list = document.createElement("dl");
+    row(list, "device", node.device || "not placed");
+    row(list, "ops", String(node.ops) + " (click to expand)");
+    row(list, "runner", node.runner);
+    if (node.estimated_time_us !== null && node.estimated_time_us !== undefined) {
+      row(list, "est. time", node.estimated_time_us.toFixed(1) + " \u00b5s");
+    }
+    (node.inputs || []).slice(0, 8).forEach(function (t) { row(list, "in", t); });
+    (node.outputs || []).slice(0, 8).forEach(function (t) { row(list, "out", t); });
+    tip.appendChild(list);
+    tip.hidden = false;
+    place(e);
+  }
   function hide() { tip.hidden = true; }
-  function nodeOf(target) { return target && target.closest ? target.closest("[data-index]") : null; }
+  function nodeOf(target) { return target && target.closest ? target.closest("[data-index],[data-sg-index]") : null; }
+  function factsOf(el) {
+    return el.hasAttribute("data-sg-index") ? data.sg_nodes[+el.getAttribute("data-sg-index")]
+                                            : data.nodes[+el.getAttribute("data-index")];
+  }
   scene.addEventListener("mouseover", function (e) {
     var el = nodeOf(e.target);
-    if (el && !drag) { show(data.nodes[+el.getAttribute("data-index")], e); }
+    if (el && !drag) { show(factsOf(el), e); }
   });
   scene.addEventListener("mousemove", function (e) { if (!tip.hidden) { place(e); } });
   scene.addEventListener("mouseout", function (e) { if (!nodeOf(e.relatedTarget)) { hide(); } });
@@ -166,6 +209,7 @@ JS = r"""
   function mark(el) { el.classList.add("xg-hit"); marked.push(el); }
   function focusNode(index) {
     var node = data.nodes[index], el = scene.querySelector('[data-index="' + index + '"]');
+    if (shown !== "ops") { showView("ops"); }
     unmark();
     if (el) { mark(el); }
     centreOn(node.x, node.y, Math.max(view.k, 1));
@@ -210,23 +254,55 @@ JS = r"""
     if (e.key === "/") { e.preventDefault(); search.focus(); }
     if (e.key === "f") { fit(true); }
   });
+  function expand(name) {
+    var b = data.boxes.filter(function (x) { return x.name === name; })[0];
+    if (!b) { return false; }
+    showView("ops");
+    hide();
+    // the whole region when it fits at a readable size, else its full width from its top
+    var r = box(), k = Math.min(1, (r.width - 40) / b.bounds[2]);
+    var whole = Math.min(k, (r.height - 40) / b.bounds[3]);
+    unmark();
+    Array.prototype.forEach.call(scene.querySelectorAll(".subgraph"), function (el) {
+      if (el.getAttribute("data-subgraph") === name) { mark(el); }
+    });
+    if (whole >= 0.5 || whole === k) {
+      centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + b.bounds[3] / 2, whole);
+    } else {
+      centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + (r.height / 2 - 20) / k, k);
+    }
+    status.textContent = "subgraph " + name + " (" + b.device + ", " + b.ops + " ops)";
+    return true;
+  }
   Array.prototype.forEach.call(document.querySelectorAll("[data-goto-subgraph]"), function (link) {
     link.addEventListener("click", function (e) {
       e.preventDefault();
-      var name = link.getAttribute("data-goto-subgraph");
-      var b = data.boxes.filter(function (x) { return x.name === name; })[0];
-      if (!b) { return; }
-      var r = box(), k = Math.min(1, (r.width - 40) / b.bounds[2], (r.height - 40) / b.bounds[3]);
-      unmark();
-      Array.prototype.forEach.call(scene.querySelectorAll(".subgraph"), function (el) {
-        if (el.getAttribute("data-subgraph") === name) { mark(el); }
-      });
-      centreOn(b.bounds[0] + b.bounds[2] / 2, b.bounds[1] + b.bounds[3] / 2, k);
-      svg.scrollIntoView({ block: "nearest" });
+      if (expand(link.getAttribute("data-goto-subgraph"))) { svg.scrollIntoView({ block: "nearest" }); }
     });
   });
-  window.xgraphView = { fit: fit, centreOn: centreOn, find: find, view: view };
-  fit(false);
+  scene.addEventListener("click", function (e) {
+    var el = e.target && e.target.closest ? e.target.closest(".sg-node") : null;
+    if (el && !dragged) { expand(el.getAttribute("data-subgraph")); }
+  });
+  function switchView() {
+    showView(shown === "ops" ? "subgraphs" : "ops");
+    unmark();
+    fit(true);
+  }
+  if (toggle) { toggle.addEventListener("click", switchView); }
+  document.addEventListener("keydown", function (e) {
+    if (e.target !== search && e.key === "v" && views.subgraphs) { switchView(); }
+  });
+  window.xgraphView = { fit: fit, centreOn: centreOn, find: find, view: view, expand: expand,
+                       showView: showView, shown: function () { return shown; } };
+  function fitReadable() {
+    // the whole picture when it stays readable (half size or more), else its full width from the top
+    var size = views[shown], r = box();
+    var k = Math.min(1, (r.width - 16) / size.width, (r.height - 16) / size.height);
+    fit(k >= 0.5);
+  }
+  showView(shown);
+  fitReadable();
 })();
 """
 

@@ -1,6 +1,8 @@
-"""The compile report as one self-contained HTML page (`xcompile --report out.html`).
+"""The compile report as one self-contained HTML page (`xcompile --report out.html`, `xgraph.write_html`).
 
-Sections: per-device summary (with estimated device time when the runtime recorded one),
+A header names the model file, the xgraph version, the compile options and the plugin
+chain (each plugin with its device, the ops and subgraphs it took, the templates it tried
+and its time). Sections: per-device summary (with estimated device time when the runtime recorded one),
 host/device crossings, ops that did not get the cheapest device grouped by reason, the
 interactive partition picture, the device subgraphs, and every op with its reason.
 The content comes from `xgraph.report(compiled)`; without the report module, the same
@@ -30,6 +32,7 @@ details summary { cursor: pointer; color: #37474f; }
                 font: inherit; }
 .xg-scroll { max-height: 70vh; overflow: auto; border: 1px solid #e0e3e7; }
 code { font-size: 12px; }
+table.xg-facts th { text-align: left; width: 140px; }
 """
 
 _FILTER_JS = """
@@ -174,22 +177,49 @@ def op_section(rep: dict[str, Any]) -> str:
             f'<div class="xg-scroll">{table}</div>')
 
 
-def render_html_report(compiled: Graph) -> str:
-    """The compile report page of `compiled`."""
+def header_section(rep: dict[str, Any], model: str | None) -> str:
+    """Model path, xgraph version, compile options and the plugin chain."""
+    import json
+
+    from xgraph import __version__
+    options = json.dumps(rep.get("options") or {}, sort_keys=True)
+    facts = [("model", xml(model) if model else '<span class="xg-muted">(not recorded)</span>'),
+             ("xgraph", xml(__version__)), ("compile options", f"<code>{xml(options)}</code>")]
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+    plugins = rep.get("plugins") or []
+    if not plugins:
+        chain = '<p id="xg-plugin-chain">Plugin chain: none (the built-in placement placed every op).</p>'
+    else:
+        body = []
+        for run in plugins:
+            tried = ", ".join(f"{t['name']} ({t['matches']})" for t in run.get("templates", [])) or "-"
+            seconds = run.get("seconds")
+            body.append([xml(run["name"]), _swatch(run["device"]), str(run["ops"]), str(len(run["subgraphs"])),
+                         xml(tried), "" if seconds is None else f"{seconds:.3f}"])
+        chain = ("<h2>Plugin chain</h2>" +
+                 _table(["plugin", "device", "ops taken", "subgraphs", "templates tried (matches)", "seconds"],
+                        body, (2, 3, 5), ' id="xg-plugin-chain"'))
+    return f'<table class="xg-table xg-facts" id="xg-header">{rows}</table>{chain}'
+
+
+def render_html_report(compiled: Graph, model: str | None = None) -> str:
+    """The compile report page of `compiled` (`model`: the model file's path, shown in the header)."""
+    from xgraph.view.collapsed import choose_view
     rep = report_data(compiled)
     times = {sg.name: estimated_time_us(sg) for sg in device_subgraphs(compiled)}
     scene = build_scene(compiled)
+    view = choose_view(compiled)
     body = (f'<div class="xg-report"><h1>Compile report: {xml(summary_line(scene))}</h1>'
-            f'{device_section(rep, times)}{crossing_section(rep)}{fallback_section(rep)}'
-            f'<h2>Partition</h2>{legend_html(scene)}{picture_html(scene, layout_scene(scene))}'
+            f'{header_section(rep, model)}{device_section(rep, times)}{crossing_section(rep)}{fallback_section(rep)}'
+            f'<h2>Partition</h2>{legend_html(scene)}{picture_html(scene, layout_scene(scene), compiled, view)}'
             f'{subgraph_section(rep, times)}{op_section(rep)}</div>')
     return page(f"{compiled.name} \u2014 xgraph compile report", body, _REPORT_CSS, _FILTER_JS)
 
 
-def write_html_report(compiled: Graph, path: str) -> None:
+def write_html_report(compiled: Graph, path: str, model: str | None = None) -> None:
     """Write the compile report of `compiled` as a self-contained HTML page to `path` (atomically)."""
     from xgraph.view.files import write_text
-    write_text(path, render_html_report(compiled))
+    write_text(path, render_html_report(compiled, model))
 
 
 __all__ = ["render_html_report", "report_data", "write_html_report"]

@@ -1,4 +1,11 @@
-"""The partition picture as SVG: ops coloured by device, device subgraphs boxed, host/device crossings marked.
+"""The partition picture as SVG: ops coloured by device, device subgraphs as regions, host/device crossings marked.
+
+Two views (`xgraph.view.collapsed.choose_view`): "ops", every op, each device subgraph a
+region built from its own ops (`regions.py`, never overlapping another); "subgraphs", one box
+per subgraph (`collapsed_svg.py`), the default for compiled graphs above COLLAPSE_ABOVE ops.
+Edges are routed through the gaps between rows (long edges bend through every row they
+cross), so they never run over a node; a crossing's H2D/D2H label sits in the row gap above
+its target, clear of the region titles, which sit right on top of their first op.
 
 Every op is a `<g class="op" data-op=NAME data-device=DEVICE data-type=TYPE data-index=I>`
 (I: its index in the scene's node list), every device subgraph a `<g class="subgraph">`,
@@ -14,15 +21,13 @@ from typing import Hashable
 from xgraph.ir import Graph
 from xgraph.view.layout import Layout
 from xgraph.view.palette import CROSSING_COLOUR, device_colour, text_colour
+from xgraph.view.regions import Region, subgraph_regions
 from xgraph.view.scene import Box, Edge, Node, Scene, build_scene, layout_scene
 
 SVG_NS = "http://www.w3.org/2000/svg"
 FONT = "-apple-system, 'Segoe UI', Helvetica, Arial, sans-serif"
 #: Height of the legend strip above the drawing in a standalone SVG.
 LEGEND_HEIGHT = 64.0
-#: Space between a subgraph's ops and its box (the top holds the box's label).
-BOX_PAD = 10.0
-BOX_LABEL = 16.0
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -31,7 +36,7 @@ def xml(text: str) -> str:
     return escape(_NOT_XML.sub("\ufffd", text), quote=True)
 
 
-def _num(value: float) -> str:
+def number(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
@@ -42,10 +47,10 @@ def _clip(text: str, limit: int) -> str:
 def edge_path(points: list[tuple[float, float]]) -> str:
     """An SVG path through `points`: vertical-tangent cubic curves, so bends through rows look smooth."""
     (x, y), rest = points[0], points[1:]
-    parts = [f"M{_num(x)} {_num(y)}"]
+    parts = [f"M{number(x)} {number(y)}"]
     for nx_, ny in rest:
         mid = (y + ny) / 2
-        parts.append(f"C{_num(x)} {_num(mid)} {_num(nx_)} {_num(mid)} {_num(nx_)} {_num(ny)}")
+        parts.append(f"C{number(x)} {number(mid)} {number(nx_)} {number(mid)} {number(nx_)} {number(ny)}")
         x, y = nx_, ny
     return "".join(parts)
 
@@ -72,20 +77,26 @@ def _node(node: Node, index: int, layout: Layout, titles: bool) -> str:
         ink = text_colour(fill)
         return (f'<g class="op" data-op="{xml(node.name)}" data-device="{xml(node.device)}" '
                 f'data-type="{xml(node.label)}" data-subgraph="{xml(node.subgraph)}" data-index="{index}" '
-                f'transform="translate({_num(x)},{_num(y)})">'
-                f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2)}" width="{_num(w)}" height="{_num(h)}" rx="5" '
+                f'transform="translate({number(x)},{number(y)})">'
+                f'<rect x="{number(-w / 2)}" y="{number(-h / 2)}" width="{number(w)}" height="{number(h)}" rx="5" '
                 f'fill="{fill}" stroke="#263238" stroke-width="0.8"/>'
                 f'<text y="-3" text-anchor="middle" font-size="12" font-weight="600" fill="{ink}">'
                 f'{xml(_clip(node.label, 22))}</text>'
                 f'<text y="11" text-anchor="middle" font-size="9.5" fill="{ink}">{xml(_clip(node.name, 26))}</text>'
                 f'{title}</g>')
     return (f'<g class="io {node.kind}" data-tensor="{xml(node.name)}" data-index="{index}" '
-            f'transform="translate({_num(x)},{_num(y)})">'
-            f'<rect x="{_num(-w / 2)}" y="{_num(-h / 2 + 4)}" width="{_num(w)}" height="{_num(h - 8)}" '
-            f'rx="{_num(h / 2 - 4)}" fill="#ffffff" stroke="#546e7a" stroke-width="1.2"/>'
+            f'transform="translate({number(x)},{number(y)})">'
+            f'<rect x="{number(-w / 2)}" y="{number(-h / 2 + 4)}" width="{number(w)}" height="{number(h - 8)}" '
+            f'rx="{number(h / 2 - 4)}" fill="#ffffff" stroke="#546e7a" stroke-width="1.2"/>'
             f'<text y="-1" text-anchor="middle" font-size="10.5" fill="#263238">{xml(_clip(node.name, 24))}</text>'
             f'<text y="9" text-anchor="middle" font-size="8.5" fill="#546e7a">{xml(_clip(node.label, 28))}</text>'
             f'{title}</g>')
+
+
+def label_point(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """The midpoint of the route's last segment: in the row gap above the target, below any region title."""
+    (x1, y1), (x2, y2) = points[-2], points[-1]
+    return (x1 + x2) / 2, (y1 + y2) / 2
 
 
 def _edge(edge: Edge, layout: Layout) -> str:
@@ -94,23 +105,24 @@ def _edge(edge: Edge, layout: Layout) -> str:
     if not edge.crossing:
         return (f'<path class="edge" d="{edge_path(points)}" fill="none" stroke="#78909c" stroke-width="1.1" '
                 f'marker-end="url(#xg-arrow)"><title>{tensors}</title></path>')
-    (x, y) = points[len(points) // 2] if len(points) > 2 else ((points[0][0] + points[-1][0]) / 2,
-                                                                 (points[0][1] + points[-1][1]) / 2)
+    x, y = label_point(points)
     return (f'<g class="crossing" data-direction="{edge.crossing}">'
             f'<path class="edge crossing" d="{edge_path(points)}" fill="none" stroke="{CROSSING_COLOUR}" '
             f'stroke-width="2.4" stroke-dasharray="7 4" marker-end="url(#xg-arrow-crossing)">'
             f'<title>{edge.crossing} copy: {tensors}</title></path>'
-            f'<text x="{_num(x + 6)}" y="{_num(y + 4)}" font-size="10" font-weight="700" '
+            f'<text x="{number(x + 6)}" y="{number(y + 4)}" font-size="10" font-weight="700" '
             f'fill="{CROSSING_COLOUR}">{edge.crossing}</text></g>')
 
 
+def box_regions(scene: Scene, layout: Layout) -> dict[str, Region]:
+    """Each subgraph's region (rectangles around its own ops), by subgraph name."""
+    return {r.name: r for r in subgraph_regions(layout, {b.name: b.members for b in scene.boxes})}
+
+
 def box_bounds(box: Box, layout: Layout) -> tuple[float, float, float, float]:
-    """(left, top, width, height) of the rectangle around a subgraph's ops."""
-    w, h = layout.style.node_width / 2, layout.style.node_height / 2
-    xs = [layout.positions[m][0] for m in box.members]
-    ys = [layout.positions[m][1] for m in box.members]
-    left, top = min(xs) - w - BOX_PAD, min(ys) - h - BOX_PAD - BOX_LABEL
-    return left, top, max(xs) + w + BOX_PAD - left, max(ys) + h + BOX_PAD - top
+    """(left, top, width, height) of the rectangle around a subgraph's region."""
+    [region] = subgraph_regions(layout, {box.name: box.members})
+    return region.bounds
 
 
 def box_label(box: Box) -> str:
@@ -121,15 +133,21 @@ def box_label(box: Box) -> str:
     return " \u00b7 ".join(parts)
 
 
-def _box(box: Box, layout: Layout) -> str:
-    left, top, width, height = box_bounds(box, layout)
+def _box(box: Box, region: Region) -> str:
     colour = device_colour(box.device)
     runner = ", ".join(f"{mode}={name}" for mode, name in box.runner.items()) or "none"
+    rects = "".join(f'<rect x="{number(x)}" y="{number(y)}" width="{number(w)}" height="{number(h)}"/>'
+                    for x, y, w, h in region.rects)
+    room = max(4, int(region.title_width / 6.2))  # characters of an 11 px title that fit on the segment
+    full = box_label(box)
+    short = f"{box.name} \u00b7 {len(box.members)} op{'s' * (len(box.members) != 1)}"
+    label = full if len(full) <= room else _clip(short, room)
+    x, y = region.title_at
     return (f'<g class="subgraph" data-subgraph="{xml(box.name)}" data-device="{xml(box.device)}">'
-            f'<rect x="{_num(left)}" y="{_num(top)}" width="{_num(width)}" height="{_num(height)}" rx="8" '
-            f'fill="{colour}" fill-opacity="0.07" stroke="{colour}" stroke-width="1.6" stroke-dasharray="5 3"/>'
-            f'<text x="{_num(left + 8)}" y="{_num(top + 13)}" font-size="11" font-weight="600" fill="{colour}">'
-            f'{xml(box_label(box))}</text><title>{xml(box_label(box))}\nrunner: {xml(runner)}</title></g>')
+            f'<g class="region" fill="{colour}" fill-opacity="0.10" stroke="none">{rects}</g>'
+            f'<text x="{number(x)}" y="{number(y)}" font-size="11" font-weight="600" fill="{colour}" '
+            f'stroke="#ffffff" stroke-width="3" paint-order="stroke">'  # a halo: edges pass behind the title
+            f'{xml(label)}</text><title>{xml(box_label(box))}\nrunner: {xml(runner)}</title></g>')
 
 
 def legend_entries(scene: Scene) -> list[tuple[str, str, int]]:
@@ -150,17 +168,17 @@ def summary_line(scene: Scene) -> str:
     return " \u00b7 ".join(parts)
 
 
-def _legend(scene: Scene) -> tuple[str, float]:
+def legend_svg(scene: Scene) -> tuple[str, float]:
     """The legend strip and its width."""
     items, x = [], 0.0
     for device, colour, count in legend_entries(scene):
         text = f"{device} ({count})"
-        items.append(f'<g class="legend-device" data-device="{xml(device)}" transform="translate({_num(x)},30)">'
+        items.append(f'<g class="legend-device" data-device="{xml(device)}" transform="translate({number(x)},30)">'
                      f'<rect width="14" height="14" rx="3" fill="{colour}"/>'
                      f'<text x="20" y="11.5" font-size="12">{xml(text)}</text></g>')
         x += 34 + 7.2 * len(text)
     if scene.compiled:
-        items.append(f'<g class="legend-crossing" transform="translate({_num(x)},30)">'
+        items.append(f'<g class="legend-crossing" transform="translate({number(x)},30)">'
                      f'<line x1="0" y1="7" x2="30" y2="7" stroke="{CROSSING_COLOUR}" stroke-width="2.4" '
                      f'stroke-dasharray="7 4"/><text x="36" y="11.5" font-size="12">host/device copy '
                      f'({scene.crossings})</text></g>')
@@ -175,43 +193,32 @@ DEFS = (f'<defs><marker id="xg-arrow" viewBox="0 0 10 10" refX="9" refY="5" mark
         f'orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="{CROSSING_COLOUR}"/></marker></defs>')
 
 
-def drawing(scene: Scene, layout: Layout, titles: bool = True) -> str:
-    """The picture without its `<svg>` element: `<g id="xg-scene">` with boxes, edges and nodes, in that order."""
+def drawing(scene: Scene, layout: Layout, titles: bool = True, element_id: str = "xg-scene") -> str:
+    """The picture without its `<svg>` element: `<g id=element_id>` with regions, edges and nodes, in that order."""
     index_of: dict[Hashable, int] = {n.key: i for i, n in enumerate(scene.nodes)}
-    boxes = "".join(_box(b, layout) for b in scene.boxes)
+    regions = box_regions(scene, layout)
+    boxes = "".join(_box(b, regions[b.name]) for b in scene.boxes if b.name in regions)
     edges = "".join(_edge(e, layout) for e in scene.edges if not e.crossing)
     crossings = "".join(_edge(e, layout) for e in scene.edges if e.crossing)
     nodes = "".join(_node(n, index_of[n.key], layout, titles) for n in scene.nodes)
-    return (f'<g id="xg-scene"><g class="subgraphs">{boxes}</g><g class="edges">{edges}{crossings}</g>'
+    return (f'<g id="{element_id}"><g class="subgraphs">{boxes}</g><g class="edges">{edges}{crossings}</g>'
             f'<g class="nodes">{nodes}</g></g>')
 
 
 def scene_svg(scene: Scene, layout: Layout) -> str:
     """A standalone SVG document: legend strip on top, then the drawing."""
-    legend, legend_width = _legend(scene)
+    legend, legend_width = legend_svg(scene)
     margin = layout.style.margin
     width = max(layout.width, legend_width + 2 * margin)
     height = layout.height + LEGEND_HEIGHT
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<svg xmlns="{SVG_NS}" class="xgraph" width="{_num(width)}" height="{_num(height)}" '
-            f'viewBox="0 0 {_num(width)} {_num(height)}" font-family="{xml(FONT)}">'
+            f'<svg xmlns="{SVG_NS}" class="xgraph" width="{number(width)}" height="{number(height)}" '
+            f'viewBox="0 0 {number(width)} {number(height)}" font-family="{xml(FONT)}">'
             f'<title>{xml(summary_line(scene))}</title>{DEFS}'
             f'<rect width="100%" height="100%" fill="#ffffff"/>'
-            f'<g transform="translate({_num(margin)},{_num(margin)})">{legend}</g>'
-            f'<g transform="translate(0,{_num(LEGEND_HEIGHT)})">{drawing(scene, layout)}</g></svg>\n')
+            f'<g transform="translate({number(margin)},{number(margin)})">{legend}</g>'
+            f'<g transform="translate(0,{number(LEGEND_HEIGHT)})">{drawing(scene, layout)}</g></svg>\n')
 
 
-def render_svg(graph: Graph, layout: Layout | None = None) -> str:
-    """The partition picture of `graph` as an SVG document (`layout`: `layout_graph(graph)`, computed when None)."""
-    scene = build_scene(graph)
-    return scene_svg(scene, layout or layout_scene(scene))
-
-
-def write_svg(graph: Graph, path: str) -> None:
-    """Write the partition picture of `graph` to `path` (atomically)."""
-    from xgraph.view.files import write_text
-    write_text(path, render_svg(graph))
-
-
-__all__ = ["DEFS", "box_bounds", "box_label", "drawing", "edge_path", "legend_entries", "render_svg", "scene_svg",
-           "summary_line", "write_svg", "xml"]
+__all__ = ["DEFS", "box_bounds", "box_label", "box_regions", "drawing", "edge_path", "label_point", "legend_entries",
+           "legend_svg", "number", "scene_svg", "summary_line", "xml"]

@@ -1,0 +1,126 @@
+"""Checking a partition plugin before it runs: import it, call its interface, list every problem.
+
+`check_plugin(name)` does what the chain does up to (not including) `partition`: resolve and
+import the module, call ``get_plugin()`` (``get_plugin({})`` when it takes options), then
+check that the object has all five methods, and call ``get_plugin_name``, ``get_device``,
+``get_runner`` and ``get_memory`` checking each result. Unlike the chain it does not stop at
+the first problem: it returns every problem it can find, each one line, with the file and
+line of the plugin's code when the plugin itself raised. Whether the runner names it
+declares are registered is the caller's to check (the runner registry lives above this
+layer), from `PluginCheck.runner`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xgraph.errors import PluginError
+from xgraph.plugins.base import RUNNER_MODES
+from xgraph.plugins.loader import LoadedPlugin, load_plugin
+from xgraph.devices import get_devices
+from xgraph.plugins.location import at, code_location
+
+#: The methods every plugin object must have (get_memory is optional, with "device" as default).
+METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
+
+
+@dataclass
+class PluginCheck:
+    """What checking one plugin found: where it came from, what it declared, and its problems."""
+
+    name: str
+    source: str = ""
+    plugin_name: str = ""
+    device: str = ""
+    runner: dict[str, str] = field(default_factory=dict)
+    memory: str = ""
+    problems: list[str] = field(default_factory=list)
+    loaded: LoadedPlugin | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+
+def _call(check: PluginCheck, what: str, func: Any, *args: Any) -> tuple[bool, Any]:
+    """(True, result) of func(*args), or (False, None) with the exception recorded as a located problem."""
+    try:
+        return True, func(*args)
+    except Exception as e:
+        roots = check.loaded.code_roots() if check.loaded is not None else []
+        check.problems.append(f"{what} raised {type(e).__name__}: {e}{at(code_location(e, roots))}")
+        return False, None
+
+
+def runner_problems(runner: Any) -> list[str]:
+    """What is wrong with a get_runner() result (shape only; registration is checked by the caller)."""
+    if not isinstance(runner, dict):
+        return [f"get_runner() returned a {type(runner).__name__}; return a dict of mode -> runner name such as "
+                '{"run": "cpu"}']
+    problems = [f"get_runner() maps {k!r} to {v!r}; map mode names to non-empty runner names"
+                for k, v in runner.items() if not isinstance(k, str) or not isinstance(v, str) or not v]
+    unknown = sorted(str(k) for k in set(runner) - set(RUNNER_MODES))
+    if unknown:
+        problems.append(f"get_runner() has unknown mode(s) {unknown}; valid modes are {list(RUNNER_MODES)}")
+    if "run" not in runner:
+        problems.append("get_runner() has no 'run' entry; every plugin needs a 'run' runner")
+    return problems
+
+
+def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[str, Any] | None = None) -> PluginCheck:
+    """Import plugin `name` and check its interface; every problem found, one line each."""
+    from xgraph.plugins.chain import takes_options
+    check = PluginCheck(name)
+    try:
+        check.loaded = load_plugin(name, plugin_path)
+    except PluginError as e:
+        check.problems.append(str(e))
+        return check
+    check.source = check.loaded.source
+    factory = check.loaded.get_plugin
+    if takes_options(factory):
+        ok, plugin = _call(check, "get_plugin(options)", factory, dict(options or {}))
+    else:
+        ok, plugin = _call(check, "get_plugin()", factory)
+    if not ok:
+        return check
+    missing = [m for m in METHODS if not callable(getattr(plugin, m, None))]
+    if missing:
+        check.problems.append(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
+                              "return an instance of a subclass of xgraph.plugins.Plugin")
+    if "get_plugin_name" not in missing:
+        ok, value = _call(check, "get_plugin_name()", plugin.get_plugin_name)
+        if ok and (not isinstance(value, str) or not value):
+            check.problems.append(f"get_plugin_name() returned {value!r}; return a non-empty str")
+        elif ok:
+            check.plugin_name = value
+    if "get_device" not in missing:
+        ok, value = _call(check, "get_device()", plugin.get_device)
+        if ok and (not isinstance(value, str) or not value.strip()):
+            check.problems.append(f"get_device() returned {value!r}; return a non-empty device name such as 'NPU'")
+        elif ok:
+            check.device = value
+    if "get_runner" not in missing:
+        ok, value = _call(check, "get_runner()", plugin.get_runner)
+        if ok:
+            shape = runner_problems(value)
+            check.problems += shape
+            if not shape:
+                check.runner = dict(value)
+    memory = getattr(plugin, "get_memory", None)
+    if callable(memory):
+        ok, value = _call(check, "get_memory()", memory)
+        if ok and value is None:  # the default: where its device lives (host for "CPU"), else device memory
+            spec = get_devices().get(check.device) if isinstance(check.device, str) else None
+            check.memory = spec.memory if spec is not None else "device"
+        elif ok and value not in ("device", "host"):
+            check.problems.append(f"get_memory() returned {value!r}; return 'device', 'host' or None (as its device)")
+        elif ok:
+            check.memory = value
+    else:
+        check.memory = "device"
+    return check
+
+
+__all__ = ["METHODS", "PluginCheck", "check_plugin", "runner_problems"]
