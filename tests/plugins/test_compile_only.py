@@ -83,3 +83,15 @@ def test_cli_compiles_warns_and_inspects_but_run_fails(setup, capsys):
     assert (plugin_dir / "m.svg").read_text().startswith("<")
     assert main(["run", str(out), "--random", "--plugin-path", str(plugin_dir)]) == 2
     assert "plugin 'future_ip' registered no runner for mode 'run'" in capsys.readouterr().err
+
+
+def test_a_runner_name_nobody_registered_compiles_with_a_warning(setup):
+    plugin_dir, model_path = setup
+    source = (plugin_dir / "future_ip.py").read_text().replace("return {}", "return {'run': 'npu_not_yet'}")
+    (plugin_dir / "named_ip.py").write_text(source.replace('"future_ip"', '"named_ip"'))
+    compiled = xgraph.compile(model_path, {"plugins": "named_ip"}, plugin_path=[str(plugin_dir)])
+    [warning] = xgraph.report(compiled)["warnings"]
+    assert warning.startswith("subgraph 'subgraph_relu' runs nowhere yet: plugin 'named_ip' names runner "
+                              "'npu_not_yet' for mode 'run', which is not registered")
+    with pytest.raises(RunnerError, match="npu_not_yet"):
+        xgraph.create_graph_runner(compiled)

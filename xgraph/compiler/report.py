@@ -13,13 +13,14 @@ matched with: "name", "calls", "matches"), "options" (its plugin options) and "s
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, Op
 from xgraph.ir.files import check_target, write_text
 from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.devices import get_devices
+from xgraph.registries import resolve
 
 
 def _annotation(op: Op, key: str) -> Any:
@@ -97,17 +98,22 @@ def report(compiled: Graph) -> dict[str, Any]:
     }
 
 
-def runner_warnings(children) -> list[str]:
-    """One line per device subgraph that cannot run yet: its runner map has no "run" entry
-    (a compile-only plugin), so `create_runner` and the graph runner will refuse it."""
+def runner_warnings(children, registered: "Iterable[str] | None" = None) -> list[str]:
+    """One line per device subgraph that cannot run yet: its runner map has no "run" entry (a
+    compile-only plugin), or names a runner this process has not registered, so `create_runner`
+    and the graph runner will refuse it. `registered`: the runner names (the active registries')."""
+    names = set(resolve(None).runners) if registered is None else set(registered)
     warnings = []
     for child in children:
         runners = _runner_attr(child)
-        if "run" in runners:
-            continue
         plugin = child.get_attr("plugin") if child.has_attr("plugin") else None
         who = f"plugin {plugin!r}" if plugin else f"device {child.get_attr('device') if child.has_attr('device') else '?'}"
-        warnings.append(f"subgraph {child.name!r} runs nowhere yet: {who} registered no runner for mode 'run'")
+        if "run" not in runners:
+            warnings.append(f"subgraph {child.name!r} runs nowhere yet: {who} registered no runner for mode 'run'")
+        elif runners["run"] not in names:
+            warnings.append(f"subgraph {child.name!r} runs nowhere yet: {who} names runner {runners['run']!r} for "
+                            f"mode 'run', which is not registered (register it with xgraph.register_runner, or "
+                            f"import the plugin that does, before running)")
     return warnings
 
 
