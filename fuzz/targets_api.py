@@ -364,7 +364,7 @@ class XmodelAttrs(Target):
             return "refused"
         check_consistent(g, "xgraph.load")
         from xgraph.view.html import render_html
-        from xgraph.view.svg import render_svg
+        from xgraph.view.picture import render_svg
         from xgraph.view.text import dump_text, inspect_data, inspect_text
         for what, fn in (("report", lambda: xgraph.report(g)), ("inspect_text", lambda: inspect_text(g)),
                          ("inspect_data", lambda: json.dumps(inspect_data(g))), ("dump_text", lambda: dump_text(g)),

@@ -12,7 +12,7 @@ that audit running, so a fix that onnx makes upstream shows up as a redundant ov
   An inference graph means the running statistics (inputs 3 and 4); only opset 14's explicit
   ``training_mode=1`` asks for batch statistics. Max error on one opset-9 node with random
   statistics was 0.21 before this fix.
-- Softmax, LogSoftmax, Hardmax before opset 13: the evaluator applies them along `axis`
+- Softmax, LogSoftmax, Hardmax: before opset 13 the evaluator applies them along `axis`
   alone, while opsets 1-11 coerce the input to 2-D at `axis` ([N, C, 1, 1] with axis=1 is a
   softmax over C*1*1 values); on the zoo classifiers' final [1, 1000, 1, 1] Softmax the
   evaluator returned 1.0 for every class.
@@ -62,6 +62,12 @@ def _coerced_2d(fn, x: np.ndarray, axis: int) -> np.ndarray:
     return fn(x.reshape(rows, -1)).reshape(x.shape)
 
 
+def _along_axis(fn, x: np.ndarray, axis: int) -> np.ndarray:
+    """Opset 13's Softmax family: apply `fn` (which works on the last axis of a 2-D array) along `axis`."""
+    moved = np.moveaxis(x, axis, -1)
+    return np.moveaxis(fn(moved.reshape(-1, moved.shape[-1])).reshape(moved.shape), -1, axis)
+
+
 def _softmax_2d(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -92,11 +98,13 @@ def _build() -> list:
     from onnx.reference.ops.op_softmax import Softmax as EvaluatorSoftmax
 
     def coerced(base, fn_2d, name):
-        """`base` from opset 13 on; the 2-D coercion of opsets 1-11 before it."""
+        """The Softmax family, every opset: along `axis` from 13 on, on x coerced to 2-D before."""
         def _run(self, x, axis=None):
+            given = [a for a in self.onnx_node.attribute if a.name == "axis"]  # the node's own, not a schema default
+            axis = int(given[0].i) if given else None
             if _opset(self) >= 13:
-                return base._run(self, x, axis=-1 if axis is None else axis)
-            return (_coerced_2d(fn_2d, x, 1 if axis is None else int(axis)),)
+                return (_along_axis(fn_2d, x, -1 if axis is None else axis),)
+            return (_coerced_2d(fn_2d, x, 1 if axis is None else axis),)
         return type(name, (base,), {"_run": _run, "__doc__": f"ONNX {name}, every opset (2-D coercion before 13)."})
 
     class LRN(OpRun):
