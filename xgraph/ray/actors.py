@@ -12,6 +12,7 @@ Jobs submitted while an actor is starting queue in Ray and run once it is up.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Callable
 
 from xgraph.errors import RunnerError
 from xgraph.ray.errors import DeviceUnavailableError
-from xgraph.ray.session import actor_options, describe_node, require_ray, unmet
+from xgraph.ray.session import actor_options, alive_nodes, describe_node, require_ray, unmet
 from xgraph.ray.stages import Stage
 from xgraph.ray.worker import StageWorker
 
@@ -47,7 +48,9 @@ class ActorSlot:
     generation: int = 0
     state: str = "starting"
     info: dict = field(default_factory=dict)   # StageWorker.ready(): node, pid, xgraph path
-    reason: str = ""                           # why it is lost
+    reason: str = ""                           # why it is lost (cannot be restarted)
+    died_because: str = ""                     # what Ray said when it last died
+    retry: bool = False                        # lost for want of resources: restart once a node offers them
     restarts: int = 0
     deadline: float = 0.0                      # when a starting actor counts as failed to start
     checked: float = 0.0                       # last time a lost device's resources were checked
@@ -66,11 +69,14 @@ class ActorSlot:
 
 
 def death_reason(error: BaseException) -> str:
-    """The line of a Ray actor error that says why the actor died (Ray's message has several)."""
+    """The part of a Ray actor error that says why the actor died (Ray's message has many lines)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    for line in lines:
-        if "because" in line or "Worker exit detail" in line or "node was terminated" in line:
-            return line[:300]
+    for i, line in enumerate(lines):
+        if "because" in line:
+            detail = lines[i + 1] if i + 1 < len(lines) and ":" in lines[i + 1] and "_" not in \
+                lines[i + 1].split(":")[0] else ""
+            reason = re.sub(r"\s*Node Id: [0-9a-f]+\.?", "", f"{line} {detail}".strip())  # errors name the node
+            return reason.split(" Some common causes")[0][:300]
     return (lines[-1] if lines else type(error).__name__)[:300]
 
 
@@ -88,6 +94,7 @@ class ActorSet:
         self._owner, self._start_timeout = owner, start_timeout
         self._runtime_env, self._setup, self._post = runtime_env, setup, post
         self._lock = threading.RLock()
+        self._actor_ids: dict[str, tuple[ActorSlot, int]] = {}  # every actor that reported ready
 
     # -- starting -------------------------------------------------------------------------------
     def _create(self, slot: ActorSlot) -> None:
@@ -106,9 +113,9 @@ class ActorSet:
         ray = self.ray
         try:
             for slot in self.slots.values():
-                missing = unmet(slot.spec.demand, slot.who)
+                missing = unmet(slot.spec.demand, slot.spec.key)
                 if missing:
-                    raise DeviceUnavailableError(f"{self._owner}: {missing}")
+                    raise DeviceUnavailableError(f"{self._owner}: {slot.who} cannot start: {missing}")
                 self._create(slot)
             pending = {slot.handle.ready.remote(): slot for slot in self.slots.values()}
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self._start_timeout)
@@ -135,6 +142,7 @@ class ActorSet:
                               f"imports xgraph {info.get('xgraph')} from {info.get('xgraph_path')}, but this "
                               f"program runs xgraph {xgraph.__version__}; install the same xgraph on every node")
         slot.info, slot.state = info, "ready"
+        self._actor_ids[info["actor_id"]] = (slot, slot.generation)
 
     # -- jobs -----------------------------------------------------------------------------------
     def target(self, key: str) -> tuple[Any, int, ActorSlot]:
@@ -143,12 +151,13 @@ class ActorSet:
             slot = self.slots[key]
             if slot.state == "lost":
                 now = time.monotonic()
-                if now - slot.checked >= LOST_RECHECK_S:
+                if slot.retry and now - slot.checked >= LOST_RECHECK_S:
                     slot.checked = now
-                    if not unmet(slot.spec.demand, slot.who):
+                    if not unmet(slot.spec.demand, slot.spec.key):
                         self._restart(slot)
                 if slot.state == "lost":
-                    raise DeviceUnavailableError(f"{self._owner}: {slot.who} is unavailable: {slot.reason}")
+                    raise DeviceUnavailableError(f"{self._owner}: {slot.who} is unavailable: it died "
+                                                 f"({slot.died_because}) and cannot be restarted: {slot.reason}")
             if slot.state == "closed":
                 raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
             return slot.handle, slot.generation, slot
@@ -166,25 +175,38 @@ class ActorSet:
         """Record that generation `generation` of `slot` died; restart it if a node can host it.
 
         Returns what happens next, for the failed jobs' messages. Only the first report of a
-        generation acts; later ones (other jobs it held) get the same answer.
+        generation acts; later ones (other jobs it held) get the same answer. When the actor's
+        node is gone, the other actors that ran there are replaced too, before a job finds
+        them dead.
         """
         with self._lock:
             if generation != slot.generation or slot.state in ("lost", "closed"):
                 return self._next_step(slot)
-            never_started = slot.state == "starting"
-            self._kill(slot)
-            missing = unmet(slot.spec.demand, slot.who)
-            if never_started:  # restarting again would likely fail the same way: stop here
-                slot.state, slot.handle = "lost", None
-                slot.reason = f"its restart died before it was ready ({death_reason(error)})"
-                slot.checked = time.monotonic()
-            elif missing:
-                slot.state, slot.handle = "lost", None
-                slot.reason = f"it died ({death_reason(error)}) and cannot be restarted: {missing}"
-                slot.checked = time.monotonic()
-            else:
-                self._restart(slot)
+            node = slot.info.get("node_id")
+            self._replace(slot, death_reason(error))
+            if node and node not in {n["NodeID"] for n in alive_nodes()}:
+                for other in self.slots.values():
+                    if other is not slot and other.state == "ready" and other.info.get("node_id") == node:
+                        self._replace(other, f"its node {node[:8]} died")
             return self._next_step(slot)
+
+    def _replace(self, slot: ActorSlot, reason: str) -> None:
+        """Kill what is left of `slot`'s actor and restart it, or mark it lost saying why."""
+        never_started = slot.state == "starting"
+        self._kill(slot)
+        missing = unmet(slot.spec.demand, slot.spec.key)
+        slot.died_because = reason
+        if never_started:  # restarting again would likely fail the same way: stop here
+            self._lose(slot, "its restart died before it was ready", retry=False)
+        elif missing:
+            self._lose(slot, missing, retry=True)
+        else:
+            self._restart(slot)
+
+    def _lose(self, slot: ActorSlot, reason: str, retry: bool) -> None:
+        """Give `slot` up (its jobs fail at once), saying why; `retry`: try again when resources return."""
+        self._kill(slot)
+        slot.state, slot.reason, slot.retry, slot.checked = "lost", reason, retry, time.monotonic()
 
     @staticmethod
     def _next_step(slot: ActorSlot) -> str:
@@ -202,10 +224,7 @@ class ActorSet:
             try:
                 self._ready(slot, future.result())
             except (RunnerError, self.ray.exceptions.RayError) as e:
-                self._kill(slot)
-                slot.state, slot.handle = "lost", None
-                slot.reason = f"its restart failed: {death_reason(e)}"
-                slot.checked = time.monotonic()
+                self._lose(slot, f"its restart failed: {death_reason(e)}", retry=False)
 
     def poll(self) -> None:
         """Give up on restarted actors that did not come up within start_timeout (their queued jobs fail)."""
@@ -213,21 +232,13 @@ class ActorSet:
         with self._lock:
             for slot in self.slots.values():
                 if slot.state == "starting" and slot.generation > 0 and now > slot.deadline:
-                    self._kill(slot)
-                    missing = unmet(slot.spec.demand, slot.who)
-                    slot.state, slot.handle = "lost", None
-                    slot.reason = (f"its restart did not finish within {self._start_timeout} s"
-                                   + (f": {missing}" if missing else ""))
-                    slot.checked = now
+                    missing = unmet(slot.spec.demand, slot.spec.key)
+                    self._lose(slot, f"its restart did not finish within {self._start_timeout} s"
+                               + (f": {missing}" if missing else ""), retry=bool(missing))
 
-    def owner_of(self, actor_id: str | None) -> ActorSlot | None:
-        """The slot whose current actor has Ray actor id `actor_id` (hex), if any."""
-        if not actor_id:
-            return None
-        for slot in self.slots.values():
-            if slot.info.get("actor_id") == actor_id:
-                return slot
-        return None
+    def owner_of(self, actor_id: str | None) -> tuple[ActorSlot, int] | None:
+        """(slot, generation) of the actor with Ray actor id `actor_id` (hex), if it ever reported ready."""
+        return self._actor_ids.get(actor_id) if actor_id else None
 
     # -- lifetime -------------------------------------------------------------------------------
     def _kill(self, slot: ActorSlot) -> None:

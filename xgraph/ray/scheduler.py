@@ -151,10 +151,14 @@ class RayScheduler:
             self.actors.poll()
 
     def _stage_done(self, run: _RemoteRun, position: int, future) -> None:
+        error = future.exception()
+        if error is not None and isinstance(error, self.ray.exceptions.RayActorError):
+            death = self._death(run, position, error)  # noted even for a job that already failed
+            if not run.over:
+                self._fail(run, death)
+            return
         if run.over:
             return
-        stage, slot, generation, info = run.targets[position]
-        error = future.exception()
         if error is not None:
             self._fail(run, self._job_error(run, position, error))
             return
@@ -197,29 +201,36 @@ class RayScheduler:
             self._runs.pop(run.job.id, None)
         run.done(run.job, None, error)
 
-    def _job_error(self, run: _RemoteRun, position: int, error: BaseException) -> BaseException:
-        """The job's error: the task's own (it names subgraph, device and node), or the actor's death."""
-        exceptions = self.ray.exceptions
+    def _death(self, run: _RemoteRun, position: int, error: BaseException) -> ActorLostError:
+        """Tell the actor set which actor died (it restarts it) and say so in the job's error.
+
+        The error names the actor that died, which is not always the stage's own: a stage
+        whose input came from a dead actor fails with that actor's id in the error.
+        """
         stage, slot, generation, info = run.targets[position]
-        if isinstance(error, exceptions.RayActorError):
-            dead = self.actors.owner_of(getattr(error, "actor_id", None))
-            if dead is not None:
-                for s, sl, g, i in run.targets:  # the stage of the actor that died, not the one that waited for it
-                    if sl is dead:
-                        stage, slot, generation, info = s, sl, g, i
-                        break
-            next_step = self.actors.died(slot, generation, error)
-            subgraphs = ", ".join(repr(s) for s in stage.subgraphs) or "its copies"
-            where = slot.where() if not info else \
-                f"node {info['node_ip']} ({info['node_id'][:8]}), pid {info['pid']}"
-            return ActorLostError(f"job {run.job.id}: subgraph {subgraphs} on {slot.spec.device}: its Ray actor on "
-                                  f"{where} died before the job finished ({death_reason(error)}); {next_step}")
+        owner = self.actors.owner_of(getattr(error, "actor_id", None))
+        if owner is not None:
+            slot, generation = owner
+            stage, info = next(((s, i) for s, sl, g, i in run.targets if sl is slot), (stage, info))
+        elif isinstance(error, self.ray.exceptions.RayTaskError):
+            return ActorLostError(f"job {run.job.id}: an actor it needed died ({death_reason(error)})")
+        next_step = self.actors.died(slot, generation, error)
+        subgraphs = ", ".join(repr(s) for s in stage.subgraphs) or "its copies"
+        where = f"node {info['node_ip']} ({info['node_id'][:8]}), pid {info['pid']}" if info else slot.where()
+        return ActorLostError(f"job {run.job.id}: subgraph {subgraphs} on {slot.spec.device}: its Ray actor on "
+                              f"{where} died before the job finished ({death_reason(error)}); {next_step}")
+
+    def _job_error(self, run: _RemoteRun, position: int, error: BaseException) -> BaseException:
+        """The job's error: the task's own, which names subgraph, device and node, or Ray's, wrapped."""
+        stage, slot, _, _ = run.targets[position]
+        if isinstance(error, self.ray.exceptions.RayActorError):
+            return self._death(run, position, error)
         cause = getattr(error, "cause", None)
         if isinstance(cause, XGraphError):
             if getattr(cause, "subgraph", None) in stage.subgraphs:
                 self._record(cause.subgraph, None, 0, 0)
             return cause
-        if isinstance(error, exceptions.ObjectLostError):
+        if isinstance(error, self.ray.exceptions.ObjectLostError):
             return ActorLostError(f"job {run.job.id}: a value of subgraph(s) {', '.join(stage.subgraphs)} on "
                                   f"{slot.spec.device} was lost with its node ({death_reason(error)})")
         return RunnerError(f"job {run.job.id}: stage {stage.index} on {slot.spec.device} "

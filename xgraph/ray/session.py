@@ -9,6 +9,7 @@ every other key a custom resource (a node offers it with `ray start --resources`
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any, Mapping
@@ -110,17 +111,22 @@ def nodes_offering(demand: Mapping[str, float], nodes: list[dict[str, Any]] | No
                                     for name, amount in demand.items() if amount > 0)]
 
 
-def unmet(demand: Mapping[str, float], who: str) -> str:
-    """'' when some live node can host `demand`, else a sentence saying what is missing and what to do."""
+def unmet(demand: Mapping[str, float], key: str) -> str:
+    """'' when some live node can host `demand`, else a sentence saying what is missing and what to do.
+
+    `key` is what the demand is configured under (a device or subgraph name), for the hint.
+    """
     nodes = alive_nodes()
     if nodes_offering(demand, nodes):
         return ""
     offered = sorted({name for n in nodes for name in n.get("Resources", {}) if not name.startswith("node:")})
     wanted = ", ".join(f"{k}={v:g}" for k, v in demand.items())
-    return (f"{who} needs Ray resources {{{wanted}}}, but none of the {len(nodes)} live node(s) offers them "
-            f"(they offer: {', '.join(offered) or 'nothing'}); start a node with them (ray start --resources="
-            f"'{{\"NAME\": N}}') or give this device other resources (resources={{device: {{...}}}}, "
-            f"{{}} for any node)")
+    custom = {k: v for k, v in demand.items() if k not in _BUILTIN_RESOURCES}
+    start = "ray start --resources='" + json.dumps({k: int(v) if v == int(v) else v for k, v in custom.items()}) \
+        + "'" if custom else "ray start --num-cpus=N"
+    return (f"no live node offers Ray resources {{{wanted}}} (the {len(nodes)} live node(s) offer: "
+            f"{', '.join(offered) or 'nothing'}); start a node with them ({start}) or give {key} other "
+            f"resources (resources={{{key!r}: {{...}}}}; {{}} runs on any node)")
 
 
 def describe_node(node_id: str, address: str) -> str:

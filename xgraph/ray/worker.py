@@ -136,7 +136,10 @@ class StageWorker:
     def _task_error(self, task: StageTask, job_id: int, error: Exception) -> BaseException:
         what = (f"subgraph {task.name!r} on {self.devices.get(task.name, self.device)}" if task.kind == "subgraph"
                 else f"{task.name} on {self.device}")
-        message = f"job {job_id}: {what} ({self._node}) failed: {type(error).__name__}: {error}"
+        if str(error).startswith(what):  # the runner's own message already names subgraph and device
+            message = f"job {job_id}: {error} ({self._node}; {type(error).__name__})"
+        else:
+            message = f"job {job_id}: {what} ({self._node}) failed: {type(error).__name__}: {error}"
         failure = _same_type_error(error, message)
         failure.subgraph = task.name if task.kind == "subgraph" else None  # travels with the pickled error
         return failure
