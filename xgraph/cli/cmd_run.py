@@ -1,13 +1,15 @@
 """`xgraph run`: run a model once on given inputs and print (and save) its outputs.
 
     xgraph run MODEL(.xmodel|.onnx) --input NAME=FILE ... [--mode run|sim|ref]
-               [--kernels auto|numpy|onnxruntime] [--output-dir DIR]
+               [--kernels auto|numpy|onnxruntime] [--output-dir DIR] [--ray [ADDRESS]]
+    xgraph run MODEL --input-dir DIR [--output-dir OUT] [--ray [ADDRESS] --concurrency N --batch-size N]
 
 Inputs come from .npy files, .npz archives (one array, the array named like the input, or,
 without NAME=, every array by its name) and image files: an image becomes uint8 HWC pixels
 through Pillow, or stays the file's raw bytes when the input is a 1-D uint8 tensor (an
 encoded-image input such as DVPP's decoder takes). An .onnx model (or an .xmodel that was
-never compiled) is compiled first with --options / --plugin-path.
+never compiled) is compiled first with --options / --plugin-path. --input-dir and --ray are
+in run_dir.py.
 
 The helpers here (model loading, input files, random inputs, value summaries) are shared by
 `xgraph verify` and `xgraph bench`.
@@ -292,13 +294,18 @@ def add_parser(subparsers) -> None:
     add_kernels_argument(p)
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/NAME.npy")
     add_compile_arguments(p)
+    from xgraph.cli import run_dir
+    run_dir.add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Compile if needed, run once, print the outputs, save them when asked."""
     import xgraph
+    from xgraph.cli import run_dir
     graph = load_compiled(args)
+    if args.input_dir:
+        return run_dir.run_directory(args, graph)
     inputs = graph.get_input_tensors()
     feeds = read_inputs(args.input, inputs)
     missing = [t for t in inputs if t.name not in feeds]
@@ -307,11 +314,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.random:
             raise missing_inputs_error(missing, args.model)
         feeds, filled = complete_inputs(feeds, inputs, args.seed)
-    with xgraph.create_graph_runner(graph, args.mode, args.kernels) as runner:
+    on_ray = args.ray is not None
+    with (run_dir.ray_graph_runner(args, graph) if on_ray else
+          xgraph.create_graph_runner(graph, args.mode, args.kernels)) as runner:
         outputs = runner.run(feeds)
     devices = sorted({str(sg.get_attr("device")) for sg in graph.get_root_subgraph().get_children()})
     print(f"{args.model}: mode {args.mode}, kernels {args.kernels}, "
-          f"{graph.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}")
+          f"{graph.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}"
+          + (" (a Ray actor per device)" if on_ray else ""))
     for name in feeds:
         note = f" (random, seed {args.seed})" if name in filled else ""
         print(f"  input   {name}: {summarize(feeds[name])}{note}")

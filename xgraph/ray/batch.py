@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 #: Columns that describe a row rather than feed the model (kept in the output by default).
 DESCRIPTIVE = ("path",)
-ON_ERROR = ("raise", "skip")
+#: What a replica does with a row that fails: fail the batch, drop the row, or keep it with its error
+#: in an "error" column ("" for rows that ran) and None for its outputs.
+ON_ERROR = ("raise", "skip", "record")
 
 
 def check_replica(graph: "Graph", columns: Mapping[str, str], on_error: str) -> None:
@@ -60,6 +62,8 @@ def _cell(value: Any, tensor: "Tensor") -> tuple[Any, bool]:
 
 def _column(values: list[Any]) -> Any:
     """Per-row outputs as one column: stacked when they share shape and dtype, else a list (ragged)."""
+    if any(v is None for v in values):
+        return list(values)  # rows that failed under on_error="record"
     arrays = [np.asarray(v) for v in values]
     if arrays and all(a.dtype == object for a in arrays) and all(isinstance(x, str) for a in arrays for x in a.flat):
         arrays = [a.astype(str) for a in arrays]  # strings (a LabelEncoder's names) as a fixed-width column
@@ -125,13 +129,20 @@ class ModelReplica:
                 added |= grew
             jobs.append(self.runner.execute_async(feeds))  # blocks while max_jobs_in_flight are pending
             squeezed.append(added)
-        kept, results = [], {name: [] for name in self.outputs}
+        kept, errors, results = [], [], {name: [] for name in self.outputs}
         for i, (job, added) in enumerate(zip(jobs, squeezed)):
             if self.runner.wait(job) != 0:
-                if self.on_error == "skip":
-                    continue
-                raise self.runner.get_error(job) or RunnerError(f"row {i} of the batch failed")
+                error = self.runner.get_error(job) or RunnerError(f"row {i} of the batch failed")
+                if self.on_error == "raise":
+                    raise error
+                if self.on_error == "record":
+                    kept.append(i)
+                    errors.append(str(error))
+                    for name in self.outputs:
+                        results[name].append(None)
+                continue
             kept.append(i)
+            errors.append("")
             for name, value in zip(self.outputs, self.runner.get_outputs(job)):
                 if added and isinstance(value, np.ndarray) and value.ndim and value.shape[0] == 1:
                     value = value[0]
@@ -145,6 +156,11 @@ class ModelReplica:
             raise RunnerError(f"model {self.graph.name!r}: output {clash[0]!r} has the name of a kept column; "
                               f"pass keep_columns without it")
         out.update({name: _column(values) for name, values in results.items()})
+        if self.on_error == "record":
+            if "error" in out:
+                raise RunnerError(f"model {self.graph.name!r} has an output named 'error', which on_error='record' "
+                                  f"needs for its column; use on_error='skip' or 'raise'")
+            out["error"] = np.array(errors, dtype=object)
         return out
 
     def __del__(self) -> None:
