@@ -24,7 +24,8 @@ pytestmark = pytest.mark.xdist_group("ray")
 def test_jpeg_files_through_the_dvpp_subgraph_equal_the_local_runner(cluster, models, expected):
     files = [str(models.sample / "images" / name) for name in models.jpegs] * 4
     dataset = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)
-    out = xgraph.ray.map_batches(dataset, models.classifier_path, batch_size=5, concurrency=2, progress=False)
+    with pytest.warns(RuntimeWarning, match="reserve all 2 CPUs"):  # harmless here: the reads take no CPU
+        out = xgraph.ray.map_batches(dataset, models.classifier_path, batch_size=5, concurrency=2, progress=False)
     rows = out.take_all()
     assert len(rows) == len(files)
     for row in rows:
@@ -48,7 +49,7 @@ def test_rows_without_the_batch_dim_get_it_and_lose_it_on_the_outputs(cluster, m
         np.testing.assert_array_equal(row["ln2"], want[0])
 
 
-def test_failed_rows_are_recorded_or_skipped_and_the_others_run(cluster, models, expected):
+def test_failed_rows_are_recorded_and_the_others_run(cluster, models, expected):
     good = models.jpegs["sample1.jpg"]
     dataset = ray.data.from_items([{"name": "good", "jpeg": good}, {"name": "cut", "jpeg": good[:300]},
                                    {"name": "good2", "jpeg": good}])
@@ -58,19 +59,17 @@ def test_failed_rows_are_recorded_or_skipped_and_the_others_run(cluster, models,
     assert by_name["good"]["error"] == "" and by_name["good2"]["error"] == ""
     np.testing.assert_array_equal(by_name["good"]["scores"], expected.classifier["sample1.jpg"][0])
     assert "subgraph 'subgraph_decode' on DVPP" in by_name["cut"]["error"] and by_name["cut"]["scores"] is None
-    skipped = xgraph.ray.map_batches(dataset, models.classifier, keep_columns=("name",), on_error="skip",
-                                     progress=False).take_all()
-    assert sorted(r["name"] for r in skipped) == ["good", "good2"]
-    with pytest.raises(Exception, match="JpegDecode|decode"):  # "raise": the dataset fails, naming the op
-        xgraph.ray.map_batches(dataset, models.classifier, progress=False).take_all()
 
 
 def test_model_replica_is_a_plain_callable_for_dataset_map_batches(models, expected):
-    replica = xgraph.ray.ModelReplica(models.classifier_path.read_bytes())
-    batch = {"bytes": np.array([models.jpegs["sample2.jpg"].tobytes()], dtype=object), "path": np.array(["a.jpg"])}
-    out = replica(batch)
-    assert list(out) == ["path", "scores", "labels"]
-    np.testing.assert_array_equal(out["scores"][0], expected.classifier["sample2.jpg"][0])
+    good = models.jpegs["sample2.jpg"].tobytes()
+    batch = {"bytes": np.array([good, good[:300], good], dtype=object), "path": np.array(["a.jpg", "b.jpg", "c.jpg"])}
+    out = xgraph.ray.ModelReplica(models.classifier_path.read_bytes(), on_error="skip")(batch)
+    assert list(out) == ["path", "scores", "labels"] and out["path"].tolist() == ["a.jpg", "c.jpg"]
+    for scores in out["scores"]:
+        np.testing.assert_array_equal(scores, expected.classifier["sample2.jpg"][0])
+    with pytest.raises(XGraphError, match="JpegDecode"):
+        xgraph.ray.ModelReplica(models.classifier)(batch)  # on_error="raise": the batch fails, naming the op
 
 
 def test_bad_arguments_are_refused_before_any_work(cluster, models):
@@ -116,11 +115,14 @@ def test_cli_runs_a_folder_on_ray_with_the_outputs_of_the_local_run(cluster, mod
     assert not (tmp_path / "ray" / "broken").exists()
 
 
-def test_cli_runs_one_input_through_the_ray_graph_runner(cluster, models):
-    image = models.sample / "images" / "sample0.jpg"
-    local = _cli(str(models.classifier_path), "--input", f"jpeg={image}")
-    on_ray = _cli(str(models.classifier_path), "--input", f"jpeg={image}", "--ray", cluster.address)
+def test_cli_runs_one_input_through_the_ray_graph_runner(cluster, models, tmp_path):
+    feeds = models.encoder_feeds(11)
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    models.encoder.serialize(tmp_path / "encoder.xmodel")
+    args = [str(tmp_path / "encoder.xmodel"), *[f"--input={name}={tmp_path / name}.npy" for name in feeds]]
+    local, on_ray = _cli(*args, "-o", str(tmp_path / "local")), _cli(*args, "-o", str(tmp_path / "ray"),
+                                                                      "--ray", cluster.address)
     assert local.returncode == 0 and on_ray.returncode == 0, on_ray.stderr
     assert "(a Ray actor per device)" in on_ray.stdout
-    outputs = [line for line in local.stdout.splitlines() if line.startswith("  output")]
-    assert outputs and outputs == [line for line in on_ray.stdout.splitlines() if line.startswith("  output")]
+    np.testing.assert_array_equal(np.load(tmp_path / "ray" / "ln2.npy"), np.load(tmp_path / "local" / "ln2.npy"))

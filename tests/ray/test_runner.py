@@ -155,27 +155,19 @@ def test_an_actor_killed_mid_run_fails_the_jobs_it_held_and_is_restarted(cluster
         assert after["restarts"] == 1 and after["state"] == "ready" and after["pid"] != before["pid"]
 
 
-def test_wait_with_a_timeout_and_job_timeout_never_hang(cluster, gates):
-    gate, setup = gates.make({"wait": {"AICORE:9": ["release"]}, "timeout": 30.0})
-    with xgraph.ray.create_graph_runner(gates.chain_graph(["AICORE", "AICPU"]), worker_setup=setup,
-                                        job_timeout=1.0) as runner:
-        stuck = runner.execute_async({"x": np.full((1, 4), 9, np.float32)})
-        with pytest.raises(RunnerError, match=f"job {stuck[0]} did not finish within 0.2 s"):
-            runner.wait(stuck, timeout=0.2)
-        assert runner.wait(stuck, timeout=WAIT) == 3
-        assert "exceeded job_timeout=1.0 s" in str(runner.get_error(stuck))
-        ray.get(gate.open.remote("release"), timeout=WAIT)
-        (y,) = runner.run({"x": np.full((1, 4), 5, np.float32)})
-        assert float(y[0, 0]) == 5
-
-
-def test_close_cancels_jobs_in_flight_and_releases_every_actor(cluster, gates):
+def test_waits_and_job_timeouts_never_hang_and_close_cancels_jobs_and_releases_every_actor(cluster, gates):
     gate, setup = gates.make({"wait": {"AICORE:9": ["never"]}, "timeout": 30.0})
-    runner = xgraph.ray.create_graph_runner(gates.chain_graph(["AICORE", "AICPU", "CPU"]), worker_setup=setup)
+    runner = xgraph.ray.create_graph_runner(gates.chain_graph(["AICORE", "AICPU", "CPU"]), worker_setup=setup,
+                                            job_timeout=1.0)
     pids = [a["pid"] for a in actors_of(runner).values()]
-    job = runner.execute_async({"x": np.full((1, 4), 9, np.float32)})
+    stuck = runner.execute_async({"x": np.full((1, 4), 9, np.float32)})  # its AICORE stage waits for ever
+    with pytest.raises(RunnerError, match=f"job {stuck[0]} did not finish within 0.2 s"):
+        runner.wait(stuck, timeout=0.2)
+    assert runner.wait(stuck, timeout=WAIT) == 3
+    assert "exceeded job_timeout=1.0 s" in str(runner.get_error(stuck))
+    queued = runner.execute_async({"x": np.full((1, 4), 5, np.float32)})  # behind the stuck one on AICORE
     runner.close()
-    assert runner.wait(job, timeout=WAIT) == 2
+    assert runner.wait(queued, timeout=WAIT) == 2 and "cancelled" in str(runner.get_error(queued))
     assert {a["state"] for a in actors_of(runner).values()} == {"closed"}
     deadline = time.monotonic() + WAIT
     alive = set(pids)
