@@ -38,8 +38,8 @@ def test_jpeg_files_through_the_dvpp_subgraph_equal_the_local_runner(cluster, mo
 
 def test_rows_without_the_batch_dim_get_it_and_lose_it_on_the_outputs(cluster, models, expected):
     feeds = [models.encoder_feeds(seed) for seed in range(12)]
-    dataset = ray.data.from_items([{"seed": seed, "input_ids": f["input_ids"][0], "attention_mask": f["attention_mask"][0]}
-                                   for seed, f in enumerate(feeds)])
+    dataset = ray.data.from_items([{"seed": seed, "input_ids": f["input_ids"][0],
+                                    "attention_mask": f["attention_mask"][0]} for seed, f in enumerate(feeds)])
     out = xgraph.ray.map_batches(dataset, models.encoder, batch_size=4, keep_columns=("seed",), progress=False)
     rows = out.take_all()
     assert sorted(r["seed"] for r in rows) == list(range(12))

@@ -19,7 +19,7 @@ _LAZY = {
     "RayGraphRunner": "xgraph.ray.graph_runner",
     "map_batches": "xgraph.ray.batch",
     "ModelReplica": "xgraph.ray.batch",
-    "read_files": "xgraph.ray.batch",
+    "read_files": "xgraph.ray.files",
     "connect": "xgraph.ray.session",
     "ActorLostError": "xgraph.ray.errors",
     "DeviceUnavailableError": "xgraph.ray.errors",

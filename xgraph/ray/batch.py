@@ -17,13 +17,13 @@ a replica's devices pipeline as they do locally.
 """
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from xgraph.errors import RunnerError
-from xgraph.ray.files import read_files  # noqa: F401  (re-exported as xgraph.ray.read_files)
+from xgraph.errors import RunnerError, XGraphError
 from xgraph.ray.graph_runner import model_bytes
 from xgraph.ray.session import connect, require_ray
 
@@ -117,51 +117,55 @@ class ModelReplica:
         return sources
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        """Run every row of `batch`; the outputs by name, plus the kept columns (rows that failed dropped
-        under on_error="skip")."""
+        """Run every row of `batch`: the outputs by name, the kept columns, and "error" under on_error="record"."""
         sources = self._sources(batch)
         rows = len(next(iter(batch.values()))) if batch else 0
-        jobs, squeezed = [], []
+        outcomes: list[tuple[list | None, str]] = [(None, "")] * rows
+        window: deque = deque()  # (row, job, batch dim added) in flight, a few at a time
         for i in range(rows):
-            feeds, added = {}, False
-            for t in self.inputs:
-                feeds[t.name], grew = _cell(batch[sources[t.name]][i], t)
-                added |= grew
-            jobs.append(self.runner.execute_async(feeds))  # blocks while max_jobs_in_flight are pending
-            squeezed.append(added)
-        kept, errors, results = [], [], {name: [] for name in self.outputs}
-        for i, (job, added) in enumerate(zip(jobs, squeezed)):
-            if self.runner.wait(job) != 0:
-                error = self.runner.get_error(job) or RunnerError(f"row {i} of the batch failed")
-                if self.on_error == "raise":
-                    raise error
-                if self.on_error == "record":
-                    kept.append(i)
-                    errors.append(str(error))
-                    for name in self.outputs:
-                        results[name].append(None)
-                continue
-            kept.append(i)
-            errors.append("")
-            for name, value in zip(self.outputs, self.runner.get_outputs(job)):
-                if added and isinstance(value, np.ndarray) and value.ndim and value.shape[0] == 1:
-                    value = value[0]
-                results[name].append(value)
+            try:
+                feeds, added = {}, False
+                for t in self.inputs:
+                    feeds[t.name], grew = _cell(batch[sources[t.name]][i], t)
+                    added |= grew
+                window.append((i, self.runner.execute_async(feeds), added))
+            except XGraphError as e:  # a row the model cannot take (dtype, shape): as if its run failed
+                outcomes[i] = self._failed(i, e)
+            while window and (len(window) >= self.runner.max_jobs_in_flight or i == rows - 1):
+                row, job, added = window.popleft()
+                outcomes[row] = self._collect(row, job, added)
+        kept = [i for i, (values, error) in enumerate(outcomes) if values is not None or error]
         out: dict[str, Any] = {}
         for column in self.keep_columns:
             if column in batch:
                 out[column] = np.asarray(batch[column])[kept]
-        clash = sorted(set(out) & set(results))
+        clash = sorted(set(out) & set(self.outputs))
         if clash:
             raise RunnerError(f"model {self.graph.name!r}: output {clash[0]!r} has the name of a kept column; "
                               f"pass keep_columns without it")
-        out.update({name: _column(values) for name, values in results.items()})
+        for k, name in enumerate(self.outputs):
+            out[name] = _column([None if outcomes[i][0] is None else outcomes[i][0][k] for i in kept])
         if self.on_error == "record":
             if "error" in out:
                 raise RunnerError(f"model {self.graph.name!r} has an output named 'error', which on_error='record' "
                                   f"needs for its column; use on_error='skip' or 'raise'")
-            out["error"] = np.array(errors, dtype=object)
+            out["error"] = np.array([outcomes[i][1] for i in kept], dtype=object)
         return out
+
+    def _collect(self, row: int, job: tuple[int, int], added: bool) -> tuple[list | None, str]:
+        """(outputs, "") of a finished row, or what `_failed` says; drops the batch dim the row was given."""
+        if self.runner.wait(job) != 0:
+            return self._failed(row, self.runner.get_error(job) or RunnerError(f"row {row} of the batch failed"))
+        values = self.runner.get_outputs(job)
+        if added:
+            values = [v[0] if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == 1 else v for v in values]
+        return values, ""
+
+    def _failed(self, row: int, error: BaseException) -> tuple[None, str]:
+        """A failed row under on_error: raise it, drop it (None, ""), or keep its message (None, message)."""
+        if self.on_error == "raise":
+            raise error
+        return None, (str(error) or type(error).__name__) if self.on_error == "record" else ""
 
     def __del__(self) -> None:
         runner = getattr(self, "runner", None)
@@ -183,7 +187,8 @@ def _warn_if_no_cpu_left(concurrency: int | tuple[int, int], num_cpus: float) ->
 
 
 def map_batches(dataset: Any, model: "Graph | str | Path | bytes", *, batch_size: int = 16,
-                concurrency: int | tuple[int, int] = 1, num_cpus: float = 1, resources: Mapping[str, float] | None = None,
+                concurrency: int | tuple[int, int] = 1, num_cpus: float = 1,
+                resources: Mapping[str, float] | None = None,
                 mode: str = "run", kernels: str = "auto", columns: Mapping[str, str] | None = None,
                 keep_columns: Sequence[str] = DESCRIPTIVE, on_error: str = "raise", progress: bool | None = None,
                 **ray_options: Any) -> Any:

@@ -141,14 +141,24 @@ class RayScheduler:
             if event is None:
                 return
             if event:
-                kind = event[0]
-                if kind == "ready":
-                    self.actors.on_ready(*event[1:])
-                elif kind == "stage":
-                    self._stage_done(*event[1:])
-                else:
-                    self._result_done(*event[1:])
+                self._handle(event)
             self.actors.poll()
+
+    def _handle(self, event: tuple) -> None:
+        kind = event[0]
+        if kind == "ready":
+            self.actors.on_ready(*event[1:])
+            return
+        run = event[1]
+        try:
+            if kind == "stage":
+                self._stage_done(*event[1:])
+            else:
+                self._result_done(*event[1:])
+        except Exception as e:  # this thread serves every job: one job's surprise must not stop it
+            if not run.over:
+                self._fail(run, RunnerError(f"job {run.job.id}: its results could not be handled: "
+                                            f"{type(e).__name__}: {e}"))
 
     def _stage_done(self, run: _RemoteRun, position: int, future) -> None:
         error = future.exception()
