@@ -165,7 +165,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import ray
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING",
+             log_to_driver=False)
     import ray.data
     ray.data.DataContext.get_current().enable_progress_bars = False
     cases = {"classifier": classifier_case}

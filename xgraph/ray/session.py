@@ -50,8 +50,9 @@ def joining_env(runtime_env: Mapping[str, Any] | None = None) -> dict:
 def connect(address: str | None = None, **init_options: Any) -> None:
     """Use the Ray this program already joined, else join `address` (or RAY_ADDRESS), else start one here.
 
-    A Ray started here keeps its dashboard and usage reporting off and logs warnings only;
-    `init_options` go to `ray.init` unchanged.
+    `address="auto"` joins the cluster `ray start` started on this host. A Ray started here
+    keeps its dashboard and usage reporting off and logs warnings only; `init_options` go to
+    `ray.init` unchanged.
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -60,7 +61,8 @@ def connect(address: str | None = None, **init_options: Any) -> None:
     options: dict[str, Any] = {"logging_level": logging.WARNING}
     if address or os.environ.get("RAY_ADDRESS"):
         options["runtime_env"] = joining_env(init_options.pop("runtime_env", None))
-    else:
+    else:  # Ray would otherwise join whatever cluster last ran on this host; "auto" asks for that
+        address = "local"
         options["include_dashboard"] = False
     options.update(init_options)
     try:
