@@ -4,13 +4,15 @@
    (random weights) over --inputs inputs through `xgraph.ray.map_batches` with 1 and 2
    replicas (each reserving 1 CPU and computing on 1 intra-op thread), beside the local graph
    runner in this process on 1 thread. Inputs sit in memory (ray.data.from_items), so no read
-   task competes for the CPUs. "end to end" includes starting the replicas; "steady" counts
-   the rows after the first output batch over the time after it. Each case runs --repeats
-   times, taking turns, and keeps its best: on a shared host the others' load comes and goes.
+   task competes for the CPUs. "end to end" includes starting the replicas; "steady" is the
+   marginal rate: the rows beyond one batch per replica over the time beyond a run of just
+   those (which pays the same start-up). Each case runs --repeats times, taking turns, and
+   keeps its best: on a shared host the others' load comes and goes.
 2. Per job: one job at a time through the local graph runner and the Ray graph runner (median
    ms per job, the two taking turns in blocks of 5), for a chain of null-runner subgraphs alternating AICORE/AICPU (pure dispatch),
    the classifier and ResNet50; the difference over the stages (actor calls) a job makes is
    the cost of a hop. Then jobs per second with 8 jobs in flight, both runners.
+   The baseline: a chain of 8 bare Ray actor calls passing a (1, 4) array, no xgraph at all.
 3. Bytes per job that Ray moved (feeds and every stage output, in the object store or inline),
    from the Ray graph runner's stats.
 
@@ -37,7 +39,7 @@ from xgraph.runners.testing import place, zoo_model  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "classify"
 #: Rows per replica call: enough to spread Ray Data's per-batch cost over a small model's runs.
-BATCH = {"classifier": 32, "resnet50": 8}
+BATCH = {"classifier": 16, "resnet50": 8}
 
 
 def classifier_case(n: int):
@@ -84,27 +86,28 @@ def local_throughput(graph, feeds, kernels: str) -> float:
         return len(feeds) / (time.perf_counter() - start)
 
 
-def replica_throughput(graph, feeds, replicas: int, kernels: str, batch_size: int) -> dict[str, float]:
-    """End-to-end and steady inputs per second of `replicas` replicas over the inputs."""
+def replica_run_s(graph, feeds, replicas: int, kernels: str, batch_size: int) -> float:
+    """Seconds for `replicas` replicas to run all of `feeds` (from the call to the last output row)."""
     import ray
     (t,) = graph.get_input_tensors()
     dataset = ray.data.from_items([{t.name: f[t.name]} for f in feeds])
     warnings.filterwarnings("ignore", "2 replica", RuntimeWarning)  # no read tasks here: nothing can starve
+    start = time.perf_counter()
     out = xgraph.ray.map_batches(dataset, graph, batch_size=batch_size, concurrency=replicas, num_cpus=1,
                                  kernels=kernels, progress=False)
-    start = time.perf_counter()
-    first, rows, rows_after_first = None, 0, 0
-    for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
-        n = len(next(iter(batch.values())))
-        rows += n
-        if first is None:
-            first = time.perf_counter()
-        else:
-            rows_after_first += n
-    end = time.perf_counter()
+    rows = sum(len(next(iter(b.values()))) for b in out.iter_batches(batch_size=None, batch_format="numpy"))
     assert rows == len(feeds), (rows, len(feeds))
-    steady = rows_after_first / (end - first) if end > first and rows_after_first else 0.0  # 0: one batch only
-    return {"end to end": rows / (end - start), "steady": steady, "first batch s": first - start}
+    return time.perf_counter() - start
+
+
+def replica_throughput(graph, feeds, replicas: int, kernels: str, batch_size: int) -> dict[str, float]:
+    """Inputs/s end to end, and marginal: the extra rows of the full run over its extra time beyond a run
+    of one batch per replica (which pays the same start-up: Ray Data's pool, model loads)."""
+    full = replica_run_s(graph, feeds, replicas, kernels, batch_size)
+    small = feeds[: batch_size * replicas]
+    base = replica_run_s(graph, small, replicas, kernels, batch_size)
+    marginal = (len(feeds) - len(small)) / (full - base) if full > base else float("nan")
+    return {"end to end": len(feeds) / full, "steady": marginal}
 
 
 # -- 2. and 3. the Ray graph runner --------------------------------------------------------------
@@ -152,6 +155,43 @@ def per_job(graph, feeds, jobs: int, kernels: str) -> dict[str, float]:
         row["bytes/job"] = (after["transfers"]["bytes"] - before["transfers"]["bytes"]) / done
     row["ms/hop"] = (row["ray ms"] - row["local ms"]) / row["stages"]
     return row
+
+
+class _Pass:
+    """A bare Ray actor passing its input on: what one actor call costs before xgraph adds anything."""
+
+    def step(self, x):
+        return x
+
+
+def bare_ray(hops: int, jobs: int) -> dict[str, float]:
+    """ms per job (one at a time) and jobs/s (8 in flight) through a chain of `hops` bare actor calls."""
+    import ray
+    actors = [ray.remote(_Pass).remote() for _ in range(hops)]
+    x = np.zeros((1, 4), np.float32)
+
+    def job():
+        value = x
+        for actor in actors:
+            value = actor.step.remote(value)
+        return value
+
+    ray.get(job())
+    times = []
+    for _ in range(jobs):
+        start = time.perf_counter()
+        ray.get(job())
+        times.append(time.perf_counter() - start)
+    start, pending = time.perf_counter(), []
+    for _ in range(jobs):
+        pending.append(job())
+        if len(pending) == 8:
+            ray.get(pending.pop(0))
+    ray.get(pending)
+    rate = jobs / (time.perf_counter() - start)
+    for actor in actors:
+        ray.kill(actor)
+    return {"ms": statistics.median(times) * 1e3, "jobs/s": rate}
 
 
 def main() -> None:
@@ -209,6 +249,9 @@ def main() -> None:
         print(f"| {name} | {graph.get_root_subgraph().get_children_num()} | {r['stages']:.0f} | {r['local ms']:.2f} "
               f"| {r['ray ms']:.2f} | {r['ms/hop']:.2f} | {r['local jobs/s']:.1f} | {r['ray jobs/s']:.1f} | "
               f"{r['objects/job']:.1f} | {r['bytes/job']:,.0f} |", flush=True)
+    bare = bare_ray(8, args.jobs)
+    print(f"| bare Ray, 8 actor calls (baseline) | - | 8 | - | {bare['ms']:.2f} | {bare['ms'] / 8:.2f} | - | "
+          f"{bare['jobs/s']:.1f} | 8 | - |")
     ray.shutdown()
 
 

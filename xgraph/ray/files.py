@@ -29,5 +29,8 @@ def read_files(directory: str | Path, inputs: "Sequence[Tensor]") -> Any:
 
     # Zero CPUs: replicas that reserve every CPU would otherwise leave the reads none, and Ray Data
     # waits for them forever (ray-project/ray#44687). Reading is light; decoding shares the host.
-    reads = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)
+    try:
+        reads = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)
+    except TypeError:  # Ray before the named remote parameters
+        reads = ray.data.read_binary_files(files, include_paths=True, ray_remote_args={"num_cpus": 0})
     return reads.map(decode, num_cpus=0)

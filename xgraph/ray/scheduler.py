@@ -42,6 +42,15 @@ class _Sized:
         self.nbytes = n
 
 
+def _own(value: Any) -> Any:
+    """A result the caller may keep and write: read-only views into the object store are copied."""
+    if isinstance(value, list):
+        return [_own(v) for v in value]
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    return value
+
+
 class _RemoteRun:
     """One job in flight: the futures it waits for and the results gathered so far."""
 
@@ -191,10 +200,7 @@ class RayScheduler:
         if error is not None:
             self._fail(run, self._job_error(run, len(run.targets) - 1, error))
             return
-        value = future.result()
-        if isinstance(value, np.ndarray) and not value.flags.writeable:
-            value = value.copy()  # a view into the object store: give the caller its own array
-        run.results[index] = value
+        run.results[index] = _own(future.result())
         self._progress(run)
 
     def _progress(self, run: _RemoteRun) -> None:
