@@ -16,16 +16,6 @@ def zoo_models() -> list[Path]:
     return ZOO
 
 
-def pytest_configure(config) -> None:
-    """Under pytest-xdist's default --dist load, keep tests of one xdist_group on one worker (loadgroup).
-
-    The Ray tests share one simulated cluster per worker; grouped, the suite starts one, not two.
-    Ungrouped tests are distributed exactly as under "load".
-    """
-    if getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
-
-
 #: Node ids of the ONNX conformance cases (tests/backend/test_conformance.py), one test per case.
 CONFORMANCE_CASE = "test_conformance.py::test_case["
 

@@ -3,8 +3,11 @@
 The cluster (ray.cluster_utils.Cluster) is started once per test process: a head node with
 2 CPUs is the "local Ray" every test uses; tests that need nodes with custom resources add
 them and remove them again. Starting Ray takes seconds, so no test starts its own.
-The tests are in xdist group "ray" (one worker runs them all under --dist loadgroup); were
-they split across workers, each worker would start an independent cluster of its own.
+Under pytest-xdist each worker that runs Ray tests starts a cluster of its own (new ports,
+its own session directory; every address is passed explicitly, none is discovered), so two
+workers never share or fight over one. The tests carry xdist group "ray", which would keep
+them on one worker under --dist loadgroup; pytest 9 with pytest-xdist 3.8 ignores the group
+(xdist tags node ids in a way pytest 9 no longer reads), so the suite does not rely on it.
 """
 from __future__ import annotations
 
