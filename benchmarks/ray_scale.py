@@ -4,10 +4,10 @@
    (random weights) over --inputs inputs through `xgraph.ray.map_batches` with 1 and 2
    replicas (each reserving 1 CPU and computing on 1 intra-op thread), beside the local graph
    runner in this process on 1 thread. Inputs sit in memory (ray.data.from_items), so no read
-   task competes for the CPUs. "end to end" includes starting the replicas; "steady" is the
-   marginal rate: the rows beyond one batch per replica over the time beyond a run of just
-   those (which pays the same start-up). Each case runs --repeats times, taking turns, and
-   keeps its best: on a shared host the others' load comes and goes.
+   task competes for the CPUs. "end to end" includes starting the replicas; "steady" counts
+   the rows over the replicas' busy window (first batch start to last batch end, stamped in
+   the replicas), which leaves start-up out. Each case runs --repeats times, taking turns,
+   and keeps its best: on a shared host the others' load comes and goes.
 2. Per job: one job at a time through the local graph runner and the Ray graph runner (median
    ms per job, the two taking turns in blocks of 5), for a chain of null-runner subgraphs alternating AICORE/AICPU (pure dispatch),
    the classifier and ResNet50; the difference over the stages (actor calls) a job makes is
@@ -24,7 +24,6 @@ import argparse
 import os
 import statistics
 import time
-import warnings
 from pathlib import Path
 
 os.environ.setdefault("XGRAPH_INTRA_OP_THREADS", "1")  # the local baseline and every actor: one thread each
@@ -86,28 +85,44 @@ def local_throughput(graph, feeds, kernels: str) -> float:
         return len(feeds) / (time.perf_counter() - start)
 
 
-def replica_run_s(graph, feeds, replicas: int, kernels: str, batch_size: int) -> float:
-    """Seconds for `replicas` replicas to run all of `feeds` (from the call to the last output row)."""
-    import ray
-    (t,) = graph.get_input_tensors()
-    dataset = ray.data.from_items([{t.name: f[t.name]} for f in feeds])
-    warnings.filterwarnings("ignore", "2 replica", RuntimeWarning)  # no read tasks here: nothing can starve
-    start = time.perf_counter()
-    out = xgraph.ray.map_batches(dataset, graph, batch_size=batch_size, concurrency=replicas, num_cpus=1,
-                                 kernels=kernels, progress=False)
-    rows = sum(len(next(iter(b.values()))) for b in out.iter_batches(batch_size=None, batch_format="numpy"))
-    assert rows == len(feeds), (rows, len(feeds))
-    return time.perf_counter() - start
+class TimedReplica(xgraph.ray.ModelReplica):
+    """The replica map_batches runs, also stamping each batch with the wall-clock time it ran in."""
+
+    def __call__(self, batch):
+        start = time.time()
+        out = super().__call__(batch)
+        rows = len(next(iter(out.values())))
+        out["batch_start"], out["batch_end"] = np.full(rows, start), np.full(rows, time.time())
+        return out
 
 
 def replica_throughput(graph, feeds, replicas: int, kernels: str, batch_size: int) -> dict[str, float]:
-    """Inputs/s end to end, and marginal: the extra rows of the full run over its extra time beyond a run
-    of one batch per replica (which pays the same start-up: Ray Data's pool, model loads)."""
-    full = replica_run_s(graph, feeds, replicas, kernels, batch_size)
-    small = feeds[: batch_size * replicas]
-    base = replica_run_s(graph, small, replicas, kernels, batch_size)
-    marginal = (len(feeds) - len(small)) / (full - base) if full > base else float("nan")
-    return {"end to end": len(feeds) / full, "steady": marginal}
+    """Inputs/s end to end (from the call to the last row), and steady: rows over the replicas' busy window.
+
+    The busy window runs from the first batch's start to the last batch's end in the replicas
+    themselves, so it leaves out starting Ray Data's pool and loading the model. The replica
+    is map_batches' own ModelReplica with the same options, plus the two time stamps.
+    """
+    import ray
+    (t,) = graph.get_input_tensors()
+    dataset = ray.data.from_items([{t.name: f[t.name]} for f in feeds])
+    start = time.perf_counter()
+    kwargs = {"model": ray.put(graph_bytes(graph)), "kernels": kernels, "threads": 1}
+    out = dataset.map_batches(TimedReplica, fn_constructor_kwargs=kwargs, batch_size=batch_size,
+                              compute=ray.data.ActorPoolStrategy(size=replicas), num_cpus=1, batch_format="numpy")
+    rows, first, last = 0, float("inf"), 0.0
+    for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
+        rows += len(batch["batch_start"])
+        first, last = min(first, float(batch["batch_start"].min())), max(last, float(batch["batch_end"].max()))
+    end = time.perf_counter()
+    assert rows == len(feeds), (rows, len(feeds))
+    return {"end to end": rows / (end - start), "steady": rows / (last - first)}
+
+
+def graph_bytes(graph) -> bytes:
+    """The .xmodel bytes of a compiled graph (what map_batches puts in the object store)."""
+    from xgraph.ray.graph_runner import model_bytes
+    return model_bytes(graph)
 
 
 # -- 2. and 3. the Ray graph runner --------------------------------------------------------------
@@ -194,6 +209,43 @@ def bare_ray(hops: int, jobs: int) -> dict[str, float]:
     return {"ms": statistics.median(times) * 1e3, "jobs/s": rate}
 
 
+def throughput_part(args: argparse.Namespace, cases: dict) -> None:
+    """Section 1: the local runner, 1 and 2 replicas, each the best of --repeats turns."""
+    print(f"## 1. Throughput over {args.inputs} inputs (inputs/s; best of {args.repeats} runs each)\n")
+    print("| model | batch | local runner | 1 replica (steady) | 2 replicas (steady) | 2 vs 1 | "
+          "1 replica end to end | 2 replicas end to end | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (graph, feeds) in cases.items():
+        batch = BATCH[name] if args.batch_size is None else args.batch_size
+        local, one, two = 0.0, {"steady": 0.0, "end to end": 0.0}, {"steady": 0.0, "end to end": 0.0}
+        for _ in range(args.repeats):  # taking turns, keeping each one's best: a shared host's load comes and goes
+            local = max(local, local_throughput(graph, feeds, args.kernels))
+            for best, replicas in ((one, 1), (two, 2)):
+                got = replica_throughput(graph, feeds, replicas, args.kernels, batch)
+                for key in best:
+                    best[key] = max(best[key], got[key])
+        print(f"| {name} | {batch} | {local:.1f} | {one['steady']:.1f} | {two['steady']:.1f} | "
+              f"{two['steady'] / one['steady']:.2f}x | {one['end to end']:.1f} | {two['end to end']:.1f} | "
+              f"{os.getloadavg()[0]:.1f} |", flush=True)
+
+
+def per_job_part(args: argparse.Namespace, cases: dict) -> None:
+    """Sections 2 and 3: one job at a time and 8 in flight, local vs Ray, and the bare Ray baseline."""
+    print(f"\n## 2./3. One job at a time, and 8 in flight ({args.jobs} jobs; Ray graph runner, an actor per device)\n")
+    print("| model | subgraphs | stages | local ms/job | Ray ms/job | Ray ms per hop | local jobs/s (8 in flight) | "
+          "Ray jobs/s (8 in flight) | objects/job | bytes/job |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, (graph, feeds) in cases.items():
+        jobs = args.jobs if name != "resnet50" else max(5, args.jobs // 4)
+        r = per_job(graph, feeds[0], jobs, args.kernels)
+        print(f"| {name} | {graph.get_root_subgraph().get_children_num()} | {r['stages']:.0f} | {r['local ms']:.2f} "
+              f"| {r['ray ms']:.2f} | {r['ms/hop']:.2f} | {r['local jobs/s']:.1f} | {r['ray jobs/s']:.1f} | "
+              f"{r['objects/job']:.1f} | {r['bytes/job']:,.0f} |", flush=True)
+    bare = bare_ray(8, args.jobs)
+    print(f"| bare Ray, 8 actor calls (baseline) | - | 8 | - | {bare['ms']:.2f} | {bare['ms'] / 8:.2f} | - | "
+          f"{bare['jobs/s']:.1f} | 8 | - |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=int, default=256, help="inputs per throughput run (default 256)")
@@ -202,6 +254,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="rows per replica call (default: per model)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each throughput case, best kept (default 2)")
     parser.add_argument("--skip-resnet", action="store_true", help="only the classifier and the null chain")
+    parser.add_argument("--only", choices=("throughput", "per-job"), help="run one of the two parts")
     args = parser.parse_args()
 
     import ray
@@ -215,43 +268,11 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, kernels {args.kernels}, "
           f"1 intra-op thread per runner\n")
 
-    print(f"## 1. Throughput over {args.inputs} inputs (inputs/s; best of {args.repeats} runs each)\n")
-    print("| model | batch | local runner | 1 replica (steady) | 2 replicas (steady) | 2 vs 1 | "
-          "1 replica end to end | 2 replicas end to end | load average |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    built = {}
-    for name, make in cases.items():
-        graph, feeds = make(args.inputs)
-        built[name] = (graph, feeds[0])
-        batch = BATCH[name] if args.batch_size is None else args.batch_size
-        local, one, two = 0.0, {"steady": 0.0, "end to end": 0.0}, {"steady": 0.0, "end to end": 0.0}
-        for _ in range(args.repeats):  # taking turns, keeping each one's best: a shared host's load comes and goes
-            local = max(local, local_throughput(graph, feeds, args.kernels))
-            for best, replicas in ((one, 1), (two, 2)):
-                got = replica_throughput(graph, feeds, replicas, args.kernels, batch)
-                for key in best:
-                    best[key] = max(best[key], got[key])
-        ratio = two["steady"] / one["steady"] if one["steady"] > 0 else float("nan")
-        print(f"| {name} | {batch} | {local:.1f} | {one['steady']:.1f} | {two['steady']:.1f} | "
-              f"{ratio:.2f}x | {one['end to end']:.1f} | {two['end to end']:.1f} | "
-              f"{os.getloadavg()[0]:.1f} |", flush=True)
-
-    print(f"\n## 2./3. One job at a time, and 8 in flight ({args.jobs} jobs; Ray graph runner, an actor per device)\n")
-    print("| model | subgraphs | stages | local ms/job | Ray ms/job | Ray ms per hop | local jobs/s (8 in flight) | "
-          "Ray jobs/s (8 in flight) | objects/job | bytes/job |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    rows = {"null chain (8)": null_chain(8)}
-    rows.update({name: (graph, feeds) for name, (graph, feeds) in built.items()})
-    for name, (graph, feeds) in rows.items():
-        feeds = feeds[0] if isinstance(feeds, list) else feeds
-        jobs = args.jobs if name != "resnet50" else max(5, args.jobs // 4)
-        r = per_job(graph, feeds, jobs, args.kernels)
-        print(f"| {name} | {graph.get_root_subgraph().get_children_num()} | {r['stages']:.0f} | {r['local ms']:.2f} "
-              f"| {r['ray ms']:.2f} | {r['ms/hop']:.2f} | {r['local jobs/s']:.1f} | {r['ray jobs/s']:.1f} | "
-              f"{r['objects/job']:.1f} | {r['bytes/job']:,.0f} |", flush=True)
-    bare = bare_ray(8, args.jobs)
-    print(f"| bare Ray, 8 actor calls (baseline) | - | 8 | - | {bare['ms']:.2f} | {bare['ms'] / 8:.2f} | - | "
-          f"{bare['jobs/s']:.1f} | 8 | - |")
+    built = {name: make(args.inputs) for name, make in cases.items()}
+    if args.only != "per-job":
+        throughput_part(args, built)
+    if args.only != "throughput":
+        per_job_part(args, {"null chain (8)": null_chain(8), **built})
     ray.shutdown()
 
 

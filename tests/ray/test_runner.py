@@ -188,6 +188,12 @@ def test_a_device_no_node_can_host_fails_at_creation_naming_it(cluster, models):
         xgraph.ray.create_graph_runner(models.classifier, resources={"AICORE": {"NPU": 1}})
 
 
+def test_an_actor_that_cannot_start_fails_the_runner_with_its_own_error(cluster, gates):
+    graph = gates.chain_graph(["AICORE", "AICPU"])  # runner 'test_gated', which no worker_setup registers here
+    with pytest.raises(RunnerError, match=r"could not start: .*no runner is registered as 'test_gated'"):
+        xgraph.ray.create_graph_runner(graph)
+
+
 def test_bad_options_are_refused_naming_them(cluster, models):
     with pytest.raises(RunnerError, match="neither a device nor a subgraph.*AICORE"):
         xgraph.ray.create_graph_runner(models.classifier, resources={"TPU": {"CPU": 1}})

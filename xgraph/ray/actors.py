@@ -71,6 +71,8 @@ class ActorSlot:
 def death_reason(error: BaseException) -> str:
     """The part of a Ray actor error that says why the actor died (Ray's message has many lines)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if getattr(error, "actor_init_failed", False) and lines:  # the last line is the constructor's own error
+        return lines[-1][:500]
     for i, line in enumerate(lines):
         if "because" in line:
             detail = lines[i + 1] if i + 1 < len(lines) and ":" in lines[i + 1] and "_" not in \
