@@ -1,13 +1,15 @@
 """`xgraph run`: run a model once on given inputs and print (and save) its outputs.
 
     xgraph run MODEL(.xmodel|.onnx) --input NAME=FILE ... [--mode run|sim|ref]
-               [--kernels auto|numpy|onnxruntime] [--output-dir DIR]
+               [--kernels auto|numpy|onnxruntime] [--output-dir DIR] [--ray [ADDRESS]]
+    xgraph run MODEL --input-dir DIR [--output-dir OUT] [--ray [ADDRESS] --concurrency N --batch-size N]
 
 Inputs come from .npy files, .npz archives (one array, the array named like the input, or,
 without NAME=, every array by its name) and image files: an image becomes uint8 HWC pixels
 through Pillow, or stays the file's raw bytes when the input is a 1-D uint8 tensor (an
 encoded-image input such as DVPP's decoder takes). An .onnx model (or an .xmodel that was
-never compiled) is compiled first with --options / --plugin-path.
+never compiled) is compiled first with --options / --plugin-path. --input-dir and --ray are
+in run_dir.py.
 
 The helpers here (model loading, input files, random inputs, value summaries) are shared by
 `xgraph verify` and `xgraph bench`.
@@ -15,8 +17,6 @@ The helpers here (model loading, input files, random inputs, value summaries) ar
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import math
 import os
 import re
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.cli.common import model_path, seed
+from xgraph.cli.outputs import encode_output, output_file_name, output_files, save_outputs, summarize  # noqa: F401
 from xgraph.cli.input_files import IMAGE_SUFFIXES, read_inputs  # noqa: F401 - shared with verify and bench
 from xgraph.errors import ModelFileError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES as RUNNER_MODES
@@ -155,103 +156,6 @@ def missing_inputs_error(missing: "Sequence[Tensor]", model: str) -> XGraphError
                        f"or --random for seeded random values")
 
 
-# -- outputs -------------------------------------------------------------------------------------
-
-def summarize(value: Any) -> str:
-    """A one-line summary: shape, dtype and a few statistics or values."""
-    if value is None:
-        return "empty optional (None)"
-    if isinstance(value, list):
-        inner = ", ".join(f"{np.asarray(v).dtype}{list(np.shape(v))}" for v in value[:4])
-        return f"sequence of {len(value)} tensors [{inner}{', ...' if len(value) > 4 else ''}]"
-    a = np.asarray(value)
-    head = f"{a.dtype} {tuple(a.shape)}"
-    if a.size == 0:
-        return f"{head} (empty)"
-    if a.dtype.kind in "OUS":
-        return f"{head} values {[str(v) for v in a.ravel()[:5]]}{' ...' if a.size > 5 else ''}"
-    if a.size <= 6:
-        return f"{head} values {np.array2string(a.ravel(), precision=5, separator=', ')}"
-    numeric = a.astype(np.float64) if a.dtype.kind not in "fc" or a.dtype.isbuiltin != 1 else a
-    if numeric.dtype.kind == "c":
-        return f"{head} max|x| {np.abs(numeric).max():.6g}"
-    with np.errstate(all="ignore"):
-        flat = numeric.ravel()
-        if np.isnan(flat).all():
-            return f"{head} all NaN"
-        extra = ""
-        if a.ndim == 2 and a.shape[-1] > 1 and a.dtype.kind == "f":  # (batch, classes): the top class
-            extra = f" argmax(last axis)[0] {int(np.nanargmax(numeric.reshape(-1, a.shape[-1])[0]))}"
-        return (f"{head} min {np.nanmin(flat):.6g} max {np.nanmax(flat):.6g} mean {np.nanmean(flat):.6g}"
-                f"{extra}{' (has NaN)' if np.isnan(flat).any() else ''}")
-
-
-#: Output file stems are cut to this many characters (plus a tag), well inside any NAME_MAX.
-MAX_STEM = 120
-
-
-def output_file_name(name: str) -> str:
-    """A file name stem for tensor `name`: letters, digits, '.', '_', '-' kept, others become '_'.
-
-    A name that had to change (or was cut) gets a tag from a hash of the original, so distinct
-    tensors never share a file (`y/0` -> `y_0-3f2a9c1d`, while `y_0` stays `y_0`).
-    """
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")[:MAX_STEM] or "output"
-    if safe != name:
-        safe = f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
-    return safe
-
-
-def output_files(names: Sequence[str]) -> dict[str, str]:
-    """{tensor name: file stem}, distinct even on case-insensitive file systems."""
-    stems: dict[str, str] = {}
-    used: set[str] = set()
-    for name in names:
-        stem, n = output_file_name(name), 1
-        while stem.lower() in used:
-            n += 1
-            stem = f"{output_file_name(name)}-{n}"
-        used.add(stem.lower())
-        stems[name] = stem
-    return stems
-
-
-def encode_output(value: Any) -> tuple[str, bytes] | None:
-    """(suffix, file bytes) of an output: .npy, a sequence as .npz (arr_0...); None for an empty optional."""
-    if value is None:
-        return None
-    buffer = io.BytesIO()
-    if isinstance(value, list):
-        np.savez(buffer, *[np.asarray(v) for v in value])
-        return ".npz", buffer.getvalue()
-    array = np.asarray(value)
-    if array.dtype == object:
-        array = array.astype(str)  # np.save of an object array would need pickle to load
-    np.save(buffer, array)
-    return ".npy", buffer.getvalue()
-
-
-def save_outputs(directory: Path, values: dict[str, Any]) -> dict[str, Path | None]:
-    """Write every output into `directory` as one unit: all files replaced, or none (and no temp left)."""
-    from xgraph.ir.files import all_or_nothing, write_bytes
-    stems = output_files(list(values))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise XGraphError(f"--output-dir {directory}: cannot create it ({e.strerror or e})") from None
-    saved: dict[str, Path | None] = {}
-    with all_or_nothing():
-        for name, value in values.items():
-            encoded = encode_output(value)
-            if encoded is None:
-                saved[name] = None
-                continue
-            path = directory / f"{stems[name]}{encoded[0]}"
-            write_bytes(path, encoded[1], "--output-dir")
-            saved[name] = path
-    return saved
-
-
 # -- the command ---------------------------------------------------------------------------------
 
 def add_parser(subparsers) -> None:
@@ -270,6 +174,8 @@ def add_parser(subparsers) -> None:
     add_kernels_argument(p)
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/NAME.npy")
     add_compile_arguments(p)
+    from xgraph.cli import run_dir
+    run_dir.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -278,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
     import xgraph
     if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
         raise XGraphError(f"--output-dir {args.output_dir}: is a file, not a folder; give a folder to save outputs in")
+    from xgraph.cli import run_dir
     graph = load_compiled(args)
+    if args.input_dir:
+        return run_dir.run_directory(args, graph)
     inputs = graph.get_input_tensors()
     feeds = read_inputs(args.input, inputs)
     missing = [t for t in inputs if t.name not in feeds]
@@ -287,11 +196,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.random:
             raise missing_inputs_error(missing, args.model)
         feeds, filled = complete_inputs(feeds, inputs, args.seed)
-    with xgraph.create_graph_runner(graph, args.mode, args.kernels) as runner:
+    on_ray = args.ray is not None
+    with (run_dir.ray_graph_runner(args, graph) if on_ray else
+          xgraph.create_graph_runner(graph, args.mode, args.kernels)) as runner:
         outputs = runner.run(feeds)
     devices = sorted({str(sg.get_attr("device")) for sg in graph.get_root_subgraph().get_children()})
     print(f"{args.model}: mode {args.mode}, kernels {args.kernels}, "
-          f"{graph.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}")
+          f"{graph.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}"
+          + (" (a Ray actor per device)" if on_ray else ""))
     for name in feeds:
         note = f" (random, seed {args.seed})" if name in filled else ""
         print(f"  input   {name}: {summarize(feeds[name])}{note}")

@@ -138,17 +138,7 @@ class GraphRunner:
         self.job_timeout, self.block_when_full = job_timeout, block_when_full
         self.max_jobs_in_flight = max_jobs_in_flight
         self._owner = f"graph runner for {graph.name!r}"
-        self.runners: dict[str, Runner] = {}
-        by_subgraph: dict[Subgraph, Runner] = {}
-        try:
-            for sg in device_subgraphs(graph):
-                by_subgraph[sg] = self.runners[sg.name] = Runner.create_runner(sg, mode, kernels,
-                                                                               registries=registries)
-            self.plan = build_plan(graph, by_subgraph, registries.devices)
-        except BaseException:
-            for r in by_subgraph.values():
-                r.close()
-            raise
+        self.runners, self.plan = self._create_runners(graph, mode, kernels)
         self._inputs: list[Tensor] = graph.get_input_tensors()
         self._outputs: list[Tensor] = graph.get_output_tensors()
         self._jobs = JobTable(self._owner)
@@ -160,12 +150,34 @@ class GraphRunner:
         self.profile = profile
         self._spans: list[tuple] = []
         self._epoch = time.perf_counter()
-        self._scheduler = ThreadScheduler(self.plan, self._observe, name=f"xgraph-{graph.name}")
+        self._scheduler = self._create_scheduler()
         self._watchdog_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         if job_timeout is not None:
             self._watchdog = threading.Thread(target=self._watch, name=f"xgraph-{graph.name}-timeouts", daemon=True)
             self._watchdog.start()
+
+    def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Runner], Plan]":
+        """A runner per device subgraph and the task plan over them.
+
+        Overridden (with `_create_scheduler`) by runners that execute the subgraphs elsewhere,
+        such as xgraph.ray's, which keeps the job handling here and swaps only the scheduler.
+        """
+        runners: dict[str, Runner] = {}
+        by_subgraph: dict[Subgraph, Runner] = {}
+        try:
+            for sg in device_subgraphs(graph):
+                by_subgraph[sg] = runners[sg.name] = Runner.create_runner(sg, mode, kernels,
+                                                                          registries=self.registries)
+            return runners, build_plan(graph, by_subgraph, self.registries.devices)
+        except BaseException:
+            for r in by_subgraph.values():
+                r.close()
+            raise
+
+    def _create_scheduler(self) -> ThreadScheduler:
+        """The scheduler that runs the plan: one thread per device stream and copy engine."""
+        return ThreadScheduler(self.plan, self._observe, name=f"xgraph-{self.graph.name}")
 
     # -- tensors --------------------------------------------------------------------------------
     def get_input_tensors(self) -> "list[Tensor]":
