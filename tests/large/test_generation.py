@@ -101,3 +101,24 @@ def test_the_sample_script_runs_and_agrees(sample, capsys):
     assert gen.main(["--tokens", "4"]) == 0
     out = capsys.readouterr().out
     assert "xgraph     :" in out and "tokens/s" in out
+
+
+def test_bench_generate_reports_tokens_per_second_against_onnxruntime(sample, capsys):
+    import json
+    from xgraph.cli.main import main
+    _, gen = sample
+    code = main(["bench", str(SAMPLE / "decoder.onnx"), "--generate", "6", "--kernels", "numpy",
+                 "--options", json.dumps(gen.cache_shape_option())])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "tokens/s" in out and "tokens equal" in out and "dispatch" in out
+
+
+def test_bench_generate_refuses_a_model_without_a_cache(tmp_path, tmodels, capsys):
+    import onnx
+    from xgraph.cli.main import main
+    path = tmp_path / "nocache.onnx"
+    onnx.save(tmodels.gpt2_like(), path)
+    code = main(["bench", str(path), "--generate", "4", "--options", '{"input_shape": "input_ids:1,1"}'])
+    err = capsys.readouterr().err
+    assert code != 0 and "past_*/present_* pairs" in err and "KV cache" in err
