@@ -13,8 +13,9 @@ a weight. This loop does what onnx-simplifier does:
 3. shapes are inferred again, with the symbolic dims inference invented (`unk__17`) cleared
    first so that the newly constant shape tensors can fix them;
 
-and repeats until a round folds nothing (at most `MAX_ROUNDS`). Tensors inference cannot type
-again keep the shape they had.
+and repeats until a round folds nothing or every op output has a static shape (at most
+`MAX_ROUNDS`). Tensors inference cannot type again keep the shape they had. A fully static graph
+costs one folding pass and no extra inference (inference exports the graph, weights included).
 """
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ def _reinfer(graph: Graph) -> None:
             t.shape = old
 
 
-def _inputs_static(graph: Graph) -> bool:
-    return all(_static(t) for t in graph.get_input_tensors())
+def _has_dynamic_outputs(graph: Graph) -> bool:
+    return any(not _static(t) for op in graph.get_ops() for t in op.get_output_tensors())
 
 
 def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace) -> dict[str, Any]:
@@ -103,8 +104,8 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace
         summary["shape_ops"] += queries
         summary["folded_ops"] += folded
         summary["dead_ops"] += dead
-        if not (queries or folded):
-            break
+        if not (queries or folded) or not _has_dynamic_outputs(graph):
+            break  # nothing changed, or every shape is known: inference has nothing to add (and would copy weights)
         _reinfer(graph)
     return summary
 
