@@ -73,7 +73,7 @@ def fold_shape_queries(graph: Graph, replace: Replace) -> int:
 
 
 def _reinfer(graph: Graph) -> None:
-    """Infer shapes again with invented symbolic dims cleared; tensors left untyped keep their old shape."""
+    """Infer shapes again with invented symbolic dims cleared; a tensor keeps its old shape unless the new one fixes more dims."""
     cleared = {}
     for op in graph.get_ops():
         for t in op.get_output_tensors():
@@ -82,8 +82,13 @@ def _reinfer(graph: Graph) -> None:
                 t.shape = None
     graph.infer_shapes()
     for t, old in cleared.items():
-        if t.shape is None:
-            t.shape = old
+        new = t.shape
+        if new is None or len(new) != len(old) or _known(new) <= _known(old):
+            t.shape = old  # not better: keep the model's own dim names rather than invented ones
+
+
+def _known(shape) -> int:
+    return sum(isinstance(d, int) for d in shape)
 
 
 def _has_dynamic_outputs(graph: Graph) -> bool:
