@@ -2,6 +2,7 @@
 
     xgraph bench MODEL [--runs N] [--warmup N] [--jobs K] [--trace out.json]
                  [--mode run|sim|ref] [--kernels auto|numpy|onnxruntime] [--input NAME=FILE ...]
+    xgraph bench DECODER --generate N     # tokens/s of a KV-cache greedy loop vs onnxruntime
 
 One graph runner does everything: `--warmup` untimed runs, `--runs` timed runs one after
 another (latency p50/p90/p99; time per device is the sum of its subgraphs' execute time, read
@@ -101,8 +102,23 @@ def add_parser(subparsers) -> None:
     add_kernels_argument(p)
     add_input_argument(p, "Inputs not given get seeded random values.")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--generate", type=int, metavar="N", default=0, help="instead: greedy-decode N tokens with a "
+                   "KV-cache decoder (inputs input_ids, past_*; outputs logits, present_*) and report tokens/s "
+                   "against onnxruntime's loop on the same graph")
     add_compile_arguments(p)
     p.set_defaults(func=run)
+
+
+def _generate(args: argparse.Namespace, graph: "Graph") -> int:
+    from xgraph.cli.bench_generate import bench_generate
+    tokens = _positive("--generate", args.generate, 1)
+    r = bench_generate(graph, graph.to_onnx(), tokens, args.mode, args.kernels)
+    print(f"bench {args.model} --generate {tokens}: mode {args.mode}, kernels {args.kernels}")
+    print(f"  xgraph graph runner: {r['xgraph_tokens_per_s']:.1f} tokens/s  "
+          f"(per step: {r['execute_ms_per_step']:.3f} ms in subgraphs, {r['dispatch_ms_per_step']:.3f} ms dispatch)")
+    print(f"  onnxruntime        : {r['onnxruntime_tokens_per_s']:.1f} tokens/s")
+    print(f"  xgraph/onnxruntime : {r['ratio']:.2f}x; tokens {'equal' if r['equal'] else 'DIFFER'}")
+    return 0 if r["equal"] else 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     trace = Path(args.trace) if args.trace else None
     check_output_path("--trace", trace)
     graph = load_compiled(args)
+    if args.generate:
+        return _generate(args, graph)
     inputs = graph.get_input_tensors()
     feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
     with warnings.catch_warnings(), xgraph.create_graph_runner(

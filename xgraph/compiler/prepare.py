@@ -22,6 +22,7 @@ from xgraph.errors import OptionError, XGraphError
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.compiler.options import CompileOptions
+from xgraph.compiler.shape_fixpoint import resolve_shapes
 
 #: Results larger than this stay computed at run time rather than becoming weights.
 MAX_FOLD_BYTES = 64 << 20
@@ -170,7 +171,7 @@ def _evaluate(op: Op) -> list[np.ndarray] | None:
     return [np.asarray(r) for r in results]
 
 
-def _replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
+def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     """Turn `op`'s outputs into weights of the same names (through the public IR API only)."""
     staged = []
     for t, a in zip(op.get_output_tensors(), arrays):
@@ -206,7 +207,7 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
         arrays = _evaluate(op)
         if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
             continue
-        _replace_by_weights(graph, op, arrays)
+        replace_by_weights(graph, op, arrays)
         folded += 1
     return folded
 
@@ -238,12 +239,6 @@ def _remove_unused_weights(graph: Graph) -> int:
 
 # ---------------------------------------------------------------------------------- stage
 
-def _has_unknown_shapes(graph: Graph) -> bool:
-    outputs = set(graph.get_output_tensors())
-    return any(not t.is_static() for op in graph.get_ops() for t in op.get_output_tensors()
-               if t.consumers or t in outputs)
-
-
 def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     """Run the whole stage in place; returns what it did (for the compile report)."""
     new_shapes, _ = plan_input_shape(graph, options.input_shape)
@@ -252,12 +247,12 @@ def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
     apply_input_shape(graph, options.input_shape)
     summary["cut_ops"] = cut_at_output_ops(graph, options.output_ops) if options.output_ops else 0
-    summary["folded_ops"] = fold_constants(graph)
-    summary["dead_ops"] = remove_dead_ops(graph)
-    if summary["folded_ops"] and _has_unknown_shapes(graph):
-        graph.infer_shapes()  # folded weights may pin down shapes inference left open
+    fixpoint = resolve_shapes(graph, fold_constants, remove_dead_ops, replace_by_weights)  # infer <-> fold
+    summary["folded_ops"] = fixpoint["folded_ops"] + fixpoint["shape_ops"]
+    summary["dead_ops"] = fixpoint["dead_ops"]
     return summary
 
 
 __all__ = ["MAX_FOLD_BYTES", "apply_input_shape", "copy_graph", "cut_at_output_ops", "fold_constants",
-           "outer_scope_inputs", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops"]
+           "outer_scope_inputs", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops",
+           "replace_by_weights"]

@@ -1,0 +1,118 @@
+"""Shapes to a fixpoint: alternate shape inference and constant folding until nothing changes.
+
+Once every input shape is fixed, the shape arithmetic of an exported transformer or CNN
+(`Shape -> Gather -> Unsqueeze -> Concat -> Reshape`, `Size`, `Range` over a sequence length,
+mask `Slice`s) is constant, but one folding pass cannot see it: `Shape` reads a tensor computed at
+run time, and the `Reshape` its result feeds has an unknown output shape until the shape tensor is
+a weight. This loop does what onnx-simplifier does:
+
+1. `Shape` / `Size` of a tensor whose inferred shape is fully static becomes a weight
+   (`fold_shape_queries`), since its value does not depend on the data;
+2. ops whose inputs are all weights fold (`prepare.fold_constants`, with its memory bounds from
+   `fold_sizes`), and ops nobody reads any more are removed;
+3. shapes are inferred again, with the symbolic dims inference invented (`unk__17`) cleared
+   first so that the newly constant shape tensors can fix them;
+
+and repeats until a round folds nothing or every op output has a static shape (at most
+`MAX_ROUNDS`). Tensors inference cannot type again keep the shape they had. A fully static graph
+costs one folding pass and no extra inference (inference exports the graph, weights included).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from xgraph.ir import Graph, Op, Tensor
+
+#: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
+Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
+#: One folding pass (`prepare.fold_constants`) or dead-op removal: returns ops changed.
+Step = Callable[[Graph], int]
+
+#: Rounds of (fold, infer); each round that changes something removes at least one op, so this
+#: only bounds pathological graphs.
+MAX_ROUNDS = 16
+
+_QUERIES = frozenset({"Shape", "Size"})
+
+
+def _static(t: Tensor | None) -> bool:
+    return t is not None and t.shape is not None and all(isinstance(d, int) and d >= 0 for d in t.shape)
+
+
+def _query_value(op: Op) -> np.ndarray | None:
+    """The value of a Shape/Size op whose input shape is static (None when it is not)."""
+    inputs = op.get_input_tensors()
+    if op.domain not in ("", "ai.onnx") or len(inputs) != 1 or not _static(inputs[0]):
+        return None
+    shape = [int(d) for d in inputs[0].shape]
+    if op.type == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    rank = len(shape)
+    start = op.get_attr("start") if op.has_attr("start") else 0
+    end = op.get_attr("end") if op.has_attr("end") else rank
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def fold_shape_queries(graph: Graph, replace: Replace) -> int:
+    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded."""
+    keep = set(graph.get_output_tensors()) | {t for op in graph.get_ops() for t in op.get_implicit_input_tensors()}
+    folded = 0
+    for op in graph.toposort():
+        if op.type not in _QUERIES or any(t in keep for t in op.get_output_tensors()):
+            continue
+        value = _query_value(op)
+        if value is None:
+            continue
+        replace(graph, op, [value])
+        folded += 1
+    return folded
+
+
+def _reinfer(graph: Graph) -> None:
+    """Infer shapes again with invented symbolic dims cleared; a tensor keeps its old shape unless the new one fixes more dims."""
+    cleared = {}
+    for op in graph.get_ops():
+        for t in op.get_output_tensors():
+            if t.shape is not None and not _static(t):
+                cleared[t] = t.shape
+                t.shape = None
+    graph.infer_shapes()
+    for t, old in cleared.items():
+        new = t.shape
+        if new is None or len(new) != len(old) or _known(new) <= _known(old):
+            t.shape = old  # not better: keep the model's own dim names rather than invented ones
+
+
+def _known(shape) -> int:
+    return sum(isinstance(d, int) for d in shape)
+
+
+def _has_dynamic_outputs(graph: Graph) -> bool:
+    return any(not _static(t) for op in graph.get_ops() for t in op.get_output_tensors())
+
+
+def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace) -> dict[str, Any]:
+    """Fold and infer until nothing changes; returns {"rounds", "shape_ops", "folded_ops", "dead_ops"}.
+
+    `fold`, `remove_dead` and `replace` are the prepare stage's own steps (passed in, so this module
+    does not import the stage that calls it)."""
+    summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
+    for _ in range(MAX_ROUNDS):
+        queries = fold_shape_queries(graph, replace)
+        folded = fold(graph)
+        dead = remove_dead(graph)
+        summary["rounds"] += 1
+        summary["shape_ops"] += queries
+        summary["folded_ops"] += folded
+        summary["dead_ops"] += dead
+        if not (queries or folded) or not _has_dynamic_outputs(graph):
+            break  # nothing changed, or every shape is known: inference has nothing to add (and would copy weights)
+        _reinfer(graph)
+    return summary
+
+
+__all__ = ["MAX_ROUNDS", "fold_shape_queries", "resolve_shapes"]
