@@ -41,13 +41,14 @@ def _returned(value: Any) -> str:
 class _Output:
     """One output's expected value, precomputed so the per-run check is a few comparisons."""
 
-    __slots__ = ("name", "dtype", "shape", "static", "rank", "fixed", "symbolic")
+    __slots__ = ("name", "dtype", "shape", "static", "rank", "fixed_at", "fixed", "symbolic")
 
     def __init__(self, name: str, dtype: "np.dtype | None", shape: "tuple | None"):
         self.name, self.dtype, self.shape = name, dtype, shape
         self.static = shape if shape is not None and all(isinstance(d, int) for d in shape) else None
         self.rank = None if shape is None else len(shape)
-        self.fixed = () if shape is None else tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int))
+        self.fixed_at = () if shape is None else tuple(i for i, d in enumerate(shape) if isinstance(d, int))
+        self.fixed = tuple(shape[i] for i in self.fixed_at)
         self.symbolic = () if shape is None else tuple((i, d) for i, d in enumerate(shape) if isinstance(d, str))
 
 
@@ -59,8 +60,9 @@ class ResultCheck:
     def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
         self.owner = owner
         self.outputs = tuple(None if sig is None else _Output(*sig) for sig in outputs)
-        self.inputs = tuple((i, shape) for i, (_, _, shape) in enumerate(inputs)
-                            if shape and any(isinstance(d, str) for d in shape))
+        #: (input index, rank, ((position, dim name), ...)) of the inputs with symbolic dims
+        self.inputs = tuple((i, len(shape), tuple((k, d) for k, d in enumerate(shape) if isinstance(d, str)))
+                            for i, (_, _, shape) in enumerate(inputs) if shape and any(isinstance(d, str) for d in shape))
         self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
 
     @classmethod
@@ -89,7 +91,7 @@ class ResultCheck:
             if out.rank is None:
                 continue
             actual = value.shape
-            if len(actual) != out.rank or any(actual[i] != d for i, d in out.fixed):
+            if len(actual) != out.rank or tuple([actual[i] for i in out.fixed_at]) != out.fixed:
                 self._fail(out, value)
             for i, d in out.symbolic:
                 if bound.setdefault(d, actual[i]) != actual[i]:
@@ -98,12 +100,12 @@ class ResultCheck:
 
     def _bind_inputs(self, inputs: Sequence) -> dict[str, int]:
         bound: dict[str, int] = {}
-        for index, shape in self.inputs:
+        for index, rank, symbolic in self.inputs:
             value = inputs[index] if index < len(inputs) else None
-            if isinstance(value, np.ndarray) and len(value.shape) == len(shape):
-                for d, a in zip(shape, value.shape):
-                    if isinstance(d, str):
-                        bound.setdefault(d, a)
+            if isinstance(value, np.ndarray) and value.ndim == rank:
+                shape = value.shape
+                for k, d in symbolic:
+                    bound.setdefault(d, shape[k])
         return bound
 
     def _fail(self, out: _Output, value) -> None:
