@@ -41,6 +41,32 @@ def small_cnn(seed: int = 0, opset: int = 13, classes: int = 10) -> onnx.ModelPr
     return model
 
 
+def single_conv(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """x (1x4x8x8) -> Conv 3x3 (6 channels, bias) -> y: one QDQ unit once quantized."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "single_conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])],
+                              [_init("w", rng.normal(0, 0.3, (6, 4, 3, 3))), _init("b", rng.normal(0, 0.2, (6,)))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7 if opset < 15 else 8
+    return model
+
+
+def single_gemm(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """x (2x16) -> Gemm (transB, 10 outputs, bias) -> y."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)]
+    graph = helper.make_graph(nodes, "single_gemm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])],
+                              [_init("w", rng.normal(0, 0.3, (10, 16))), _init("b", rng.normal(0, 0.2, (10,)))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7 if opset < 15 else 8
+    return model
+
+
 class _Reader:
     def __init__(self, name: str, arrays):
         self._it = iter([{name: a} for a in arrays])
@@ -55,8 +81,11 @@ def calibration_inputs(shape=(1, 3, 16, 16), n: int = 8, seed: int = 1) -> list[
 
 
 def quantize(model: onnx.ModelProto, *, per_channel: bool = True, fmt: str = "qdq", activation: str = "int8",
-             calib=None, input_name: str = "x") -> onnx.ModelProto:
-    """The model quantized by onnxruntime.quantization.quantize_static (QDQ or QOperator)."""
+             calib=None, input_name: str = "x", reduce_range: bool = True) -> onnx.ModelProto:
+    """The model quantized by onnxruntime.quantization.quantize_static (QDQ or QOperator).
+
+    `reduce_range` (7-bit weights) keeps onnxruntime's x86 u8s8 integer kernels from saturating
+    their 16-bit pair sums, so its fused integer results are exact and usable as an oracle."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     calib = calib if calib is not None else calibration_inputs()
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,5 +95,5 @@ def quantize(model: onnx.ModelProto, *, per_channel: bool = True, fmt: str = "qd
                         quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                         per_channel=per_channel,
                         activation_type=QuantType.QInt8 if activation == "int8" else QuantType.QUInt8,
-                        weight_type=QuantType.QInt8)
+                        weight_type=QuantType.QInt8, reduce_range=reduce_range)
         return onnx.load(dst)

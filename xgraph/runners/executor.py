@@ -25,6 +25,7 @@ from xgraph.errors import KernelError, RunnerError
 from xgraph.modes import AUTO, NUMPY, ONNXRUNTIME
 from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
+from xgraph.runners.qdq_fusion import fuse_qdq
 from xgraph.runners.fusion import fuse
 from xgraph.runners.liveness import assign_liveness
 from xgraph.runners.plan import ExecutionPlan, PlanOptions, Step, plan_subgraph
@@ -52,7 +53,7 @@ def make_plan(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", opti
     elif options.fp16_ops:
         plan = round_to_float16(plan, options.fp16_ops)
     elif options.fuse:
-        plan = fuse(plan)
+        plan = fuse(fuse_qdq(plan))  # integer QDQ units first: they read the DQs the float fusion would not
     return assign_liveness(plan)
 
 
