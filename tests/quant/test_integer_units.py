@@ -97,3 +97,23 @@ def test_fixed_point_rounds_half_away_from_zero():
     acc = np.array([1, 3, -1, -3, 5], np.int64)
     assert requantize(acc, m, 0, np.dtype(np.int8)).tolist() == [0, 2, 0, -2, 2]  # half to even
     assert requantize_fixed_point(acc, m, 0, np.dtype(np.int8)).tolist() == [1, 2, -1, -2, 3]  # half away
+
+
+def test_sim_runs_units_in_fixed_point_and_costs_them_at_the_int8_peak(conv_case):
+    q, compiled = conv_case
+    p = _inits(q)
+    sess = ort.InferenceSession(q.SerializeToString())
+    rng = np.random.default_rng(13)
+    with xgraph.create_graph_runner(compiled, mode="sim") as runner:
+        (sub,) = runner.runners.values()
+        assert sub.fused_into.get("conv") == "conv"
+        x = rng.uniform(0, 1, (1, 4, 8, 8)).astype(np.float32)
+        y = runner.run({"x": x})[0]
+        assert np.abs(y - sess.run(None, {"x": x})[0]).max() <= p["y_scale"] + 1e-6
+        estimate = sub.last_estimate
+    conv = next(c for c in estimate.ops if c.op == "conv")
+    assert conv.flops == 2 * 6 * 8 * 8 * 4 * 3 * 3
+    from xgraph.devices import get_devices
+    peak = get_devices()["AICORE"].cost.peak_gflops["int8"] * 1e9
+    assert conv.seconds >= conv.flops / peak
+    assert estimate.dtype in ("float32", "int8")

@@ -90,7 +90,7 @@ def _scalar(a: np.ndarray | None) -> bool:
     return a is not None and a.size == 1
 
 
-def _unit(p: _Plan, index: int) -> tuple[Step, list[int]] | None:
+def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
     core = p.steps[index]
     op = core.op
     if op.type not in _CORES or op.domain != "" or not builtin_kernel(core) or len(core.outputs) != 1:
@@ -152,7 +152,7 @@ def _unit(p: _Plan, index: int) -> tuple[Step, list[int]] | None:
         return None
     fn = _integer_fn(op.type, dict(core.attrs), wq, ws, wzp, bias, float(xs.reshape(())),
                      None if xzp is None else int(xzp.reshape(())), float(ys.reshape(())), int(yzp.reshape(())),
-                     yzp.dtype)
+                     yzp.dtype, device_numerics)
     members = [w_dq[0]] if p.view.sole_reader(core.inputs[1]) == index else []
     if p.view.sole_reader(core.inputs[0]) == index:
         members.append(x_dq[0])
@@ -164,9 +164,8 @@ def _unit(p: _Plan, index: int) -> tuple[Step, list[int]] | None:
 
 
 def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: float, yzp: int,
-                dtype: np.dtype) -> Callable:
+                dtype: np.dtype, device_numerics: bool = False) -> Callable:
     """The integer unit: exact accumulation (float64 BLAS on integers, exact below 2**53), then requantize."""
-    m = bias.size if bias is not None else None
     w = wq.astype(np.float64) - (0 if wzp is None else wzp.astype(np.float64).reshape(
         (-1,) + (1,) * (wq.ndim - 1) if kind == "Conv" or attrs.get("transB", 0) else (1, -1)))
     if kind == "Gemm" and attrs.get("transB", 0):
@@ -176,7 +175,6 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
     multiplier = xs * ws.astype(np.float64).reshape(-1) / ys
     conv_attrs = {k: attrs[k] for k in ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
                   if k in attrs}
-    del m
 
     def unit(xq: np.ndarray) -> np.ndarray:
         x = xq.astype(np.float64) - (0 if xzp is None else xzp)
@@ -190,12 +188,19 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
         if bias is not None:
             acc = acc + bias.reshape(shape)
         mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
-        return requantize(acc, mult, yzp, dtype)
+        return rounding(acc, mult, yzp, dtype)
+
+    rounding = requantize_fixed_point if device_numerics else requantize
+    macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
+    unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
+    unit.compute_dtype = "int8"  # type: ignore[attr-defined]
     return unit
 
 
-def fuse_qdq(plan: ExecutionPlan) -> ExecutionPlan:
-    """`plan` with each integer QDQ unit replaced by one integer step (other steps unchanged, in order)."""
+def fuse_qdq(plan: ExecutionPlan, *, device_numerics: bool = False) -> ExecutionPlan:
+    """`plan` with each integer QDQ unit replaced by one integer step (other steps unchanged, in order).
+
+    `device_numerics` requantizes in fixed point as an int8 device does (the `sim` mode)."""
     if not any(s.op.type == "QuantizeLinear" for s in plan.steps):
         return plan
     p = _Plan(plan)
@@ -204,7 +209,7 @@ def fuse_qdq(plan: ExecutionPlan) -> ExecutionPlan:
     for i, step in enumerate(plan.steps):
         if step.op.type not in _CORES or i in absorbed:
             continue
-        found = _unit(p, i)
+        found = _unit(p, i, device_numerics)
         if found is None or absorbed.intersection(found[1]):
             continue
         new_step, members = found
