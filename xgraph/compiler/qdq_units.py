@@ -132,17 +132,26 @@ def _merge_per_op(root: "Subgraph", unit: list["Op"]) -> list["Subgraph"]:
 
 
 def unit_label(op: "Op") -> str:
-    """"Conv (int8, per-channel)" for an op of a QDQ unit with an int8 weight; "" for other ops."""
+    """"Conv (int8, per-channel)" for a unit's op with a quantized weight, "Add (int8)" for one reading
+    quantized activations only; "" for a Q/DQ or an op outside any unit."""
     if _is_qdq(op):
         return ""
-    weight_dq = [t.producer for t in op.get_input_tensors()
-                 if t is not None and t.producer is not None and t.producer.type == "DequantizeLinear"]
-    if not weight_dq:
+    dqs = [t.producer for t in op.get_input_tensors()
+           if t is not None and t.producer is not None and t.producer.type == "DequantizeLinear"]
+    if not dqs:
         return ""
-    dtypes = [dq.get_input_tensors()[0].dtype for dq in weight_dq if dq.get_input_tensors()[0] is not None]
-    bits = next((np.dtype(d).name for d in dtypes if d is not None and np.dtype(d) != np.int32), "int8")
+
+    def data(dq: "Op"):
+        return dq.get_input_tensors()[0]
+
+    weights = [dq for dq in dqs if data(dq) is not None and data(dq).is_const and data(dq).dtype != np.int32]
+    source = weights or dqs
+    dtype = next((data(dq).dtype for dq in source if data(dq) is not None and data(dq).dtype is not None), None)
+    bits = np.dtype(dtype).name if dtype is not None else "int8"
+    if not weights:
+        return f"{op.type} ({bits})"
     per_channel = any(len(dq.get_input_tensors()) > 1 and dq.get_input_tensors()[1] is not None and
-                      dq.get_input_tensors()[1].shape not in (None, (), (1,)) for dq in weight_dq)
+                      dq.get_input_tensors()[1].shape not in (None, (), (1,)) for dq in weights)
     return f"{op.type} ({bits}, {'per-channel' if per_channel else 'per-tensor'})"
 
 
