@@ -103,3 +103,13 @@ def test_images_are_calibration_inputs_too(tmp_path):
         Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(calib / f"{i}.png")
     result = quantize_model(path, calib, tmp_path / "img.int8.onnx", method="entropy")
     assert result.summary["calibration_inputs"] == 2
+
+
+def test_calibration_arrays_of_the_wrong_shape_are_named(float_model, tmp_path):
+    path, _ = float_model
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    np.save(bad / "a.npy", np.zeros((1, 3, 8, 8), np.float32))
+    with pytest.raises(XGraphError, match=r"a\.npy.*input 'x' has shape \[1, 3, 8, 8\]"):
+        quantize_model(path, bad, tmp_path / "never.onnx")
+    assert not (tmp_path / "never.onnx").exists()

@@ -99,9 +99,11 @@ def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | 
     if not inputs:
         raise XGraphError("quantize: the model has no inputs to calibrate")
     fn = _load_preprocess(preprocess)
-    feeds = []
+    feeds, files = [], []
     for path in sorted(folder.iterdir()):
         suffix = path.suffix.lower()
+        if suffix in (".npz", ".npy") or suffix in IMAGE_SUFFIXES:
+            files.append(path)
         if suffix == ".npz":
             with np.load(path) as data:
                 missing = [n for n, _ in inputs if n not in data.files]
@@ -118,6 +120,12 @@ def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | 
             arr = np.load(path, allow_pickle=False) if suffix == ".npy" else \
                 (fn(str(path), shape) if fn is not None else _image(path, shape))
             feeds.append({name: np.asarray(arr)})
+    for feed, path in zip(feeds, files):
+        for name, shape in inputs:
+            got = np.shape(feed[name])
+            if len(got) != len(shape) or any(s > 1 and g != s for g, s in zip(got, shape)):
+                raise XGraphError(f"calibration file {str(path)!r}: input {name!r} has shape {list(got)}; the model "
+                                  f"takes {shape}")
     if not feeds:
         raise OptionError(f"calibration {str(folder)!r} holds no .npy, .npz or image files")
     return feeds
@@ -193,9 +201,10 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
                                 activation_type=QuantType.QInt8 if activation == "int8" else QuantType.QUInt8,
                                 weight_type=QuantType.QInt8, calibrate_method=calibrate,
                                 extra_options={"WeightSymmetric": True})
-        except (ValueError, RuntimeError, KeyError, TypeError) as e:
-            raise XGraphError(f"quantize: onnxruntime's calibration of {src!r} failed: {e}") from e
-        summary = _summary(src, staged, held)
+            summary = _summary(src, staged, held)
+        except Exception as e:  # onnxruntime raises its own exception types; say which model and what to fix
+            raise XGraphError(f"quantize: onnxruntime's calibration of {src!r} failed: {str(e)[:500]}; check that "
+                              "the calibration arrays match the model's inputs (names, shapes, dtypes)") from e
         summary.update(method=method, per_channel=per_channel, device=device, op_types=ops,
                        calibration_inputs=len(calib), held_out=bool(n_held))
         from xgraph.ir.files import check_target, write_bytes
