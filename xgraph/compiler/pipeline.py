@@ -26,6 +26,7 @@ from xgraph.errors import XGraphError
 from xgraph.ir import Graph
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
+from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
@@ -157,6 +158,7 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
         root = graph.get_root_subgraph()
         if root.is_leaf and graph.get_op_num():
             root.create_child_subgraph()
+        bind_qdq_units(graph)  # a DQ -> op -> Q pattern is one child: plugins' filters and placement see one op
     stage("plugins")  # plugin code runs with the collector on: it may make garbage of its own
     runs: list[dict[str, Any]] = []
     if opts.plugins:

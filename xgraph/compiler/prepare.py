@@ -147,11 +147,16 @@ def _unused_placeholder(t: Tensor) -> bool:
 
 # ------------------------------------------------------------------------- constant folding
 
+#: Ops never folded: DequantizeLinear of a constant stays an int8 (int32 bias) weight with its scale.
+_KEEP_QUANTIZED = frozenset({"DequantizeLinear"})
+
 def _foldable(op: Op, keep: set[Tensor]) -> bool:
     if not all(t is None or t.is_const for t in op.get_input_tensors()):
         return False  # the common case, and the cheapest test: asked first
     if op.type.startswith("Random") or op.type in _NONDETERMINISTIC or _nested_graphs(op):
         return False
+    if op.type in _KEEP_QUANTIZED:
+        return False  # an int8 weight keeps its scale and zero point: the device decides what it needs
     return not any(t in keep for t in op.get_output_tensors())
 
 

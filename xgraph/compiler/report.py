@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, Op
 from xgraph.ir.files import check_target, write_text
+from xgraph.compiler.qdq_units import QDQ_TYPES, qdq_units, unit_label
 from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.devices import get_devices
 from xgraph.registries import resolve
@@ -79,7 +80,7 @@ def report(compiled: Graph) -> dict[str, Any]:
         entry["ops"] += len(sg["ops"])
     crossings = count_crossings(compiled, devices)
     options = _attr(compiled, "compile_options", "{}")
-    return {
+    result = {
         "ops": ops,
         "subgraphs": subgraphs,
         "devices": per_device,
@@ -96,6 +97,24 @@ def report(compiled: Graph) -> dict[str, Any]:
         "plugins": _plugins(plugin_runs, subgraphs),
         "warnings": runner_warnings(children),
     }
+    units = int8_units(compiled, child_of)
+    if units:  # only quantized models carry the key
+        result["int8_units"] = units
+    return result
+
+
+def int8_units(compiled: Graph, child_of: dict) -> list[dict[str, Any]]:
+    """One entry per QDQ unit: {"op", "label" ("Conv (int8, per-channel)"), "device", "ops"}."""
+    out = []
+    for unit in qdq_units(compiled):
+        core = [op for op in unit if op.type not in QDQ_TYPES]
+        if not core:
+            continue
+        labels = [unit_label(op) or op.type for op in core]
+        devices = sorted({str(child_of[op].get_attr("device")) for op in unit if child_of[op].has_attr("device")})
+        out.append({"op": core[0].name, "label": " + ".join(labels), "device": ",".join(devices),
+                    "ops": [op.name for op in unit]})
+    return out
 
 
 def runner_warnings(children, registered: "Iterable[str] | None" = None) -> list[str]:

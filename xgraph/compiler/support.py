@@ -199,8 +199,31 @@ def dvpp_image_rules() -> Check:
     return check
 
 
+def int8_weights() -> Check:
+    """Accept a DequantizeLinear an int8 cube unit can fold: int32 only as a constant bias, and a constant
+    int8 weight only when symmetric (zero points all 0; Ascend and Vitis quantize weights without offset)."""
+    def check(op: "Op") -> Verdict:
+        inputs = op.get_input_tensors()
+        x = inputs[0]
+        zp = inputs[2] if len(inputs) > 2 else None
+        if x is None:
+            return ACCEPT
+        if x.dtype == np.int32 and not x.is_const:
+            return refuse(f"{op.type} of non-constant int32 {x.name!r} unsupported: int32 dequantizes only as a "
+                          "constant bias of an int8 unit", (x.name,))
+        if x.is_const and x.dtype == np.int8 and zp is not None:
+            if not zp.is_const:
+                return refuse(f"{op.type} of weight {x.name!r} with a computed zero point unsupported", (x.name,))
+            if np.any(np.asarray(zp.data) != 0):
+                return refuse(f"{op.type} of weight {x.name!r} with non-zero zero points unsupported: asymmetric "
+                              "int8 weights; quantize weights symmetric (xgraph quantize does)", (x.name,))
+        return ACCEPT
+    return check
+
+
 #: The checks a device table may name under `checks`.
-NAMED_CHECKS: dict[str, Callable[[], Check]] = {"host_runnable": host_runnable, "dvpp_image_rules": dvpp_image_rules}
+NAMED_CHECKS: dict[str, Callable[[], Check]] = {"host_runnable": host_runnable, "dvpp_image_rules": dvpp_image_rules,
+                                                "int8_weights": int8_weights}
 if set(NAMED_CHECKS) != set(CHECK_NAMES):  # the table loader validates names against CHECK_NAMES
     raise ImportError(f"named checks {sorted(NAMED_CHECKS)} disagree with CHECK_NAMES {sorted(CHECK_NAMES)}")
 

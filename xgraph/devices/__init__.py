@@ -33,7 +33,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 #: Names of the built-in checks a table may list under `checks` (registered in xgraph.compiler.support.NAMED_CHECKS).
-CHECK_NAMES = frozenset({"host_runnable", "dvpp_image_rules"})
+CHECK_NAMES = frozenset({"host_runnable", "dvpp_image_rules", "int8_weights"})
 #: Memory kinds: "device" memory is shared by the accelerators; "host" is the CPU's.
 MEMORY_KINDS = ("device", "host")
 #: Runner modes a device's runner map may name.

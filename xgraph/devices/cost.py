@@ -71,12 +71,14 @@ class Roofline:
         peaks = dict(getattr(cost, "peak_gflops", {}) or {})
         self.device, self.dtype = device, dtype
         self.peak = float(peaks.get(dtype) or peaks.get("float32") or max(peaks.values(), default=0.0)) * 1e9
+        self.peaks = {name: float(v) * 1e9 for name, v in peaks.items() if v}
         self.bandwidth = float(getattr(cost, "bandwidth_gbps", 0.0) or 0.0) * 1e9
         self.launch = float(getattr(cost, "launch_overhead_us", 0.0) or 0.0) * 1e-6
 
-    def op_time(self, flops: int, nbytes: int) -> float:
-        """max(flops / peak, bytes / bandwidth) + launch overhead, in seconds."""
-        compute = flops / self.peak if self.peak else 0.0
+    def op_time(self, flops: int, nbytes: int, dtype: str | None = None) -> float:
+        """max(flops / peak, bytes / bandwidth) + launch overhead, in seconds (`dtype`'s peak when given and listed)."""
+        peak = self.peaks.get(dtype, self.peak) if dtype is not None else self.peak
+        compute = flops / peak if peak else 0.0
         memory = nbytes / self.bandwidth if self.bandwidth else 0.0
         return max(compute, memory) + self.launch
 
@@ -94,8 +96,10 @@ class StepRecorder:
 
     def __call__(self, step: Any, args: Sequence[Any], results: Sequence[Any]) -> None:
         op = step.op
-        flops = op_flops(op.type, step.attrs or op.get_onnx_attrs(), args, results)
+        counted = getattr(step.fn, "flops", None)  # a fused integer unit counts its own (and runs in int8)
+        flops = counted(args, results) if counted is not None else \
+            op_flops(op.type, step.attrs or op.get_onnx_attrs(), args, results)
         nbytes = _nbytes(args) + _nbytes(results)
-        seconds = self.roofline.op_time(flops, nbytes)
+        seconds = self.roofline.op_time(flops, nbytes, getattr(step.fn, "compute_dtype", None))
         self.estimate.ops.append(OpCost(op.name, op.type, flops, nbytes, seconds))
         self.estimate.seconds += seconds

@@ -24,6 +24,10 @@ that audit running, so a fix that onnx makes upstream shows up as a redundant ov
 - Optional: the evaluator wraps the value in a list (``[x]``, ``[None]`` when empty), which
   OptionalHasElement/OptionalGetElement then read as a present sequence; the replacement
   returns the value itself (None when empty), the convention every other op follows.
+- DequantizeLinear before opset 19: the evaluator has no implementation of opsets 10 and 13
+  (QDQ models as onnxruntime's quantize_static writes them fail to load); the replacement is
+  the evaluator's newest class, whose attributes (axis, block_size, output_dtype) default to
+  the older opsets' behaviour (per tensor, or per axis 1).
 """
 from __future__ import annotations
 
@@ -93,6 +97,7 @@ def _opset(op) -> int:
 def _build() -> list:
     from onnx.reference.op_run import OpRun
     from onnx.reference.ops.op_batch_normalization import BatchNormalization_14
+    from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_25
     from onnx.reference.ops.op_hardmax import Hardmax as EvaluatorHardmax
     from onnx.reference.ops.op_log_softmax import LogSoftmax as EvaluatorLogSoftmax
     from onnx.reference.ops.op_softmax import Softmax as EvaluatorSoftmax
@@ -165,7 +170,12 @@ def _build() -> list:
                 results[self.N + k] = np.stack([np.asarray(s[k]) for s in scans])
             return tuple(results)
 
-    return [BatchNormalization, LRN, Loop, Optional,
+    class DequantizeLinear(DequantizeLinear_25):
+        """ONNX DequantizeLinear of every opset (10 and 13 included)."""
+
+        op_domain = ""
+
+    return [BatchNormalization, DequantizeLinear, LRN, Loop, Optional,
             coerced(EvaluatorSoftmax, _softmax_2d, "Softmax"),
             coerced(EvaluatorLogSoftmax, _log_softmax_2d, "LogSoftmax"),
             coerced(EvaluatorHardmax, _hardmax_2d, "Hardmax")]

@@ -25,6 +25,7 @@ from xgraph.errors import KernelError, RunnerError
 from xgraph.modes import AUTO, NUMPY, ONNXRUNTIME
 from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
+from xgraph.runners.qdq_fusion import fuse_qdq
 from xgraph.runners.fusion import fuse
 from xgraph.runners.liveness import assign_liveness
 from xgraph.runners.plan import ExecutionPlan, PlanOptions, Step, plan_subgraph
@@ -51,8 +52,11 @@ def make_plan(subgraph: "Subgraph", device: str, kernels: "KernelRegistry", opti
         plan = keep_in_float16(plan, options.storage_dtype)
     elif options.fp16_ops:
         plan = round_to_float16(plan, options.fp16_ops)
-    elif options.fuse:
-        plan = fuse(plan)
+    else:
+        if options.qdq_units:  # integer units first: they read the DQs the float fusion would not
+            plan = fuse_qdq(plan, device_numerics=options.qdq_units == "device")
+        if options.fuse:
+            plan = fuse(plan)
     return assign_liveness(plan)
 
 
@@ -83,14 +87,16 @@ class SubgraphExecutor:
 
     def __init__(self, subgraph: "Subgraph", device: str, kernels: str = NUMPY,
                  storage_dtype: np.dtype | None = None, fp16_ops: frozenset[str] = frozenset(),
-                 fuse: bool = False, *, reference: bool = False, registries: "Registries | None" = None) -> None:
+                 fuse: bool = False, *, reference: bool = False, registries: "Registries | None" = None,
+                 qdq_units: str | None = None) -> None:
         if kernels not in (AUTO, NUMPY, ONNXRUNTIME):
             raise RunnerError(f"subgraph {subgraph.name!r} on {device}: kernels={kernels!r} is not one of "
                               f"{AUTO}, {NUMPY}, {ONNXRUNTIME}")
         storage = None if storage_dtype is None else np.dtype(storage_dtype)
         fp16_ops = frozenset(fp16_ops)
         options = PlanOptions(kernels=kernels, storage_dtype=storage, fp16_ops=fp16_ops,
-                              fuse=fuse and storage is None and not fp16_ops, reference=reference)
+                              fuse=fuse and storage is None and not fp16_ops, reference=reference,
+                              qdq_units=("exact" if fuse else "") if qdq_units is None else qdq_units)
         self.subgraph, self.device = subgraph, device
         self._options, self._registries = options, resolve(registries)
         self._switch = threading.Lock()

@@ -77,8 +77,9 @@ class DeviceRunner(Runner):
             fp16 = self.fp16_in_sim and precision == "force_fp16"
             fp16_ops = frozenset(op.name for op in subgraph.get_ops() if op.has_attr("precision")
                                  and op.get_attr("precision") == "float16") if self.fp16_in_sim else frozenset()
+            # int8 QDQ units as the device computes them: int32 accumulation, fixed-point requantization
             self._executor = SubgraphExecutor(subgraph, device, NUMPY, np.float16 if fp16 else None, fp16_ops,
-                                              registries=registries)
+                                              registries=registries, qdq_units="device")
             cost = device_cost(device, registries)
             if cost is not None:
                 self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")

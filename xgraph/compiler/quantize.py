@@ -1,0 +1,233 @@
+"""`xgraph.quantize`: a float ONNX model and a calibration set in, a QDQ int8 model and an accuracy summary out.
+
+Calibration itself is onnxruntime's (`onnxruntime.quantization.quantize_static`, the optional
+extra ``xgraph[quantize]``); xgraph adds
+
+- the calibration data reader (`calibration_inputs`): a folder of ``.npy`` files (one array,
+  for a one-input model), ``.npz`` files (one array per input name) or images (``.png``,
+  ``.jpg``, ``.jpeg``, ``.bmp``: resized to the input's H x W, RGB, scaled to [0, 1], NCHW; or
+  through ``preprocess``, a Python file defining ``preprocess(path, shape) -> np.ndarray``);
+- the device rules: only op types the target's op-info library runs in int8 are quantized
+  (``op_types_to_quantize``), the others stay float; weights are symmetric int8, per output
+  channel by default, as Ascend and Vitis AI require;
+- the summary (`QuantizeResult.summary`): float vs int8 on held-out inputs (the last quarter of
+  the calibration set, at least one; all of it when it has one input): top-1 agreement, max and
+  mean absolute error of the first output, and that output's range.
+
+    >>> xgraph.quantize("net.onnx", calibration="calib/", output="net.int8.onnx")  # doctest: +SKIP
+    'net.int8.onnx'
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from xgraph.errors import OptionError, XGraphError
+
+METHODS = ("minmax", "entropy", "percentile")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+#: Op types onnxruntime's QDQ quantizer handles that an int8 device table may accept.
+QUANTIZABLE = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "MaxPool", "AveragePool",
+               "GlobalAveragePool", "Relu", "Clip", "Resize", "Reshape", "Transpose", "Flatten", "Squeeze",
+               "Unsqueeze", "Softmax", "Sigmoid", "LeakyRelu", "Split", "Gather", "Pad")
+
+
+@dataclass
+class QuantizeResult:
+    """Where the QDQ model went and how it compares with the float one."""
+
+    output: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _need_ort():
+    try:
+        import onnxruntime  # noqa: F401
+        from onnxruntime import quantization  # noqa: F401
+    except ImportError:
+        raise XGraphError("xgraph quantize needs onnxruntime's quantization tools: pip install 'xgraph[quantize]'") \
+            from None
+
+
+def _inputs_of(model) -> list[tuple[str, list]]:
+    inits = {i.name for i in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim]
+        out.append((vi.name, dims))
+    return out
+
+
+def _load_preprocess(path: str | None) -> Callable | None:
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location("xgraph_quantize_preprocess", path)
+    if spec is None or spec.loader is None or not os.path.isfile(path):
+        raise OptionError(f"preprocess {path!r}: not a Python file; give a .py defining preprocess(path, shape)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, "preprocess", None)
+    if not callable(fn):
+        raise OptionError(f"preprocess {path!r} defines no preprocess(path, shape) function")
+    return fn
+
+
+def _image(path: Path, shape: Sequence[int]) -> np.ndarray:
+    from PIL import Image
+    h, w = (int(shape[2]), int(shape[3])) if len(shape) == 4 else (224, 224)
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB").resize((w, h)), dtype=np.float32) / 255.0
+    return arr.transpose(2, 0, 1)[None]
+
+
+def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | None = None) -> list[dict[str, np.ndarray]]:
+    """One feed dict per calibration file of `directory` (sorted by name)."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise OptionError(f"calibration {str(folder)!r} is not a directory; give a folder of .npy/.npz files or images")
+    inputs = _inputs_of(model)
+    if not inputs:
+        raise XGraphError("quantize: the model has no inputs to calibrate")
+    fn = _load_preprocess(preprocess)
+    feeds, files = [], []
+    for path in sorted(folder.iterdir()):
+        suffix = path.suffix.lower()
+        if suffix in (".npz", ".npy") or suffix in IMAGE_SUFFIXES:
+            files.append(path)
+        if suffix == ".npz":
+            with np.load(path) as data:
+                missing = [n for n, _ in inputs if n not in data.files]
+                if missing:
+                    raise XGraphError(f"calibration file {str(path)!r} has no array for input(s) {missing}; "
+                                      f"it has {data.files}")
+                feeds.append({n: np.asarray(data[n]) for n, _ in inputs})
+            continue
+        if suffix == ".npy" or suffix in IMAGE_SUFFIXES:
+            if len(inputs) != 1:
+                raise XGraphError(f"calibration file {str(path)!r}: the model has {len(inputs)} inputs; "
+                                  "give .npz files with one array per input name")
+            name, shape = inputs[0]
+            arr = np.load(path, allow_pickle=False) if suffix == ".npy" else \
+                (fn(str(path), shape) if fn is not None else _image(path, shape))
+            feeds.append({name: np.asarray(arr)})
+    for feed, path in zip(feeds, files):
+        for name, shape in inputs:
+            got = np.shape(feed[name])
+            if len(got) != len(shape) or any(s > 1 and g != s for g, s in zip(got, shape)):
+                raise XGraphError(f"calibration file {str(path)!r}: input {name!r} has shape {list(got)}; the model "
+                                  f"takes {shape}")
+    if not feeds:
+        raise OptionError(f"calibration {str(folder)!r} holds no .npy, .npz or image files")
+    return feeds
+
+
+def int8_op_types(device: str = "AICORE") -> list[str]:
+    """The op types of QUANTIZABLE whose rule on `device` lists int8."""
+    from xgraph.devices import get_devices
+    devices = get_devices()
+    if device not in devices:
+        raise OptionError(f"quantize: unknown target device {device!r}; known: {', '.join(devices)}")
+    table = devices[device].ops
+    out = []
+    for op_type in QUANTIZABLE:
+        rule = table.rule_for(op_type, "")
+        if rule is not None and (rule.dtypes is None or np.dtype(np.int8) in rule.dtypes):
+            out.append(op_type)
+    return out
+
+
+class _Reader:
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self._feeds = iter(feeds)
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+def _summary(float_path: str, int8_path: str, held_out: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    import onnxruntime as ort
+    f = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(int8_path, providers=["CPUExecutionProvider"])
+    agree, max_err, errs, lo, hi = 0, 0.0, [], np.inf, -np.inf
+    for feed in held_out:
+        a, b = f.run(None, feed)[0], q.run(None, feed)[0]
+        agree += int(np.array_equal(a.reshape(a.shape[0], -1).argmax(-1), b.reshape(b.shape[0], -1).argmax(-1)))
+        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        max_err = max(max_err, float(d.max()))
+        errs.append(float(d.mean()))
+        lo, hi = min(lo, float(a.min())), max(hi, float(a.max()))
+    return {"inputs": len(held_out), "top1_agreement": agree / len(held_out), "max_abs_error": max_err,
+            "mean_abs_error": float(np.mean(errs)), "output_range": hi - lo}
+
+
+def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike", output: "str | os.PathLike | None" = None,
+                   *, method: str = "minmax", per_channel: bool = True, device: str = "AICORE",
+                   activation: str = "int8", preprocess: str | None = None, reduce_range: bool = False) -> QuantizeResult:
+    """Quantize `model` to QDQ with `calibration`; see the module docstring. Nothing is written on failure."""
+    _need_ort()
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    if method not in METHODS:
+        raise OptionError(f"quantize: method {method!r} is not one of {', '.join(METHODS)}")
+    if activation not in ("int8", "uint8"):
+        raise OptionError(f"quantize: activation {activation!r} is not int8 or uint8")
+    src = str(model)
+    if not os.path.isfile(src):
+        raise OptionError(f"quantize: model {src!r} is not a file")
+    out = str(output) if output is not None else str(Path(src).with_suffix(".int8.onnx"))
+    proto = onnx.load(src)
+    feeds = calibration_inputs(calibration, proto, preprocess)
+    n_held = max(1, len(feeds) // 4) if len(feeds) > 1 else 0
+    calib, held = (feeds[:len(feeds) - n_held], feeds[len(feeds) - n_held:]) if n_held else (feeds, feeds)
+    ops = int8_op_types(device)
+    calibrate = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                 "percentile": CalibrationMethod.Percentile}[method]
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = os.path.join(tmp, "model.int8.onnx")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
+                quantize_static(src, staged, _Reader(calib), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops,
+                                per_channel=per_channel, reduce_range=reduce_range,
+                                activation_type=QuantType.QInt8 if activation == "int8" else QuantType.QUInt8,
+                                weight_type=QuantType.QInt8, calibrate_method=calibrate,
+                                extra_options={"WeightSymmetric": True})
+            summary = _summary(src, staged, held)
+        except Exception as e:  # onnxruntime raises its own exception types; say which model and what to fix
+            raise XGraphError(f"quantize: onnxruntime's calibration of {src!r} failed: {str(e)[:500]}; check that "
+                              "the calibration arrays match the model's inputs (names, shapes, dtypes)") from e
+        summary.update(method=method, per_channel=per_channel, device=device, op_types=ops,
+                       calibration_inputs=len(calib), held_out=bool(n_held))
+        from xgraph.ir.files import check_target, write_bytes
+        check_target(out)
+        with open(staged, "rb") as fh:
+            write_bytes(out, fh.read())
+    return QuantizeResult(out, summary)
+
+
+def quantize(model: "str | os.PathLike", calibration: "str | os.PathLike", output: "str | os.PathLike | None" = None,
+             **options: Any) -> str:
+    """The QDQ int8 model's path (API.md section 4); options as `quantize_model`."""
+    return quantize_model(model, calibration, output, **options).output
+
+
+def summary_text(result: QuantizeResult) -> str:
+    s = result.summary
+    return (f"wrote {result.output} (QDQ int8, {s['method']}, {'per-channel' if s['per_channel'] else 'per-tensor'} "
+            f"symmetric weights; quantized for {s['device']}: {', '.join(s['op_types'])})\n"
+            f"float vs int8 on {s['inputs']} {'held-out' if s['held_out'] else 'calibration'} input(s): "
+            f"top-1 agreement {100 * s['top1_agreement']:.1f}%, max abs error {s['max_abs_error']:.4g}, "
+            f"mean abs error {s['mean_abs_error']:.4g} (output range {s['output_range']:.4g})")
+
+
+__all__ = ["METHODS", "QuantizeResult", "calibration_inputs", "int8_op_types", "quantize", "quantize_model",
+           "summary_text"]

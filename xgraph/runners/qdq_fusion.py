@@ -1,0 +1,226 @@
+"""Plan-time integer units: DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear as one integer call.
+
+A QDQ unit means "the integer op": its DQs and Q only say which integers and scales the op
+works on. Computing it in float (dequantize, float Conv, quantize) is ONNX's reference
+semantics (the `ref` mode keeps it); an int8 device, and onnxruntime, compute
+
+    acc = sum((x - x_zp) * (w - w_zp)) + b          exact, in integers (int32 on the device)
+    y   = saturate(round_half_even(acc * x_scale * w_scale / y_scale) + y_zp)
+
+which may differ from the float path by one quantization step where a value lies near a
+rounding boundary. `fuse_qdq(plan)` replaces each such pattern in a numpy plan by one step
+computing exactly that (the requantization multiplier in float64, as ONNX's QLinearConv
+specifies), reading the quantized input and writing the quantized output; the graph is not
+changed. `requantize` is the rounding step; `fixed_point_multiplier` and
+`requantize_fixed_point` are what an int8 device does instead of a float multiply (a 31-bit
+mantissa and a right shift, rounding half away from zero as gemmlowp and Ascend's
+requantizer do), used when `device_numerics` is asked for.
+
+A pattern is fused only when nothing else can tell: the weight and bias DQs read constants
+(symmetric or not), the bias scale equals x_scale * w_scale (to float32 precision) with zero
+point 0, the scales are per tensor except the weight's (per output channel), the float result
+is read only by the Q, and every kernel involved is xgraph's own.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from xgraph.kernels.conv_lowering import conv_core
+from xgraph.runners.fusion import _Readers, builtin_kernel
+from xgraph.runners.plan import ExecutionPlan, Step
+
+_QTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+_CORES = ("Conv", "MatMul", "Gemm")
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """saturate(round_half_even(acc * multiplier) + zero_point) in `dtype` (ONNX's QLinearConv rounding)."""
+    info = np.iinfo(dtype)
+    y = np.rint(acc.astype(np.float64) * multiplier) + zero_point
+    return np.clip(y, info.min, info.max).astype(dtype)
+
+
+def fixed_point_multiplier(multiplier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mantissa, shift) with multiplier ~= mantissa * 2**-shift, mantissa in [2**30, 2**31) (int64 arrays)."""
+    m = np.asarray(multiplier, dtype=np.float64)
+    frac, exp = np.frexp(m)  # m = frac * 2**exp, frac in [0.5, 1)
+    mantissa = np.rint(frac * (1 << 31)).astype(np.int64)
+    carry = mantissa == (1 << 31)
+    mantissa = np.where(carry, 1 << 30, mantissa)
+    exp = np.where(carry, exp + 1, exp)
+    return mantissa, (31 - exp).astype(np.int64)
+
+
+def requantize_fixed_point(acc: np.ndarray, multiplier: np.ndarray, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """What an int8 device computes: (acc * mantissa + 2**(shift-1)) >> shift, half away from zero, saturated."""
+    mantissa, shift = fixed_point_multiplier(multiplier)
+    a = acc.astype(np.int64)
+    prod = np.abs(a) * mantissa  # |acc| < 2**31 and mantissa < 2**31: fits int64
+    rounded = (prod + (np.int64(1) << (shift - 1))) >> shift
+    y = np.sign(a) * rounded + zero_point
+    info = np.iinfo(dtype)
+    return np.clip(y, info.min, info.max).astype(dtype)
+
+
+class _Plan:
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.view = _Readers(plan)
+        self.steps = plan.steps
+        self.producer = {s: i for i, step in enumerate(plan.steps) for s in step.outputs}
+
+    def const(self, slot: int) -> np.ndarray | None:
+        return self.view.constant(slot)
+
+    def dq(self, slot: int) -> tuple[int, Step] | None:
+        """The builtin DequantizeLinear step writing `slot`, if any."""
+        i = self.producer.get(slot)
+        if i is None:
+            return None
+        step = self.steps[i]
+        if step.op.type != "DequantizeLinear" or step.op.domain != "" or not builtin_kernel(step):
+            return None
+        if step.attrs.get("block_size", 0) or step.attrs.get("output_dtype", 0):
+            return None
+        return i, step
+
+
+def _scalar(a: np.ndarray | None) -> bool:
+    return a is not None and a.size == 1
+
+
+def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
+    core = p.steps[index]
+    op = core.op
+    if op.type not in _CORES or op.domain != "" or not builtin_kernel(core) or len(core.outputs) != 1:
+        return None
+    if op.type == "Gemm" and (core.attrs.get("alpha", 1.0) != 1.0 or core.attrs.get("beta", 1.0) != 1.0
+                              or core.attrs.get("transA", 0)):
+        return None
+    if len(core.inputs) < 2:
+        return None
+    x_dq, w_dq = p.dq(core.inputs[0]), p.dq(core.inputs[1])
+    if x_dq is None or w_dq is None:
+        return None
+    xq_slot = x_dq[1].inputs[0]
+    xin = x_dq[1].inputs
+    xs = p.const(xin[1]) if len(xin) > 1 else None
+    xzp = p.const(xin[2]) if len(xin) > 2 and xin[2] else None
+    xt = p.view.tensor(xq_slot)
+    if xt is None or xt.dtype not in _QTYPES or not _scalar(xs) or (len(xin) > 2 and xin[2] and not _scalar(xzp)):
+        return None
+    wq = p.const(w_dq[1].inputs[0])
+    ws = p.const(w_dq[1].inputs[1]) if len(w_dq[1].inputs) > 1 else None
+    wzp = p.const(w_dq[1].inputs[2]) if len(w_dq[1].inputs) > 2 and w_dq[1].inputs[2] else None
+    if wq is None or wq.dtype not in _QTYPES or ws is None:
+        return None
+    m = wq.shape[0] if op.type == "Conv" else (wq.shape[0] if core.attrs.get("transB", 0) else wq.shape[-1])
+    if wq.ndim != (wq.ndim if op.type == "Conv" else 2):
+        return None
+    w_axis = int(w_dq[1].attrs.get("axis", 1))
+    want_axis = 0 if (op.type == "Conv" or core.attrs.get("transB", 0)) else 1
+    if ws.size not in (1, m) or (ws.size > 1 and w_axis % wq.ndim != want_axis):
+        return None
+    if wzp is not None and wzp.size not in (1, m):
+        return None
+    bias, b_member = None, []
+    if len(core.inputs) > 2 and core.inputs[2]:
+        b_dq = p.dq(core.inputs[2])
+        if b_dq is None:
+            return None
+        bq = p.const(b_dq[1].inputs[0])
+        bs = p.const(b_dq[1].inputs[1]) if len(b_dq[1].inputs) > 1 else None
+        bzp = p.const(b_dq[1].inputs[2]) if len(b_dq[1].inputs) > 2 and b_dq[1].inputs[2] else None
+        want = (np.float32(xs.reshape(())) * ws.astype(np.float32)).reshape(-1)
+        if bq is None or bq.dtype != np.int32 or bs is None or bq.size != m or (bzp is not None and np.any(bzp)):
+            return None
+        if not np.allclose(np.broadcast_to(bs.reshape(-1), (m,)), np.broadcast_to(want, (m,)), rtol=1e-6, atol=0):
+            return None
+        bias = bq.reshape(-1).astype(np.int64)
+        b_member = [b_dq[0]] if p.view.sole_reader(core.inputs[2]) == index else []
+    reader = p.view.sole_reader(core.outputs[0])
+    if reader is None:
+        return None
+    q = p.steps[reader]
+    if q.op.type != "QuantizeLinear" or q.op.domain != "" or not builtin_kernel(q) or len(q.inputs) < 3:
+        return None
+    if q.attrs.get("block_size", 0) or q.attrs.get("output_dtype", 0) or not q.attrs.get("saturate", 1):
+        return None
+    ys, yzp = p.const(q.inputs[1]), p.const(q.inputs[2])
+    if not _scalar(ys) or not _scalar(yzp) or yzp.dtype not in _QTYPES:
+        return None
+    fn = _integer_fn(op.type, dict(core.attrs), wq, ws, wzp, bias, float(xs.reshape(())),
+                     None if xzp is None else int(xzp.reshape(())), float(ys.reshape(())), int(yzp.reshape(())),
+                     yzp.dtype, device_numerics)
+    members = [w_dq[0]] if p.view.sole_reader(core.inputs[1]) == index else []
+    if p.view.sole_reader(core.inputs[0]) == index:
+        members.append(x_dq[0])
+    members += b_member + [index, reader]
+    members.sort()
+    step = Step(op, fn, (xq_slot,), (q.outputs[0],), {}, 1, core.choice,
+                fused=tuple(p.steps[i].op for i in members))
+    return step, members
+
+
+def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: float, yzp: int,
+                dtype: np.dtype, device_numerics: bool = False) -> Callable:
+    """The integer unit: exact accumulation (float64 BLAS on integers, exact below 2**53), then requantize."""
+    w = wq.astype(np.float64) - (0 if wzp is None else wzp.astype(np.float64).reshape(
+        (-1,) + (1,) * (wq.ndim - 1) if kind == "Conv" or attrs.get("transB", 0) else (1, -1)))
+    if kind == "Gemm" and attrs.get("transB", 0):
+        w = w.T
+    w = np.ascontiguousarray(w)
+    channels = w.shape[0] if kind == "Conv" else w.shape[-1]
+    multiplier = xs * ws.astype(np.float64).reshape(-1) / ys
+    conv_attrs = {k: attrs[k] for k in ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
+                  if k in attrs}
+
+    def unit(xq: np.ndarray) -> np.ndarray:
+        x = xq.astype(np.float64) - (0 if xzp is None else xzp)
+        if kind == "Conv":
+            acc = conv_core("QLinearConv", x, w, **conv_attrs)
+            shape = (1, -1) + (1,) * (acc.ndim - 2)
+        else:
+            acc = x @ w
+            shape = (1,) * (acc.ndim - 1) + (-1,)
+        acc = np.rint(acc)
+        if bias is not None:
+            acc = acc + bias.reshape(shape)
+        mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
+        return rounding(acc, mult, yzp, dtype)
+
+    rounding = requantize_fixed_point if device_numerics else requantize
+    macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
+    unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
+    unit.compute_dtype = "int8"  # type: ignore[attr-defined]
+    return unit
+
+
+def fuse_qdq(plan: ExecutionPlan, *, device_numerics: bool = False) -> ExecutionPlan:
+    """`plan` with each integer QDQ unit replaced by one integer step (other steps unchanged, in order).
+
+    `device_numerics` requantizes in fixed point as an int8 device does (the `sim` mode)."""
+    if not any(s.op.type == "QuantizeLinear" for s in plan.steps):
+        return plan
+    p = _Plan(plan)
+    absorbed: set[int] = set()
+    replacement: dict[int, Step] = {}
+    for i, step in enumerate(plan.steps):
+        if step.op.type not in _CORES or i in absorbed:
+            continue
+        found = _unit(p, i, device_numerics)
+        if found is None or absorbed.intersection(found[1]):
+            continue
+        new_step, members = found
+        replacement[members[-1]] = new_step
+        absorbed.update(members)
+    if not replacement:
+        return plan
+    steps = [replacement.get(i, s) for i, s in enumerate(plan.steps) if i not in absorbed or i in replacement]
+    fused_into = dict(getattr(plan, "fused_into", {}) or {})
+    fused_into.update({op.name: s.op.name for s in replacement.values() for op in s.fused})
+    return plan.with_steps(steps, fused_into=fused_into)
+
+
+__all__ = ["fixed_point_multiplier", "fuse_qdq", "requantize", "requantize_fixed_point"]
