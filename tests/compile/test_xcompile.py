@@ -124,7 +124,7 @@ def test_progress_bar_appears_only_after_the_delay(monkeypatch):
     assert quick._progress is None
     slow = xcompile._ProgressBar(enabled=True)
     slow("load", 0, 5)
-    time.sleep(0.2)
+    slow._timer.join(timeout=30)  # the delay has passed once the timer has fired, however loaded the machine
     slow("placement", 3, 5)
     assert slow._progress is not None and slow._progress.tasks[0].completed == 3
     slow.close()
