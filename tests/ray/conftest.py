@@ -11,18 +11,32 @@ them on one worker under --dist loadgroup; pytest 9 with pytest-xdist 3.8 ignore
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import types
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import xgraph
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
+
+
+def _compile_models():
+    """The compile tests' model builders (import mode "importlib" has no sibling imports)."""
+    path = Path(__file__).parents[1] / "compile" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("ray_compile_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_builders = _compile_models()
+#: The encoder the Ray tests run: a one-layer BERT-style encoder with fixed (1, 16) inputs.
+ENCODER_OUTPUT = "l0_ln2"
 #: Seconds any wait on Ray may take before the test fails instead of hanging the suite.
 WAIT = 60.0
 
@@ -43,65 +57,8 @@ def cluster():
     started.shutdown()
 
 
-def encoder_model(hidden: int = 16, heads: int = 2, vocab: int = 40) -> onnx.ModelProto:
-    """A one-layer BERT-style encoder (embedding Gather, masked multi-head attention, GELU FFN, LayerNorms)."""
-    rng = np.random.default_rng(7)
-    head = hidden // heads
-    nodes, inits = [], []
-
-    def w(name, *shape):
-        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name))
-        return name
-
-    def c(name, value):
-        inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def node(op, inputs, name, **attrs):
-        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
-        return name
-
-    node("Gather", [w("emb_w", vocab, hidden), "input_ids"], "emb")
-    x = node("LayerNormalization", ["emb", w("ln0_g", hidden), w("ln0_b", hidden)], "ln0", axis=-1)
-    node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT)
-    node("Sub", [c("one", np.float32(1)), "mask_f"], "mask_inv")
-    node("Mul", ["mask_inv", c("neg_big", np.float32(-1e4))], "mask_add")
-    node("Unsqueeze", ["mask_add", c("mask_axes", np.array([1, 2], np.int64))], "mask4")
-    split = {}
-    for part in ("q", "k", "v"):
-        node("MatMul", [x, w(part + "_w", hidden, hidden)], part + "_mm")
-        node("Add", [part + "_mm", w(part + "_b", hidden)], part)
-        node("Reshape", [part, c(part + "_shape", np.array([1, 16, heads, head], np.int64))], part + "_4d")
-        split[part] = node("Transpose", [part + "_4d"], part + "_t", perm=[0, 2, 3, 1] if part == "k" else [0, 2, 1, 3])
-    node("MatMul", [split["q"], split["k"]], "scores")
-    node("Div", ["scores", c("scale", np.float32(np.sqrt(head)))], "scaled")
-    node("Add", ["scaled", "mask4"], "masked")
-    node("Softmax", ["masked"], "probs", axis=-1)
-    node("MatMul", ["probs", split["v"]], "ctx")
-    node("Transpose", ["ctx"], "ctx_t", perm=[0, 2, 1, 3])
-    node("Reshape", ["ctx_t", c("merge_shape", np.array([1, 16, hidden], np.int64))], "ctx_m")
-    node("MatMul", ["ctx_m", w("o_w", hidden, hidden)], "o_mm")
-    node("Add", ["o_mm", x], "res1")
-    h = node("LayerNormalization", ["res1", w("ln1_g", hidden), w("ln1_b", hidden)], "ln1", axis=-1)
-    node("MatMul", [h, w("f1_w", hidden, 4 * hidden)], "f1")
-    node("Div", ["f1", c("sqrt2", np.float32(np.sqrt(2)))], "g_div")
-    node("Erf", ["g_div"], "g_erf")
-    node("Add", ["g_erf", c("g_one", np.float32(1))], "g_add")
-    node("Mul", ["f1", "g_add"], "g_mul")
-    node("Mul", ["g_mul", c("g_half", np.float32(0.5))], "gelu")
-    node("MatMul", ["gelu", w("f2_w", 4 * hidden, hidden)], "f2")
-    node("Add", ["f2", h], "res2")
-    out = node("LayerNormalization", ["res2", w("ln2_g", hidden), w("ln2_b", hidden)], "ln2", axis=-1)
-    graph = helper.make_graph(
-        nodes, "encoder",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 16]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 16])],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 16, hidden])], initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def encoder_feeds(seed: int) -> dict[str, np.ndarray]:
-    """Random token ids and a padding mask for `encoder_model`."""
+    """Random token ids and a padding mask for the encoder (vocabulary of 40)."""
     rng = np.random.default_rng(seed)
     length = int(rng.integers(4, 17))
     return {"input_ids": rng.integers(0, 40, (1, 16)).astype(np.int64),
@@ -125,9 +82,9 @@ def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     classifier = xgraph.compile(SAMPLE / "classifier.onnx")
     classifier.serialize(folder / "classifier.xmodel")
-    encoder = xgraph.compile(encoder_model())
+    encoder = xgraph.compile(_builders.bert_like_encoder(hidden=16, heads=2, vocab=40), options=_builders.BERT_STATIC)
     return types.SimpleNamespace(classifier=classifier, classifier_path=folder / "classifier.xmodel",
-                                 encoder=encoder, encoder_feeds=encoder_feeds, jpegs=jpegs(), same=same,
+                                 encoder=encoder, encoder_output=ENCODER_OUTPUT, encoder_feeds=encoder_feeds, jpegs=jpegs(), same=same,
                                  sample=SAMPLE)
 
 

@@ -45,8 +45,8 @@ def test_rows_without_the_batch_dim_get_it_and_lose_it_on_the_outputs(cluster, m
     assert sorted(r["seed"] for r in rows) == list(range(12))
     for row in rows:
         (want,) = expected.encoder[row["seed"]]
-        assert row["ln2"].shape == want.shape[1:]
-        np.testing.assert_array_equal(row["ln2"], want[0])
+        assert row[models.encoder_output].shape == want.shape[1:]
+        np.testing.assert_array_equal(row[models.encoder_output], want[0])
 
 
 def test_failed_rows_are_recorded_and_the_others_run(cluster, models, expected):
@@ -125,4 +125,5 @@ def test_cli_runs_one_input_through_the_ray_graph_runner(cluster, models, tmp_pa
                                                                       "--ray", cluster.address)
     assert local.returncode == 0 and on_ray.returncode == 0, on_ray.stderr
     assert "(a Ray actor per device)" in on_ray.stdout
-    np.testing.assert_array_equal(np.load(tmp_path / "ray" / "ln2.npy"), np.load(tmp_path / "local" / "ln2.npy"))
+    out = f"{models.encoder_output}.npy"
+    np.testing.assert_array_equal(np.load(tmp_path / "ray" / out), np.load(tmp_path / "local" / out))
