@@ -247,8 +247,10 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: _Decoder) -> None:
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
 
 
-def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
-    """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked)."""
+def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore,
+                     mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
+    """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked, or for
+    the weights named in `mapped`, mapped from the side file)."""
     check_text(model, label)
     meta = _read_meta(model, label)
     arrays: dict[str, np.ndarray] = {}
@@ -267,7 +269,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
         model.graph.initializer.extend(keep)
         del model.graph.input[:]
         model.graph.input.extend(keep_inputs)
-    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class)
+    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class, mapped=mapped)
     graph.model_info["metadata"].pop(META_KEY, None)
     g = meta["graph"]
     if not isinstance(g.get("name"), str):
@@ -301,8 +303,9 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
-    model, _, label = read_model(src)
-    return from_model_proto(model, label, graph_class)
+    mapped: dict[str, np.ndarray] = {}
+    model, _, label = read_model(src, mapped=mapped)
+    return from_model_proto(model, label, graph_class, mapped)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -310,10 +313,11 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
 
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
-    model, _, label = read_model(src)
+    mapped: dict[str, np.ndarray] = {}
+    model, _, label = read_model(src, mapped=mapped)
     if any(p.key == META_KEY for p in model.metadata_props):
-        return from_model_proto(model, label, graph_class)
-    return graph_from_model_proto(model, label, graph_class=graph_class)
+        return from_model_proto(model, label, graph_class, mapped)
+    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
