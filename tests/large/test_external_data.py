@@ -114,3 +114,242 @@ def test_symlink_out_of_the_folder_is_refused(external_model, tmp_path_factory):
     os.symlink(elsewhere, data_file)
     with pytest.raises(ModelFileError, match="outside"):
         xgraph.load(path)
+
+
+# -- .xmodel with a side file ---------------------------------------------------------------------
+
+def _ort(model_path, x):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.fixture
+def compiled_pair(external_model, tmp_path):
+    """The external-data model compiled with the side file forced on, saved as out.xmodel + out.xmodel.data."""
+    path, weights = external_model
+    compiled = xgraph.compile(path, {"external_data_threshold": 0})
+    out = tmp_path / "out.xmodel"
+    compiled.serialize(out)
+    return out, weights
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "auto"])
+def test_round_trip_runs_like_onnxruntime(external_model, compiled_pair, kernels):
+    path, weights = external_model
+    out, _ = compiled_pair
+    side = out.parent / "out.xmodel.data"
+    assert side.is_file() and side.stat().st_size > sum(w.nbytes for w in weights)
+    loaded = xgraph.load(out)
+    data = _weights(loaded)
+    for i, w in enumerate(weights):
+        assert is_mapped(data[f"w{i}"]) and origin(data[f"w{i}"])[0].path == side.resolve()
+    x = np.random.default_rng(1).standard_normal((1, N)).astype(np.float32)
+    got = xgraph.create_graph_runner(loaded, mode="run", kernels=kernels).run({"x": x})[0]
+    np.testing.assert_allclose(got, _ort(path, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, oracle(weights, x), rtol=1e-4, atol=1e-5)
+
+
+def test_side_file_follows_onnx_external_data_convention(compiled_pair):
+    out, weights = compiled_pair
+    model = onnx.load(str(out))  # onnx's own loader reads the side file
+    arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for i, w in enumerate(weights):
+        np.testing.assert_array_equal(arrays[f"w{i}"], w)
+    header = onnx.load(str(out), load_external_data=False)
+    refs = {t.name: {e.key: e.value for e in t.external_data} for t in header.graph.initializer
+            if t.data_location == TensorProto.EXTERNAL}
+    assert {refs[f"w{i}"]["location"] for i in range(3)} == {"out.xmodel.data"}
+    assert all(int(refs[f"w{i}"]["offset"]) % 4096 == 0 for i in range(3))
+    assert "bias" not in refs  # small weights stay inline
+
+
+def test_default_threshold_keeps_small_models_inline(external_model, tmp_path):
+    path, _ = external_model
+    out = tmp_path / "inline.xmodel"
+    xgraph.compile(path).serialize(out)
+    assert not (tmp_path / "inline.xmodel.data").exists()
+    model = onnx.load(str(out), load_external_data=False)
+    assert all(t.data_location != TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def test_serialize_threshold_argument_overrides_the_compile_option(external_model, tmp_path):
+    path, _ = external_model
+    compiled = xgraph.compile(path, {"external_data_threshold": 0})
+    compiled.serialize(tmp_path / "a.xmodel", external_data_threshold=1 << 40)
+    assert not (tmp_path / "a.xmodel.data").exists()
+    xgraph.compile(path).serialize(tmp_path / "b.xmodel", external_data_threshold=0)
+    assert (tmp_path / "b.xmodel.data").exists()
+
+
+def test_saving_mapped_weights_copies_file_to_file(compiled_pair, tmp_path):
+    """Saving a loaded pair again gives the same weights (read back through a fresh mapping)."""
+    out, weights = compiled_pair
+    again = tmp_path / "again.xmodel"
+    xgraph.load(out).serialize(again, external_data_threshold=0)
+    data = _weights(xgraph.load(again))
+    for i, w in enumerate(weights):
+        np.testing.assert_array_equal(data[f"w{i}"], w)
+        assert origin(data[f"w{i}"])[0].path == (tmp_path / "again.xmodel.data").resolve()
+
+
+def test_truncated_side_file_is_a_model_file_error_naming_it(compiled_pair):
+    out, _ = compiled_pair
+    side = out.parent / "out.xmodel.data"
+    os.truncate(side, side.stat().st_size - 1)
+    with pytest.raises(ModelFileError, match=r"out\.xmodel\.data"):
+        xgraph.load(out)
+
+
+def test_side_file_symlink_out_of_the_folder_is_refused(compiled_pair, tmp_path_factory):
+    out, _ = compiled_pair
+    side = out.parent / "out.xmodel.data"
+    elsewhere = tmp_path_factory.mktemp("other") / "stolen.data"
+    os.replace(side, elsewhere)
+    os.symlink(elsewhere, side)
+    with pytest.raises(ModelFileError, match="outside"):
+        xgraph.load(out)
+
+
+def test_side_file_location_with_traversal_is_refused(compiled_pair, tmp_path):
+    out, _ = compiled_pair
+    model = onnx.load(str(out), load_external_data=False)
+    for t in model.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../out.xmodel.data"
+    evil = tmp_path / "evil.xmodel"
+    evil.write_bytes(model.SerializeToString())
+    with pytest.raises(ModelFileError, match=r"'\.\.'"):
+        xgraph.load(evil)
+
+
+def test_side_file_of_another_save_is_refused(external_model, tmp_path):
+    path, _ = external_model
+    compiled = xgraph.compile(path, {"external_data_threshold": 0})
+    compiled.serialize(tmp_path / "one.xmodel")
+    compiled.serialize(tmp_path / "two.xmodel")
+    os.replace(tmp_path / "two.xmodel.data", tmp_path / "one.xmodel.data")  # same layout, other save
+    os.rename(tmp_path / "two.xmodel", tmp_path / "spare.xmodel")
+    with pytest.raises(ModelFileError, match="side data file 'one.xmodel.data' was not written with this"):
+        xgraph.load(tmp_path / "one.xmodel")
+
+
+def test_failed_save_leaves_the_previous_pair(external_model, compiled_pair, monkeypatch):
+    out, weights = compiled_pair
+    side = out.parent / "out.xmodel.data"
+    before = (out.read_bytes(), side.read_bytes())
+    other, _ = mlp_model(seed=7)
+    changed = xgraph.compile(other, {"external_data_threshold": 0})
+
+    from xgraph.ir.onnx import side_file
+
+    def fail(fd, array, offset):  # the disk fills up halfway through the side file
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(side_file, "copy_array", fail)
+    with pytest.raises(xgraph.errors.OutputFileError, match="No space left"):
+        changed.serialize(out)
+    assert (out.read_bytes(), side.read_bytes()) == before
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []
+    np.testing.assert_array_equal(_weights(xgraph.load(out))["w0"], weights[0])
+
+
+def test_failed_xmodel_write_after_the_side_file_leaves_the_previous_pair(compiled_pair, monkeypatch):
+    out, weights = compiled_pair
+    side = out.parent / "out.xmodel.data"
+    before = (out.read_bytes(), side.read_bytes())
+    other, _ = mlp_model(seed=7)
+    changed = xgraph.compile(other, {"external_data_threshold": 0})
+
+    from xgraph.ir import files
+    real_replace = os.replace
+    calls = []
+
+    def replace(src, dst, *args, **kwargs):  # the second rename (the .xmodel's) fails
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    with pytest.raises(xgraph.errors.OutputFileError):
+        changed.serialize(out)
+    monkeypatch.undo()
+    assert (out.read_bytes(), side.read_bytes()) == before
+    np.testing.assert_array_equal(_weights(xgraph.load(out))["w0"], weights[0])
+
+
+def test_side_file_target_that_is_a_symlink_is_refused(external_model, tmp_path):
+    path, _ = external_model
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.symlink(victim, tmp_path / "out2.xmodel.data")
+    compiled = xgraph.compile(path, {"external_data_threshold": 0})
+    with pytest.raises(xgraph.errors.OutputFileError, match="symbolic link"):
+        compiled.serialize(tmp_path / "out2.xmodel")
+    assert victim.read_text() == "keep me" and not (tmp_path / "out2.xmodel").exists()
+
+
+def test_xcompile_option_writes_the_pair(external_model, tmp_path):
+    from xgraph.cli.xcompile import main
+    path, weights = external_model
+    out = tmp_path / "cli.xmodel"
+    assert main([str(path), "-o", str(out), "-q", "--options", '{"external_data_threshold": "1K"}']) == 0
+    assert (tmp_path / "cli.xmodel.data").is_file()
+    data = _weights(xgraph.load(out))
+    np.testing.assert_array_equal(data["w2"], weights[2])
+
+
+def test_bad_threshold_is_an_option_error(external_model):
+    path, _ = external_model
+    with pytest.raises(xgraph.errors.OptionError, match="external_data_threshold"):
+        xgraph.compile(path, {"external_data_threshold": "lots"})
+
+
+# -- subgraph export and onnxruntime sessions -----------------------------------------------------
+
+def test_subgraph_export_with_external_weights_leaves_large_weights_out(external_model):
+    path, weights = external_model
+    compiled = xgraph.compile(path)
+    (sg,) = compiled.get_root_subgraph().get_children()
+    inline = sg.to_onnx()
+    light = sg.to_onnx(external_weights=True)
+    refs = {t.name for t in light.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert refs == {"w0", "w1", "w2"}
+    assert light.ByteSize() < inline.ByteSize() - sum(w.nbytes for w in weights) + 4096
+    assert {t.name for t in inline.graph.initializer} == {t.name for t in light.graph.initializer}
+
+
+def test_onnxruntime_session_takes_the_mapped_weights(compiled_pair, external_model):
+    pytest.importorskip("onnxruntime")
+    path, weights = external_model
+    out, _ = compiled_pair
+    runner = xgraph.create_graph_runner(xgraph.load(out), mode="run", kernels="onnxruntime")
+    x = np.random.default_rng(2).standard_normal((1, N)).astype(np.float32)
+    np.testing.assert_allclose(runner.run({"x": x})[0], oracle(weights, x), rtol=1e-4, atol=1e-5)
+    assert {choice.source for choice in runner.kernel_choices().values()} == {"onnxruntime"}
+
+
+def test_onnxruntime_session_takes_in_memory_weights_as_ort_values():
+    pytest.importorskip("onnxruntime")
+    model, weights = mlp_model(seed=3)
+    runner = xgraph.create_graph_runner(xgraph.compile(model), mode="run", kernels="onnxruntime")
+    x = np.random.default_rng(4).standard_normal((1, N)).astype(np.float32)
+    np.testing.assert_allclose(runner.run({"x": x})[0], oracle(weights, x), rtol=1e-4, atol=1e-5)
+
+
+def test_data_file_replaced_before_the_session_opens_it_is_refused(compiled_pair, tmp_path):
+    pytest.importorskip("onnxruntime")
+    out, weights = compiled_pair
+    loaded = xgraph.load(out)
+    side = out.parent / "out.xmodel.data"
+    swapped = tmp_path / "swapped.data"
+    swapped.write_bytes(side.read_bytes())  # the same bytes, another file
+    os.replace(swapped, side)
+    with pytest.raises(xgraph.errors.XGraphError, match="out.xmodel.data' was replaced"):
+        xgraph.create_graph_runner(loaded, mode="run", kernels="onnxruntime")
+    # auto falls back to xgraph's kernels, which read the mapped file: the one that was checked
+    x = np.random.default_rng(5).standard_normal((1, N)).astype(np.float32)
+    runner = xgraph.create_graph_runner(loaded, mode="run", kernels="auto")
+    np.testing.assert_allclose(runner.run({"x": x})[0], oracle(weights, x), rtol=1e-4, atol=1e-5)

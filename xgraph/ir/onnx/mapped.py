@@ -36,7 +36,7 @@ MAP_MIN_BYTES = 4096
 
 #: ONNX element types whose raw little-endian bytes are exactly the numpy array (packed 4-bit
 #: types, bfloat16 and float8 need a conversion, so they are read).
-_PLAIN_TYPES = {
+PLAIN_TYPES = {
     TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16,
     TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8, TensorProto.INT16: np.int16,
     TensorProto.UINT16: np.uint16, TensorProto.INT32: np.int32, TensorProto.UINT32: np.uint32,
@@ -92,7 +92,7 @@ def plain_dtype(t: TensorProto) -> np.dtype | None:
     """The numpy dtype a mapped view of `t` has, or None when its bytes need converting (then it is read)."""
     if sys.byteorder != "little":
         return None
-    dtype = _PLAIN_TYPES.get(t.data_type)
+    dtype = PLAIN_TYPES.get(t.data_type)
     return None if dtype is None else np.dtype(dtype)
 
 
@@ -116,4 +116,4 @@ def is_mapped(array: np.ndarray) -> bool:
     return origin(array) is not None
 
 
-__all__ = ["MAP_MIN_BYTES", "MappedFile", "is_mapped", "map_file", "origin", "plain_dtype"]
+__all__ = ["MAP_MIN_BYTES", "PLAIN_TYPES", "MappedFile", "is_mapped", "map_file", "origin", "plain_dtype"]
