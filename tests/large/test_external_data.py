@@ -353,3 +353,34 @@ def test_data_file_replaced_before_the_session_opens_it_is_refused(compiled_pair
     x = np.random.default_rng(5).standard_normal((1, N)).astype(np.float32)
     runner = xgraph.create_graph_runner(loaded, mode="run", kernels="auto")
     np.testing.assert_allclose(runner.run({"x": x})[0], oracle(weights, x), rtol=1e-4, atol=1e-5)
+
+
+# -- over 2 GiB -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("XGRAPH_RUN_SLOW"), reason="writes 4.4 GB to disk; set XGRAPH_RUN_SLOW=1")
+def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
+    """33 layers of 4096x4096 float32 (2.2 GB, past protobuf's 2 GiB): the side file is used even
+    with a threshold above the weights, and the run equals numpy over the original data file."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "large_model", Path(__file__).resolve().parents[2] / "benchmarks" / "large_model.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    layers, n = 33, bench.N
+    weight_bytes = bench.generate(tmp_path / "big.onnx", layers)
+    assert weight_bytes > 1 << 31
+    compiled = xgraph.compile(tmp_path / "big.onnx", {"external_data_threshold": 1 << 40})
+    compiled.serialize(tmp_path / "big.xmodel")
+    assert (tmp_path / "big.xmodel").stat().st_size < 1 << 20
+    assert (tmp_path / "big.xmodel.data").stat().st_size >= weight_bytes
+    (tmp_path / "big.onnx.data").rename(tmp_path / "original.data")  # the loaded pair must not need it
+    loaded = xgraph.load(tmp_path / "big.xmodel")
+    x = np.random.default_rng(1).standard_normal((1, n)).astype(np.float32)
+    got = xgraph.create_graph_runner(loaded, mode="run", kernels="numpy").run({"x": x})[0]
+    original = np.memmap(tmp_path / "original.data", dtype=np.float32, mode="r", shape=(layers, n, n))
+    want = x
+    for i in range(layers):
+        want = np.maximum(want @ original[i], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
