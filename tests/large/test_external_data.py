@@ -90,6 +90,47 @@ def test_compile_keeps_weights_mapped(external_model):
         np.testing.assert_array_equal(data[f"w{i}"], w)
 
 
+def test_compile_and_save_allocate_less_than_one_weight(tmp_path):
+    """Import, compile (folding, placement, kernels, report) and saving with a side file never
+    copy a weight: traced allocations stay under the size of a single one."""
+    import tracemalloc
+
+    from xgraph.compiler.report import report
+    model, weights = mlp_model(layers=4, n=1024)
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.onnx.data")
+    one_weight = weights[0].nbytes
+    tracemalloc.start()
+    try:
+        compiled = xgraph.compile(tmp_path / "m.onnx")
+        report(compiled)
+        compiled.serialize(tmp_path / "m.xmodel", external_data_threshold=0)
+        again = xgraph.compile(xgraph.load(tmp_path / "m.xmodel"))  # compiling an .xmodel again
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < one_weight, f"{peak} bytes allocated at peak, a weight is {one_weight}"
+    assert all(is_mapped(a) for name, a in _weights(again).items() if name != "bias")
+
+
+def test_small_integer_tensors_are_read_not_mapped(tmp_path, monkeypatch):
+    """Shape-like integer tensors (up to 4096 elements) are read as before: shape inference's
+    checks read their values, and they must never be looked up relative to the working folder."""
+    idx = np.arange(1000, dtype=np.int64) % 7
+    g = helper.make_graph([helper.make_node("Gather", ["x", "idx"], ["y"], name="g", axis=1)], "gather",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(idx, "idx")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (tmp_path / "m").mkdir()
+    onnx.save(model, tmp_path / "m" / "g.onnx", save_as_external_data=True, location="g.data", size_threshold=0)
+    monkeypatch.chdir(tmp_path)  # a working folder without g.data
+    loaded = xgraph.load(tmp_path / "m" / "g.onnx")
+    data = _weights(loaded)["idx"]
+    np.testing.assert_array_equal(data, idx)
+    assert not is_mapped(data)
+    assert loaded.get_tensor("y").shape == (1, 1000)
+
+
 def test_truncated_data_file_is_a_model_file_error(external_model):
     path, _ = external_model
     data_file = path.parent / "mlp.onnx.data"

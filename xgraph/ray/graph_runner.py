@@ -90,7 +90,7 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
                           f"got {type(graph).__name__}")
     with tempfile.TemporaryDirectory(prefix="xgraph-ray-") as folder:
         path = Path(folder) / f"{graph.name or 'model'}.xmodel"
-        graph.serialize(path)
+        graph.serialize(path, external_data_threshold=1 << 62)  # actors get bytes: weights inline (< 2 GiB)
         return path.read_bytes()
 
 

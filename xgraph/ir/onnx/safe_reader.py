@@ -369,15 +369,22 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
         t.data_location = TensorProto.DEFAULT
 
 
+#: Integer tensors up to this many elements are read, not mapped: shape inference's budget
+#: check reads their values (shape tensors), and they are small.
+MAP_MIN_INTEGERS = 4096
+
+
 def _mappable(model: onnx.ModelProto, plan: list) -> dict[str, tuple[onnx.TensorProto, Path]]:
     """name -> (tensor, file) of the planned tensors to map: main-graph initializers of a plain
-    type, at least MAP_MIN_BYTES, whose name no other external tensor shares."""
+    type, at least MAP_MIN_BYTES (integers: more than MAP_MIN_INTEGERS elements), whose name no
+    other external tensor shares."""
     names = Counter(entry[0].name for entry in plan)
     initializers = {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
     out = {}
     for t, path, _, _, length, _ in plan:
-        if (t.name in initializers and names[t.name] == 1 and length >= MAP_MIN_BYTES
-                and plain_dtype(t) is not None):
+        dtype = plain_dtype(t)
+        if (t.name in initializers and names[t.name] == 1 and length >= MAP_MIN_BYTES and dtype is not None
+                and (dtype.kind in "fc" or length // dtype.itemsize > MAP_MIN_INTEGERS)):
             out[t.name] = (t, path)
     return out
 

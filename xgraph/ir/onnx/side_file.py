@@ -103,8 +103,11 @@ class SideLayout:
 
 
 def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    pwrite = getattr(os, "pwrite", None)
+    if pwrite is None:  # Windows: seek, then write
+        os.lseek(fd, offset, os.SEEK_SET)
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = pwrite(fd, view, offset) if pwrite is not None else os.write(fd, view)
         view, offset = view[n:], offset + n
 
 

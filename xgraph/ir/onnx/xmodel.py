@@ -317,7 +317,8 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     for init in model.graph.initializer:
         if init.name in reserved:
             try:
-                arrays[init.name] = onnx.numpy_helper.to_array(init)
+                mapped_array = (mapped or {}).get(init.name) if init.data_location == onnx.TensorProto.EXTERNAL else None
+                arrays[init.name] = onnx.numpy_helper.to_array(init) if mapped_array is None else mapped_array
             except Exception as e:  # malformed tensor data
                 raise ModelFileError(f"{label}: attribute array {init.name!r} cannot be read: {e}") from None
     dec = _Decoder(arrays, label)
