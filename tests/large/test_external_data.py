@@ -425,3 +425,14 @@ def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
     for i in range(layers):
         want = np.maximum(want @ original[i], 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_ray_actors_get_the_weights_inline(compiled_pair, tmp_path):
+    """The Ray runner ships .xmodel bytes to its actors: a pair becomes one inline .xmodel."""
+    from xgraph.ray.graph_runner import model_bytes
+    out, weights = compiled_pair
+    for source in (out, xgraph.load(out)):
+        data = model_bytes(source)
+        model = onnx.ModelProto.FromString(data)
+        assert all(t.data_location != TensorProto.EXTERNAL for t in model.graph.initializer)
+        np.testing.assert_array_equal(_weights(xgraph.load(data))["w1"], weights[1])

@@ -80,6 +80,9 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
     from xgraph.ir import Graph
     if isinstance(graph, bytes):
         return graph
+    if isinstance(graph, (str, Path)) and Path(str(graph) + ".data").is_file():  # weights in a side file
+        from xgraph.ir.graph import load
+        graph = load(graph)
     if isinstance(graph, (str, Path)):
         try:
             return Path(graph).read_bytes()
