@@ -22,9 +22,11 @@ import mmap
 import os
 import sys
 import weakref
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 from xgraph.errors import ModelFileError
@@ -96,6 +98,27 @@ def plain_dtype(t: TensorProto) -> np.dtype | None:
     return None if dtype is None else np.dtype(dtype)
 
 
+#: Integer tensors up to this many elements are read, not mapped: shape inference's budget
+#: check reads their values (shape tensors), and they are small.
+MAP_MIN_INTEGERS = 4096
+
+
+def tensors_to_map(model: onnx.ModelProto, planned: list[tuple[TensorProto, Path, int]]
+                   ) -> dict[str, tuple[TensorProto, Path]]:
+    """name -> (tensor, file) of the planned external tensors (tensor, file, length) to map:
+    main-graph initializers of a plain type, at least MAP_MIN_BYTES (integers: more than
+    MAP_MIN_INTEGERS elements), whose name no other external tensor shares."""
+    names = Counter(t.name for t, _, _ in planned)
+    initializers = {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    out = {}
+    for t, path, length in planned:
+        dtype = plain_dtype(t)
+        if (t.name in initializers and names[t.name] == 1 and length >= MAP_MIN_BYTES and dtype is not None
+                and (dtype.kind in "fc" or length // dtype.itemsize > MAP_MIN_INTEGERS)):
+            out[t.name] = (t, path)
+    return out
+
+
 def origin(array: np.ndarray) -> tuple[MappedFile, int] | None:
     """(mapped file, byte offset) when `array` is a C-contiguous view of a mapped file, else None."""
     base = array
@@ -116,4 +139,5 @@ def is_mapped(array: np.ndarray) -> bool:
     return origin(array) is not None
 
 
-__all__ = ["MAP_MIN_BYTES", "PLAIN_TYPES", "MappedFile", "is_mapped", "map_file", "origin", "plain_dtype"]
+__all__ = ["MAP_MIN_BYTES", "MAP_MIN_INTEGERS", "PLAIN_TYPES", "MappedFile", "is_mapped", "map_file", "origin",
+           "plain_dtype", "tensors_to_map"]

@@ -3,7 +3,6 @@ and tensor sizes checked against the bytes they carry before anything is allocat
 from __future__ import annotations
 
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -14,7 +13,7 @@ from onnx import TensorProto, helper
 
 from xgraph.errors import ModelFileError
 from xgraph.ir.onnx.file_handles import MAX_MODEL_FILE_BYTES, open_regular, read_exactly, read_model_file
-from xgraph.ir.onnx.mapped import MAP_MIN_BYTES, MappedFile, map_file, plain_dtype
+from xgraph.ir.onnx.mapped import MappedFile, map_file, plain_dtype, tensors_to_map
 
 #: A tensor declaring more bytes than this is refused before any allocation (1 TiB).
 MAX_TENSOR_BYTES = 1 << 40
@@ -355,7 +354,8 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
             if start < end:
                 raise ModelFileError(f"{label}: tensors {first!r} and {second!r} read overlapping bytes of "
                                      f"external data file {path.name!r}; each tensor needs its own bytes")
-    to_map = _mappable(model, plan) if mapped is not None else {}
+    to_map = tensors_to_map(model, [(t, path, length) for t, path, _, _, length, _ in plan]) \
+        if mapped is not None else {}
     files: dict[Path, MappedFile] = {}
     for path in {to_map[name][1] for name in to_map}:
         files[path] = map_file(path, f"{label}: external data file {path.name!r}",
@@ -367,26 +367,6 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
         t.raw_data = _read_external(path, location, offset, length, nbytes, label, t.name)
         del t.external_data[:]
         t.data_location = TensorProto.DEFAULT
-
-
-#: Integer tensors up to this many elements are read, not mapped: shape inference's budget
-#: check reads their values (shape tensors), and they are small.
-MAP_MIN_INTEGERS = 4096
-
-
-def _mappable(model: onnx.ModelProto, plan: list) -> dict[str, tuple[onnx.TensorProto, Path]]:
-    """name -> (tensor, file) of the planned tensors to map: main-graph initializers of a plain
-    type, at least MAP_MIN_BYTES (integers: more than MAP_MIN_INTEGERS elements), whose name no
-    other external tensor shares."""
-    names = Counter(entry[0].name for entry in plan)
-    initializers = {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
-    out = {}
-    for t, path, _, _, length, _ in plan:
-        dtype = plain_dtype(t)
-        if (t.name in initializers and names[t.name] == 1 and length >= MAP_MIN_BYTES and dtype is not None
-                and (dtype.kind in "fc" or length // dtype.itemsize > MAP_MIN_INTEGERS)):
-            out[t.name] = (t, path)
-    return out
 
 
 def read_model(src, label: str | None = None, mapped: dict[str, np.ndarray] | None = None
