@@ -37,6 +37,9 @@ class CompileOptions:
     precision_mode: str = "must_keep_origin_dtype"
     input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # plugin name -> its settings
+    #: Weights adding up to more than this many bytes are saved in a side file next to the
+    #: .xmodel (None: the default of `xgraph.ir.onnx.xmodel`, 256 MiB; always past 2 GiB).
+    external_data_threshold: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The options in their JSON form (what `parse_options` reads back to the same value)."""
@@ -52,6 +55,8 @@ class CompileOptions:
             out["input_shape"] = format_input_shape(self.input_shape)
         if self.plugin_options:
             out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
+        if self.external_data_threshold is not None:
+            out["external_data_threshold"] = self.external_data_threshold
         return out
 
     def to_json(self) -> str:
@@ -228,6 +233,9 @@ def _devices(value: Any, known_devices: Iterable[str]) -> tuple[str, ...]:
     return tuple(by_upper[n.upper()] for n in names)
 
 
+OPTION_KEYS += ("external_data_threshold",)
+
+
 def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
                   known_devices: Iterable[str] | None = None) -> CompileOptions:
     """Validate an options dict or JSON string; OptionError naming the key and the expected form."""
@@ -268,7 +276,23 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
     if "plugin_options" in raw:
         kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
+    if "external_data_threshold" in raw:
+        kwargs["external_data_threshold"] = parse_byte_count("external_data_threshold", raw["external_data_threshold"])
     return CompileOptions(**kwargs)
+
+
+def parse_byte_count(key: str, value: Any) -> int:
+    """A number of bytes >= 0: an int, or a string such as "1024", "64K", "512M", "2G" (powers of 1024)."""
+    n = value
+    if isinstance(value, str):
+        text = value.strip().upper().removesuffix("B")
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text[:-1] if scale > 1 else text
+        n = int(digits) * scale if digits.isdigit() and len(digits) <= 18 else None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise _bad(key, value, 'a number of bytes >= 0, such as 0 (every large weight in the side file), '
+                   '1048576 or "512M"')
+    return n
 
 
 __all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PRECISION_MODES", "format_input_shape", "parse_input_shape",

@@ -25,7 +25,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from xgraph.errors import OutputFileError
 
@@ -127,8 +127,9 @@ class _Staged:
         self.path, self.tmp, self.label = path, tmp, label
 
 
-def _stage(path: str | os.PathLike, data: bytes, what: str) -> _Staged:
-    """Check the target, write `data` to a temporary file beside it with the target's mode."""
+def _stage(path: str | os.PathLike, data: "bytes | Callable[[int], None]", what: str) -> _Staged:
+    """Check the target, write `data` (bytes, or a function writing to the descriptor it is given)
+    to a temporary file beside it with the target's mode."""
     label = f"{what} {path}".strip() if what else str(path)
     old = check_target(path, what)
     p = Path(path)
@@ -143,9 +144,12 @@ def _stage(path: str | os.PathLike, data: bytes, what: str) -> _Staged:
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
                 if os.geteuid() == 0 and (old.st_uid, old.st_gid) != (0, 0):
                     os.fchown(fd, old.st_uid, old.st_gid)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            if callable(data):
+                data(fd)
+            else:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -206,7 +210,16 @@ _UNIT: contextvars.ContextVar[list[_Staged] | None] = contextvars.ContextVar("xg
 
 def write_bytes(path: str | os.PathLike, data: bytes, what: str = "") -> None:
     """Write `data` to `path` by the rules above (OutputFileError naming `what` and the path on failure)."""
-    staged = _stage(path, bytes(data) if not isinstance(data, bytes) else data, what)
+    _write(_stage(path, bytes(data) if not isinstance(data, bytes) else data, what))
+
+
+def write_with(path: str | os.PathLike, writer: Callable[[int], None], what: str = "") -> None:
+    """Write `path` by the rules above with `writer(fd)`, which writes the whole content to the
+    descriptor (a file too large to hold in memory: an .xmodel's side data file)."""
+    _write(_stage(path, writer, what))
+
+
+def _write(staged: _Staged) -> None:
     unit = _UNIT.get()
     if unit is not None:
         if any(os.path.abspath(s.path) == os.path.abspath(staged.path) for s in unit):
@@ -245,4 +258,4 @@ def all_or_nothing() -> Iterator[None]:
     _commit(unit)
 
 
-__all__ = ["all_or_nothing", "check_target", "describe_kind", "temp_name", "write_bytes", "write_text"]
+__all__ = ["all_or_nothing", "check_target", "describe_kind", "temp_name", "write_bytes", "write_text", "write_with"]

@@ -33,9 +33,13 @@ class Graph(GraphCore):
         """Export as an ONNX ModelProto that onnx.checker accepts and onnxruntime runs; the graph is not changed."""
         return exporter.graph_to_onnx(self)
 
-    def serialize(self, path: "str | Path") -> None:
-        """Write a lossless .xmodel (graph, weights, subgraph tree, all attrs) to `path`."""
-        xmodel.serialize(self, path)
+    def serialize(self, path: "str | Path", *, external_data_threshold: int | None = None) -> None:
+        """Write a lossless .xmodel (graph, weights, subgraph tree, all attrs) to `path`.
+
+        Weights adding up to more than `external_data_threshold` bytes (default: the compile
+        option, else 256 MiB; always past 2 GiB) go to the side file ``path + ".data"``,
+        written with the .xmodel as one unit (docs/xmodel.md)."""
+        xmodel.serialize(self, path, external_data_threshold)
 
     @classmethod
     def deserialize(cls, path: "str | Path | bytes") -> "Graph":
@@ -48,8 +52,8 @@ class Graph(GraphCore):
             t = self.get_tensor(name)
             t.shape, t.dtype = shape, dtype
 
-    def _export_subgraph(self, subgraph: Subgraph) -> onnx.ModelProto:
-        return exporter.subgraph_to_onnx(subgraph)
+    def _export_subgraph(self, subgraph: Subgraph, external_weights: bool = False) -> onnx.ModelProto:
+        return exporter.subgraph_to_onnx(subgraph, external_weights=external_weights)
 
 
 def load(src: "str | os.PathLike | bytes | onnx.ModelProto") -> Graph:

@@ -425,7 +425,7 @@ class GraphCore(AttrsMixin):
         """
         return changes_since(self, state)
 
-    def _export_subgraph(self, subgraph: Subgraph) -> onnx.ModelProto:
+    def _export_subgraph(self, subgraph: Subgraph, external_weights: bool = False) -> onnx.ModelProto:
         """`Subgraph.to_onnx`, provided by the class that knows the ONNX codec (`xgraph.Graph`)."""
         raise GraphError(f"graph {self.name!r} is a {type(self).__name__}, which cannot export ONNX; "
                          "build it as an xgraph.Graph")

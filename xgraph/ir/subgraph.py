@@ -273,10 +273,18 @@ class Subgraph(AttrsMixin):
                     seen.setdefault(t, None)
         return list(seen)
 
-    def to_onnx(self) -> "onnx.ModelProto":
+    def to_onnx(self, *, external_weights: bool = False) -> "onnx.ModelProto":
         """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside.
+
+        With `external_weights`, weights of 4 KiB or more are left out: each is an ONNX
+        external-data reference (location ``xgraph-weight-not-written``, never a file) and the
+        model stays small whatever their size (over protobuf's 2 GiB too). Give their arrays
+        (`get_const_tensors()`) to onnxruntime with `SessionOptions.add_external_initializers`,
+        as `xgraph.runners.ort_session` does: no copy is made.
 
         The same as `xgraph.ir.onnx.exporter.subgraph_to_onnx(sg)`; reached through the graph,
         whose class (`xgraph.Graph`) sits above the codec. Never changes the graph.
         """
+        if external_weights:
+            return self._graph._export_subgraph(self, external_weights=True)
         return self._graph._export_subgraph(self)

@@ -80,6 +80,9 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
     from xgraph.ir import Graph
     if isinstance(graph, bytes):
         return graph
+    if isinstance(graph, (str, Path)) and Path(str(graph) + ".data").is_file():  # weights in a side file
+        from xgraph.ir.graph import load
+        graph = load(graph)
     if isinstance(graph, (str, Path)):
         try:
             return Path(graph).read_bytes()
@@ -90,7 +93,7 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
                           f"got {type(graph).__name__}")
     with tempfile.TemporaryDirectory(prefix="xgraph-ray-") as folder:
         path = Path(folder) / f"{graph.name or 'model'}.xmodel"
-        graph.serialize(path)
+        graph.serialize(path, external_data_threshold=1 << 62)  # actors get bytes: weights inline (< 2 GiB)
         return path.read_bytes()
 
 

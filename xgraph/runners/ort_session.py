@@ -5,9 +5,13 @@ it until a session is asked for.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Sequence
 
 import onnx
+
+from xgraph.errors import ModelFileError
+from xgraph.ir.onnx.mapped import MappedFile, origin
 
 if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
@@ -64,8 +68,66 @@ def ort_session(subgraph: "Subgraph"):
     parent = subgraph.get_parent()
     if parent is None or parent.get_children_num() > 1:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    model = weights_as_constants(subgraph.to_onnx())
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    model = weights_as_constants(subgraph.to_onnx(external_weights=True))
+    kept = add_weights(options, model, subgraph)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    check_files(kept)
+    session.xgraph_weights = kept  # onnxruntime may read these buffers: they live as long as the session
+    return session
+
+
+def add_weights(options, model: "onnx.ModelProto", subgraph: "Subgraph") -> list:
+    """Point onnxruntime at the weights `model` leaves external, without copying them.
+
+    A weight that is a memory map of a data file (an external-data model, an .xmodel's side
+    file) becomes a reference to that file at its offset: onnxruntime maps or reads it itself,
+    as it does for a model opened from a path (its memory stays what its own loading costs).
+    Others are handed over as OrtValues over the graph's own arrays. Either way the model
+    proto stays small (no 2 GiB protobuf limit). Returns what must live as long as the
+    session (the OrtValues, and the mapped files whose identity `check_files` checks after).
+    """
+    import onnxruntime as ort
+    external = {t.name: t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    if not external:
+        return []
+    names, values, files, folder = [], [], {}, None
+    for t in subgraph.get_const_tensors():
+        proto = external.get(t.name)
+        if proto is None:
+            continue
+        found = origin(t.data)
+        if found is not None and folder in (None, found[0].path.parent):
+            mapped, offset = found
+            folder = mapped.path.parent
+            files[id(mapped)] = mapped
+            del proto.external_data[:]
+            for key, value in (("location", mapped.path.name), ("offset", str(offset)), ("length", str(t.data.nbytes))):
+                entry = proto.external_data.add()
+                entry.key, entry.value = key, value
+            continue
+        names.append(t.name)
+        values.append(ort.OrtValue.ortvalue_from_numpy(t.data))
+    if folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+    if names:
+        options.add_external_initializers(names, values)
+    return [*values, *files.values()]
+
+
+def check_files(kept: list) -> None:
+    """Refuse a session whose data files were replaced between xgraph's checks and onnxruntime's opening
+    (onnxruntime opens them by path; the mapped descriptor is the file xgraph checked)."""
+    for item in kept:
+        if not isinstance(item, MappedFile):
+            continue
+        try:
+            now, checked = os.stat(item.path), os.fstat(item.fd)
+        except OSError as e:
+            raise ModelFileError(f"external data file {str(item.path)!r} cannot be checked after onnxruntime "
+                                 f"opened it ({e.strerror or e})") from None
+        if (now.st_dev, now.st_ino, now.st_size) != (checked.st_dev, checked.st_ino, checked.st_size):
+            raise ModelFileError(f"external data file {str(item.path)!r} was replaced while the model was "
+                                 "loading; load it again")
 
 
 def weights_as_constants(model: "onnx.ModelProto") -> "onnx.ModelProto":

@@ -7,7 +7,7 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -16,6 +16,7 @@ from onnx import helper
 from xgraph.errors import GraphError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
+from xgraph.ir.onnx.side_file import external_reference, goes_external
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
@@ -96,7 +97,8 @@ def _opsets(graph: "Graph", ops: Iterable["Op"]) -> list[onnx.OperatorSetIdProto
     return [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
 
 
-def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, types: Types | None) -> onnx.ModelProto:
+def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, types: Types | None,
+           external: Mapping[str, onnx.TensorProto] | None = None) -> onnx.ModelProto:
     out_set = set(outputs)
     nodes = [_node(op, out_set) for op in ops]
     io = set(inputs) | out_set
@@ -107,7 +109,10 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
         value_infos = [value_info(t) for op in ops for t in op._outputs
                        if t not in io and not _is_unused_placeholder(t, out_set)
                        and (t._dtype is not None or t._type_proto is not None)]
-    initializers = [array_to_tensor(t._data, t.name) for t in consts]
+    if external:  # weights stored elsewhere: their references, never their bytes
+        initializers = [external[t.name] if t.name in external else array_to_tensor(t._data, t.name) for t in consts]
+    else:
+        initializers = [array_to_tensor(t._data, t.name) for t in consts]
     graph_inputs = [value_info(t, types) for t in inputs]
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
         graph_inputs += [value_info(t) for t in consts]
@@ -131,7 +136,9 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
 
 def inferred_types(graph: "Graph") -> Types:
     """What onnx shape inference adds to the graph's tensor types: name -> (shape, dtype). Pure."""
-    model = graph_to_onnx(graph, infer_missing=False)
+    # large weights go in as references: inference reads only their dims, and copying them
+    # would cost their size again (and pass protobuf's 2 GiB limit for large models)
+    model = graph_to_onnx(graph, infer_missing=False, external=weight_references(graph._tensors.values()))
     inferred = infer_model(model, f"graph {graph.name!r}")
     tensors = graph._tensors
 
@@ -155,11 +162,27 @@ def _types_for(graph: "Graph", boundary: Iterable["Tensor"]) -> Types | None:
     return types
 
 
-def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True) -> onnx.ModelProto:
-    """The whole graph as a ModelProto (nodes in topological order); the graph is not changed."""
+#: The location of `weight_references`: a name, never a file.
+UNWRITTEN_LOCATION = "xgraph-weight-not-written"
+
+
+def weight_references(tensors: Iterable["Tensor"]) -> dict[str, onnx.TensorProto]:
+    """Stand-ins for the large weights among `tensors`: external references to a file that is
+    never written, for passes that read only dims and types (shape inference) or get the
+    arrays another way (onnxruntime's external initializers)."""
+    return {t.name: external_reference(t.name, t._data, UNWRITTEN_LOCATION, 0)
+            for t in tensors if t._data is not None and goes_external(t._data)}
+
+
+def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True,
+                  external: Mapping[str, onnx.TensorProto] | None = None) -> onnx.ModelProto:
+    """The whole graph as a ModelProto (nodes in topological order); the graph is not changed.
+
+    `external`: weight name -> the TensorProto to use in place of its data (an external-data
+    reference, as an .xmodel with a side file stores it)."""
     types = _types_for(graph, [*graph._inputs, *graph._outputs]) if infer_missing else None
     consts = [t for t in graph._tensors.values() if t._data is not None]
-    model = _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types)
+    model = _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types, external)
     if infer_missing:
         check_exported(model, f"graph {graph.name!r}")
     return model
@@ -203,13 +226,16 @@ def check_exported(model: onnx.ModelProto, what: str) -> None:
                                  f"{kind} before exporting or saving")
 
 
-def subgraph_to_onnx(sg: "Subgraph") -> onnx.ModelProto:
-    """A standalone model of one subgraph: boundary tensors as inputs/outputs, its weights as initializers."""
+def subgraph_to_onnx(sg: "Subgraph", *, external_weights: bool = False) -> onnx.ModelProto:
+    """A standalone model of one subgraph: boundary tensors as inputs/outputs, its weights as
+    initializers (with `external_weights`, the large ones as references: `weight_references`)."""
     graph = sg.graph
     inputs = sg.get_input_tensors()
     outputs = sg.get_output_tensors()
     types = _types_for(graph, inputs + outputs)
-    return _model(graph, f"{graph.name}.{sg.name}", sg.toposort(), inputs, outputs, sg.get_const_tensors(), types)
+    consts = sg.get_const_tensors()
+    external = weight_references(consts) if external_weights else None
+    return _model(graph, f"{graph.name}.{sg.name}", sg.toposort(), inputs, outputs, consts, types, external)
 
 
-__all__ = ["graph_to_onnx", "inferred_types", "subgraph_to_onnx", "value_info"]
+__all__ = ["graph_to_onnx", "inferred_types", "subgraph_to_onnx", "value_info", "weight_references"]

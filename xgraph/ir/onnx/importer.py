@@ -86,24 +86,28 @@ def _unused_output_name(op_name: str, position: int, declared: set[str], tensors
 def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = None,
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
-    model, _, label, inv = read_model_inventory(src, label)
-    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class)
+    mapped: dict[str, np.ndarray] = {}
+    model, _, label, inv = read_model_inventory(src, label, mapped)
+    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class,
+                                  mapped=mapped)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
                            skip_initializers: frozenset[str] = frozenset(),
-                           inventory: Inventory | None = None, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
+                           inventory: Inventory | None = None, graph_class: type[GraphCore] = GraphCore,
+                           mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
     """Build a `graph_class` graph from a ModelProto whose data is inline and already checked
-    (`inventory`: its checks' walk)."""
+    (`inventory`: its checks' walk), or, for the initializers named in `mapped`, external and
+    already mapped (the arrays become the weights as they are: no copy)."""
     with collector_paused():
         try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class)
+            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {})
         except NotText as e:
             raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
-                 inv: Inventory | None, graph_class: type[GraphCore]) -> GraphCore:
+                 inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray]) -> GraphCore:
     if infer_shapes:
         model = infer_model(model, label, inv)
     check_text(model, label)
@@ -139,7 +143,8 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         if not init.name:
             raise ModelFileError(f"{label}: an initializer has no name")
         try:
-            add_const(init.name, numpy_helper.to_array(init))
+            array = mapped.get(init.name) if init.data_location == onnx.TensorProto.EXTERNAL else None
+            add_const(init.name, numpy_helper.to_array(init) if array is None else array)
         except ModelFileError:
             raise
         except Exception as e:  # numpy_helper raises assorted errors for malformed tensors

@@ -188,6 +188,9 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
     for init in model.graph.initializer:
         if (init.name in read_any or (init.name in read and init.data_type in _INT_TYPES)) \
                 and math.prod(init.dims) <= _SMALL:
+            if init.data_location == onnx.TensorProto.EXTERNAL:  # mapped, not read: its values are unknown here
+                values[init.name] = math.inf
+                continue
             try:
                 array = numpy_helper.to_array(init)
             except Exception:  # malformed data is refused later, by the importer

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from xgraph.errors import ModelFileError
 from xgraph.ir.onnx.file_handles import MAX_MODEL_FILE_BYTES, open_regular, read_exactly, read_model_file
+from xgraph.ir.onnx.mapped import MappedFile, map_file, plain_dtype, tensors_to_map
 
 #: A tensor declaring more bytes than this is refused before any allocation (1 TiB).
 MAX_TENSOR_BYTES = 1 << 40
@@ -311,12 +312,17 @@ def _read_external(path: Path, location: str, offset: int, length: int, nbytes: 
     return data
 
 
-def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str) -> None:
+def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str,
+                       mapped: dict[str, np.ndarray] | None = None) -> None:
     """Pull external tensor data into the model after checking every location and length.
 
     Everything is checked before the first byte is read. Byte ranges of one file may not
     overlap: otherwise many tensors could read the same bytes and a small file on disk would
     become far more memory.
+
+    With `mapped` (a dict to fill), large initializers of the main graph are not read: each
+    becomes a read-only view of its file's one memory map (`xgraph.ir.onnx.mapped`), stored
+    under its name, and its proto keeps its external reference (dims and type only).
     """
     plan = []
     ranges: dict[Path, list[tuple[int, int, str]]] = {}
@@ -348,19 +354,34 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
             if start < end:
                 raise ModelFileError(f"{label}: tensors {first!r} and {second!r} read overlapping bytes of "
                                      f"external data file {path.name!r}; each tensor needs its own bytes")
+    to_map = tensors_to_map(model, [(t, path, length) for t, path, _, _, length, _ in plan]) \
+        if mapped is not None else {}
+    files: dict[Path, MappedFile] = {}
+    for path in {to_map[name][1] for name in to_map}:
+        files[path] = map_file(path, f"{label}: external data file {path.name!r}",
+                               max(end for _, end, _ in ranges[path]))
     for t, path, location, offset, length, nbytes in plan:
+        if t.name in to_map and to_map[t.name][0] is t:
+            mapped[t.name] = files[path].array(offset, length, plain_dtype(t), tuple(int(d) for d in t.dims))
+            continue
         t.raw_data = _read_external(path, location, offset, length, nbytes, label, t.name)
         del t.external_data[:]
         t.data_location = TensorProto.DEFAULT
 
 
-def read_model(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
-    """(ModelProto with all data inline and checked, its folder, a label for messages) from a path, bytes or proto."""
-    model, base_dir, label, _ = read_model_inventory(src, label)
+def read_model(src, label: str | None = None, mapped: dict[str, np.ndarray] | None = None
+               ) -> tuple[onnx.ModelProto, Path | None, str]:
+    """(ModelProto with all data inline and checked, its folder, a label for messages) from a path, bytes or proto.
+
+    With `mapped` (a dict to fill), large external initializers stay external in the proto and
+    come back in `mapped` as read-only memory maps instead (`load_external_data`).
+    """
+    model, base_dir, label, _ = read_model_inventory(src, label, mapped)
     return model, base_dir, label
 
 
-def read_model_inventory(src, label: str | None = None) -> tuple[onnx.ModelProto, Path | None, str, Inventory]:
+def read_model_inventory(src, label: str | None = None, mapped: dict[str, np.ndarray] | None = None
+                         ) -> tuple[onnx.ModelProto, Path | None, str, Inventory]:
     """read_model, plus the inventory of the model's nested graphs and tensors that its checks walked."""
     base_dir = None
     if isinstance(src, onnx.ModelProto):
@@ -387,7 +408,7 @@ def read_model_inventory(src, label: str | None = None) -> tuple[onnx.ModelProto
         check_inline_tensor(t, label)
         external = external or t.data_location == TensorProto.EXTERNAL
     if external:
-        load_external_data(model, base_dir, label)
+        load_external_data(model, base_dir, label, mapped)
     sparse_bytes = sum(check_sparse_tensor(s, label)[0] for s in iter_sparse_tensors(model, label, inv))
     if sparse_bytes > MAX_SPARSE_DENSE_BYTES:
         raise ModelFileError(f"{label}: sparse tensors expand to {sparse_bytes} bytes, over the "

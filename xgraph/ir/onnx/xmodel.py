@@ -22,16 +22,18 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.files import check_target, write_bytes
+from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_with
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.safe_reader import read_model
+from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
@@ -39,6 +41,11 @@ ARRAY_PREFIX = "xgraph.attr/"
 FORMAT = "xgraph.xmodel"
 VERSION = 1
 MAX_JSON_DEPTH = 64
+#: Weights adding up to more than this many bytes go to a side file (the `external_data_threshold` default).
+DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
+#: Past this many bytes of weights the side file is used whatever the threshold: one protobuf
+#: message holds at most 2 GiB, and the graph and metadata need room too.
+INLINE_LIMIT = (1 << 31) - (1 << 26)
 
 
 class _Encoder:
@@ -138,13 +145,18 @@ def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
     return node
 
 
-def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
-    """The .xmodel content of `graph` as a ModelProto."""
+def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.ModelProto:
+    """The .xmodel content of `graph` as a ModelProto; with `side`, its large weights are
+    references into that side file (filled in here: nothing is written)."""
     clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
     if clash is not None:
         raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
                          ".xmodel files reserve for attribute arrays; rename the tensor before saving")
-    model = graph_to_onnx(graph)
+    external = None
+    if side is not None:
+        external = {t.name: side.add(t.name, t._data) for t in graph._tensors.values()
+                    if t._data is not None and goes_external(t._data)}
+    model = graph_to_onnx(graph, external=external)
     enc = _Encoder()
     meta = {
         "format": FORMAT,
@@ -159,23 +171,60 @@ def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
         "tree": _tree_to_json(graph._root, enc),
     }
     model.graph.initializer.extend(enc.arrays)
+    if side is not None:
+        meta["side_file"] = {"location": side.location, "token": side.token.hex(), "bytes": side.size}
+        model.graph.initializer.append(side.token_reference())
     model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
     return model
 
 
-def serialize(graph: GraphCore, path: str | os.PathLike) -> None:
+def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold: int | None = None) -> None:
     """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
 
-    Only `path` itself (and a temporary file beside it) is ever written: all data is inline,
-    so no name from the graph becomes a path. The rules of every file xgraph writes apply
-    (`xgraph.ir.files`): a target that is a link, folder, device or FIFO is refused.
+    When the weights add up to more than `external_data_threshold` bytes (None: the compile
+    option of that name the graph was compiled with, else `DEFAULT_EXTERNAL_DATA_THRESHOLD`),
+    or to more than one protobuf message can hold, the large ones go to the side file
+    ``path + ".data"`` (`xgraph.ir.onnx.side_file`); the .xmodel and its side file are
+    replaced together or not at all. Only those two paths (and temporary files beside them)
+    are ever written: no name from the graph becomes a path. The rules of every file xgraph
+    writes apply (`xgraph.ir.files`): a target that is a link, folder, device or FIFO is refused.
     """
     check_target(path)
+    threshold = external_threshold(graph, external_data_threshold)
+    weights = [t._data for t in graph._tensors.values() if t._data is not None]
+    total = sum(int(a.nbytes) for a in weights)
+    side = None
+    if (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights):
+        side_file = side_path(path)
+        check_target(side_file, "side data file")
+        side = SideLayout(side_file.name)
     try:
-        data = to_model_proto(graph).SerializeToString()
-    except (ValueError, RuntimeError) as e:  # e.g. over protobuf's 2 GiB message limit
-        raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e})") from None
-    write_bytes(path, data)
+        data = to_model_proto(graph, side).SerializeToString()
+    except (ValueError, RuntimeError, EncodeError) as e:  # e.g. over protobuf's 2 GiB message limit
+        raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e}); weights of "
+                             "fixed-size types go to a side file above external_data_threshold, other data "
+                             "must fit in 2 GiB") from None
+    if side is None:
+        write_bytes(path, data)
+        return
+    with all_or_nothing():
+        write_with(side_path(path), side.writer(), "side data file")
+        write_bytes(path, data)
+
+
+def external_threshold(graph: GraphCore, given: int | None) -> int:
+    """The external-data threshold in bytes: `given`, else the graph's compile option, else the default."""
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+            raise GraphError(f"external_data_threshold {given!r}: give a number of bytes >= 0")
+        return given
+    try:
+        recorded = json.loads(graph._attrs.get("compile_options") or "{}").get("external_data_threshold")
+    except (ValueError, AttributeError, TypeError):
+        recorded = None
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
+        return recorded
+    return DEFAULT_EXTERNAL_DATA_THRESHOLD
 
 
 def _read_meta(model: onnx.ModelProto, label: str) -> dict:
@@ -198,6 +247,16 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
         if not isinstance(meta.get(key), kind):
             raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
     return meta
+
+
+def _check_side_file(side: Any, arrays: dict[str, np.ndarray], label: str) -> None:
+    """Refuse a side file written by another save than the .xmodel (its token differs)."""
+    if not (isinstance(side, dict) and isinstance(side.get("location"), str) and isinstance(side.get("token"), str)):
+        raise ModelFileError(f"{label}: xgraph metadata is damaged: 'side_file' is not a location and token")
+    token = arrays.get(TOKEN_TENSOR)
+    if token is None or token.tobytes().hex() != side["token"]:
+        raise ModelFileError(f"{label}: side data file {side['location']!r} was not written with this .xmodel "
+                             "(its token differs): the pair is mismatched; save or compile the model again")
 
 
 def _restore_tree(build: GraphBuilder, node: dict, dec: _Decoder) -> None:
@@ -247,8 +306,10 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: _Decoder) -> None:
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
 
 
-def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
-    """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked)."""
+def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore,
+                     mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
+    """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked, or for
+    the weights named in `mapped`, mapped from the side file)."""
     check_text(model, label)
     meta = _read_meta(model, label)
     arrays: dict[str, np.ndarray] = {}
@@ -256,10 +317,13 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     for init in model.graph.initializer:
         if init.name in reserved:
             try:
-                arrays[init.name] = onnx.numpy_helper.to_array(init)
+                mapped_array = (mapped or {}).get(init.name) if init.data_location == onnx.TensorProto.EXTERNAL else None
+                arrays[init.name] = onnx.numpy_helper.to_array(init) if mapped_array is None else mapped_array
             except Exception as e:  # malformed tensor data
                 raise ModelFileError(f"{label}: attribute array {init.name!r} cannot be read: {e}") from None
     dec = _Decoder(arrays, label)
+    if "side_file" in meta:
+        _check_side_file(meta["side_file"], arrays, label)
     if reserved:
         keep = [i for i in model.graph.initializer if i.name not in reserved]
         keep_inputs = [i for i in model.graph.input if i.name not in reserved]
@@ -267,7 +331,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
         model.graph.initializer.extend(keep)
         del model.graph.input[:]
         model.graph.input.extend(keep_inputs)
-    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class)
+    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class, mapped=mapped)
     graph.model_info["metadata"].pop(META_KEY, None)
     g = meta["graph"]
     if not isinstance(g.get("name"), str):
@@ -301,8 +365,9 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
-    model, _, label = read_model(src)
-    return from_model_proto(model, label, graph_class)
+    mapped: dict[str, np.ndarray] = {}
+    model, _, label = read_model(src, mapped=mapped)
+    return from_model_proto(model, label, graph_class, mapped)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -310,10 +375,11 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
 
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
-    model, _, label = read_model(src)
+    mapped: dict[str, np.ndarray] = {}
+    model, _, label = read_model(src, mapped=mapped)
     if any(p.key == META_KEY for p in model.metadata_props):
-        return from_model_proto(model, label, graph_class)
-    return graph_from_model_proto(model, label, graph_class=graph_class)
+        return from_model_proto(model, label, graph_class, mapped)
+    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
