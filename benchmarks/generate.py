@@ -9,7 +9,8 @@ the same prompt, feeding each step's presents back as the next step's pasts:
   xgraph        `create_graph_runner(compiled, kernels=...)` and `runner.run` per step
 
 The two take turns in blocks (a slow spell of a shared machine hits both alike); the table shows
-the median and the best loop of each in tokens/s, the ratio xgraph / onnxruntime, and the
+the median and the best loop of each in tokens/s, the process CPU time per step (steadier than
+wall time when other processes share the cores), the ratio xgraph / onnxruntime, and the
 per-step split of xgraph's time: inside the subgraph runners' `execute` (the onnxruntime sessions
 or numpy kernels) and the dispatch overhead around them (graph-runner wall time per step minus
 that: input checks, job records, scheduling, host<->device copies, result checks).
@@ -68,6 +69,7 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         return session.run(names, dict(feeds))
 
     times = {"onnxruntime": [], "xgraph": []}
+    cpu = {"onnxruntime": [], "xgraph": []}  # process CPU time per loop: the work, whatever the load
     inside: list[float] = []
     in_run: list[float] = []
     with xgraph.create_graph_runner(graph, kernels=kernels) as runner:
@@ -82,20 +84,22 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         got = gen.greedy(xgraph_step, names, PROMPT, tokens, **shape)
         for _ in range(rounds):
             time.sleep(SETTLE_S)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             gen.greedy(ort_step, names, PROMPT, tokens, **shape)
             times["onnxruntime"].append(time.perf_counter() - start)
+            cpu["onnxruntime"].append(time.process_time() - start_cpu)
             time.sleep(SETTLE_S)
             before, spent[0] = _execute_seconds(runner), 0.0
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             gen.greedy(xgraph_step, names, PROMPT, tokens, **shape)
             times["xgraph"].append(time.perf_counter() - start)
+            cpu["xgraph"].append(time.process_time() - start_cpu)
             inside.append(_execute_seconds(runner) - before)
             in_run.append(spent[0])
         floor = step_floor(runner, ort_step, gen, shape, rounds)
         subgraphs = len(runner.runners)
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
-    return {"times": times, "inside": inside, "in_run": in_run, "equal": got == expected,
+    return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected,
             "steps": len(PROMPT) + tokens - 1, "tokens": tokens, "subgraphs": subgraphs, "backends": backends,
             "model": f"{layers} layers, hidden {hidden}", "floor": floor}
 
@@ -132,15 +136,16 @@ def report(r: dict) -> str:
     ort_t, xg_t = r["times"]["onnxruntime"], r["times"]["xgraph"]
     lines = [f"decoder: {r['model']}; greedy generation, {tokens} tokens ({steps} decoder steps of one token), {len(ort_t)} rounds; "
              f"xgraph: {r['subgraphs']} subgraphs on {', '.join(r['backends'])}; tokens equal: {r['equal']}",
-             f"{'':<14}{'median tok/s':>14}{'best tok/s':>12}{'ms/step':>10}"]
+             f"{'':<14}{'median tok/s':>14}{'best tok/s':>12}{'ms/step':>10}{'CPU ms/step':>13}"]
     for name, t in (("onnxruntime", ort_t), ("xgraph", xg_t)):
         lines.append(f"{name:<14}{tokens / statistics.median(t):>14.0f}{tokens / min(t):>12.0f}"
-                     f"{statistics.median(t) / steps * 1e3:>10.3f}")
+                     f"{statistics.median(t) / steps * 1e3:>10.3f}{statistics.median(r['cpu'][name]) / steps * 1e3:>13.3f}")
     ratio = statistics.median(ort_t) / statistics.median(xg_t)
     best = min(ort_t) / min(xg_t)
     per_round = statistics.median(o / x for o, x in zip(ort_t, xg_t))
     lines.append(f"xgraph / onnxruntime tokens/s: {ratio:.2f}x (medians), {best:.2f}x (best loops), "
-                 f"{per_round:.2f}x (median of per-round ratios)")
+                 f"{per_round:.2f}x (median of per-round ratios); CPU time per token "
+                 f"{statistics.median(r['cpu']['onnxruntime']) / statistics.median(r['cpu']['xgraph']):.2f}x")
     inside = statistics.median(i / steps for i in r["inside"]) * 1e3
     run = statistics.median(i / steps for i in r["in_run"]) * 1e3
     lines.append(f"xgraph per step: {run:.3f} ms in runner.run = {inside:.3f} ms inside subgraph runners + "

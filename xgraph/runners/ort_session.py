@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
 #: Op domains onnxruntime implements itself (standard ONNX).
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
-#: Threads one onnxruntime session may use inside an op (devices run side by side); a subgraph
-#: with little work per run gets one (`xgraph.runners.session_threads`).
+#: Threads one onnxruntime session may use inside an op (devices run side by side).
 ORT_INTRA_OP_THREADS = 2
 
 
@@ -50,8 +49,7 @@ def ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:
 
 
 def ort_session(subgraph: "Subgraph"):
-    """An onnxruntime InferenceSession for the whole subgraph (CPU, a small thread pool, or the calling
-    thread only when the subgraph does little work per run).
+    """An onnxruntime InferenceSession for the whole subgraph (CPU, a small thread pool).
 
     When the subgraph has siblings, its threads do not spin-wait after an op: several sessions
     (one per subgraph) share the cores, and a spinning pool would steal them from the session
@@ -59,10 +57,8 @@ def ort_session(subgraph: "Subgraph"):
     a thread wake-up per op (DenseNet121: 47 ms instead of 51).
     """
     import onnxruntime as ort
-
-    from xgraph.runners.session_threads import estimated_flops, threads_for_flops
     options = ort.SessionOptions()
-    options.intra_op_num_threads = min(ORT_INTRA_OP_THREADS, threads_for_flops(estimated_flops(subgraph)))
+    options.intra_op_num_threads = ORT_INTRA_OP_THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     parent = subgraph.get_parent()
