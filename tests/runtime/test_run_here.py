@@ -123,6 +123,21 @@ def test_a_failure_on_the_callers_thread_fails_the_job_with_the_runner_named_and
     assert len(calls) == 5  # the failed job stopped at its second subgraph
 
 
+def test_ctrl_c_on_the_callers_thread_reaches_the_caller_and_frees_the_jobs_slot(make, scale_runner):
+    calls = []
+
+    def hook(runner):
+        calls.append(runner.subgraph.name)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+    scale_runner.on_execute = hook
+    with xgraph.create_graph_runner(_chain(make, ["AICORE", "AICPU"]), max_jobs_in_flight=1) as runner:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run({"x": _x(1)})
+        np.testing.assert_array_equal(runner.run({"x": _x(1)})[0], _x(4))  # the one slot is free again
+        assert runner.get_stats()["jobs"]["FAILED"] == 1
+
+
 def test_a_job_timeout_keeps_runs_on_the_streams(make, scale_runner):
     seen = _threads_seen(scale_runner)
     with xgraph.create_graph_runner(_chain(make, ["AICORE"]), job_timeout=10.0) as runner:

@@ -164,9 +164,12 @@ class ThreadScheduler:
         try:
             results = self._inline.run(job, feeds, self._busy, self._observer)
         except BaseException as e:  # reported through the job, as on a stream
+            self._forget_job(job)
+            if isinstance(e, KeyboardInterrupt):  # the caller's own Ctrl-C: end the job, then let it through
+                done(job, None, RuntimeError(f"job {job.id} interrupted (KeyboardInterrupt)"))
+                raise
             if not isinstance(e, Exception):
                 e = RuntimeError(f"job {job.id} raised {type(e).__name__}: {e}")
-            self._forget_job(job)
             done(job, None, e)
             return True
         self._forget_job(job)
