@@ -35,7 +35,7 @@ def test_conv_on_ai_core_and_its_limits(models):
     assert dil.reason == "AICORE: Conv with dilations=[300, 1] unsupported: dilations 1..255"
     conv3d = models.one_op("Conv", [(F32, [1, 2, 4, 4, 4]), np.zeros((2, 2, 1, 1, 1), np.float32)])
     assert verdicts(conv3d)["AICORE"].reason == \
-        "AICORE: Conv with rank-5 input 0 unsupported: AI Core convolves 2-D (NCHW) only"
+        "AICORE: Conv with rank-5 input 0 unsupported: AI Core convolves 1-D (NCW) and 2-D (NCHW) only"
 
 
 def test_dynamic_shapes_go_past_ai_core_with_a_hint(models):

@@ -94,7 +94,11 @@ def _bert_like_encoder():
     return _load("compile_models", ROOT / "tests" / "compile" / "conftest.py").bert_like_encoder
 
 
+_llm = _load("large_llm_exports", ROOT / "tests" / "large" / "llm_exports.py")  # Llama, T5, Whisper
+
+
 @pytest.fixture
 def tmodels():
     return types.SimpleNamespace(gpt2_like=gpt2_like, vit_like=vit_like, unet_like=unet_like,
-                                 bert_like_encoder=_bert_like_encoder())
+                                 bert_like_encoder=_bert_like_encoder(), llama_like=_llm.llama_like,
+                                 t5_like=_llm.t5_like, whisper_like=_llm.whisper_like)

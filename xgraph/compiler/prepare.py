@@ -168,7 +168,8 @@ def _evaluate(op: Op) -> list[np.ndarray] | None:
         kernel = make_reference_kernel(op.type, op.domain, op.attribute_protos(), graph.opset_imports, len(inputs),
                                        len(op.get_output_tensors()), graph.functions,
                                        omitted_inputs=[i for i, t in enumerate(inputs) if t is None])
-        results = kernel(*[None if t is None else t.data for t in inputs])
+        with np.errstate(all="ignore"):  # the model's own arithmetic (T5's log(0) in a branch Where drops)
+            results = kernel(*[None if t is None else t.data for t in inputs])
     except XGraphError:
         return None  # the evaluator cannot run it (custom op, bad data): it stays an op
     if len(results) != len(op.get_output_tensors()) or not all(isinstance(r, np.ndarray) for r in results):

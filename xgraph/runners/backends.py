@@ -129,11 +129,17 @@ class OnnxruntimeBackend:
         self._session = ort_session(plan.subgraph)  # raises onnxruntime's errors: the caller decides
         self._inputs = [t.name for t in plan.subgraph.get_input_tensors()]
         self._outputs = [t.name for t in plan.subgraph.get_output_tensors()]
+        # The feeds are exactly the session's inputs, numpy arrays on the CPU provider, by construction,
+        # so what the Python wrapper's `run` adds each call (feed-name, OrtValue-ownership and WebGPU
+        # capture checks, GPU provider fallback) cannot apply: call the bound session under it when
+        # there is one (same signature). A KV-cache decoding step runs six small sessions, where those
+        # checks were ~15% of the step (benchmarks/generate.py); without it, the public run is used.
+        self._run = getattr(self._session, "_sess", self._session).run
 
     def run(self, inputs: Sequence[Any], on_step: Callable | None = None) -> list[Any]:
         """Run the session once (it has no steps to report to `on_step`)."""
         try:
-            return self._session.run(self._outputs, dict(zip(self._inputs, inputs)))
+            return self._run(self._outputs, dict(zip(self._inputs, inputs)), None)
         except Exception as e:  # onnxruntime's own error types
             raise KernelError(f"{self.plan.where}: onnxruntime failed: {e}") from e
 

@@ -203,6 +203,10 @@ class GraphRunner:
     # -- jobs -----------------------------------------------------------------------------------
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
         """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place."""
+        return self._start(inputs, outputs, here=False)
+
+    def _start(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None, here: bool) -> tuple[int, int]:
+        """Check and submit a job; with `here`, run it on this thread when nothing else is in flight."""
         if self._closed:
             raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
         feeds = check_inputs(self._owner, self._inputs, inputs)
@@ -211,7 +215,9 @@ class GraphRunner:
                      is_closed=lambda: self._closed, owner=self._owner)
         job = self._jobs.new(feeds, buffers, self.job_timeout)
         job.started = time.perf_counter()
-        self._scheduler.submit(job, feeds, self._job_done)
+        run_here = getattr(self._scheduler, "run_here", None) if here and self.job_timeout is None else None
+        if run_here is None or not run_here(job, feeds, self._job_done):
+            self._scheduler.submit(job, feeds, self._job_done)
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
@@ -269,7 +275,7 @@ class GraphRunner:
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure."""
-        job = self._jobs.get(self.execute_async(feeds)[0])
+        job = self._jobs.get(self._start(feeds, None, here=True)[0])  # on this thread when nothing else runs
         self._jobs.wait(job)
         results = job.results
         self._jobs.forget(job)

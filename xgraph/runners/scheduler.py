@@ -13,6 +13,11 @@ Streams work in FIFO order across jobs, so consecutive jobs overlap on different
 (pipelining) while each device still runs one task at a time. A job whose record is already
 final (failed, cancelled, timed out) has its remaining tasks skipped.
 
+A synchronous run (`GraphRunner.run`) with no other job in flight need not use the streams at all:
+`run_here` runs the tasks in dependency order on the calling thread, each holding its stream,
+which is the same schedule without a thread hand-off per task and per job (a KV-cache decoding
+step is a chain of small subgraphs, where those hand-offs cost more than the subgraphs).
+
 One shortcut: when a thread makes a task of another stream ready, has nothing else to do, and
 that stream has nothing running or queued, it runs the task itself (holding the stream, so
 the stream still runs one task at a time) instead of waking the stream's thread. Only tasks
@@ -29,6 +34,7 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from xgraph.runners.inline import InlineSchedule
 from xgraph.runners.jobs import Job
 
 Key = Hashable  # (tensor name, memory kind)
@@ -104,6 +110,15 @@ class _JobRun:
 Observer = Callable[[Job, Task, float, float, list], None]
 
 
+class _InlineRun:
+    """What `abandon` finds for a job running on its caller's thread: nothing to free but the record."""
+
+    __slots__ = ("job", "values", "readers", "lock")
+
+    def __init__(self, job: Job) -> None:
+        self.job, self.values, self.readers, self.lock = job, {}, {}, threading.Lock()
+
+
 class ThreadScheduler:
     """One daemon worker thread per stream, fed by a queue; dependencies counted per job."""
 
@@ -116,6 +131,8 @@ class ThreadScheduler:
         self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
                          for s in self._queues]
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
+        # every task may run on the caller's thread: synchronous runs may skip the streams (run_here)
+        self._inline = InlineSchedule(plan) if all(t.any_thread for t in plan.tasks) else None
         self._runs: dict[int, _JobRun] = {}  # job id -> state, while the job runs
         self._runs_lock = threading.Lock()
         for thread in self._threads:
@@ -132,6 +149,37 @@ class ThreadScheduler:
             self._runs[job.id] = run
         for task in self._roots:
             self._queues[task.stream].put((run, task))
+
+    def run_here(self, job: Job, feeds: list[np.ndarray],
+                 done: Callable[[Job, list | None, BaseException | None], None]) -> bool:
+        """Run `job` to the end on the calling thread (`xgraph.runners.inline`), when no other job is
+        in flight and every task may run on any thread; `done` is called as `submit` would call it.
+        False (nothing done) otherwise."""
+        if self._inline is None:
+            return False
+        with self._runs_lock:
+            if self._runs:
+                return False  # other jobs use the streams: keep their pipeline order
+            self._runs[job.id] = _InlineRun(job)
+        try:
+            results = self._inline.run(job, feeds, self._busy, self._observer)
+        except BaseException as e:  # reported through the job, as on a stream
+            self._forget_job(job)
+            if isinstance(e, KeyboardInterrupt):  # the caller's own Ctrl-C: end the job, then let it through
+                done(job, None, RuntimeError(f"job {job.id} interrupted (KeyboardInterrupt)"))
+                raise
+            if not isinstance(e, Exception):
+                e = RuntimeError(f"job {job.id} raised {type(e).__name__}: {e}")
+            done(job, None, e)
+            return True
+        self._forget_job(job)
+        if results is not None:
+            done(job, results, None)
+        return True
+
+    def _forget_job(self, job: Job) -> None:
+        with self._runs_lock:
+            self._runs.pop(job.id, None)
 
     def abandon(self, job: Job) -> None:
         """Free what a job that ended early (timed out, cancelled) still holds; its queued tasks are skipped.

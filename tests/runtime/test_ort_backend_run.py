@@ -1,0 +1,37 @@
+"""The onnxruntime backend runs the bound session under the Python wrapper: results stay onnxruntime's,
+and a real failure on a run is still a KernelError naming the subgraph (auto then re-plans on xgraph's kernels)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xgraph
+from xgraph.errors import KernelError
+
+DATA = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+
+def _gather_graph():
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["data", "idx"], ["y"], name="pick", axis=0)], "g",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(DATA, "data")]), opset_imports=[helper.make_opsetid("", 17)])
+    return xgraph.compile(model)
+
+
+def test_results_are_onnxruntimes_and_a_run_failure_names_the_subgraph_then_falls_back():
+    graph = _gather_graph()
+    with xgraph.create_graph_runner(graph, kernels="auto") as runner:
+        (sub,) = runner.runners.values()
+        assert sub.backend == "onnxruntime"
+        np.testing.assert_array_equal(runner.run({"idx": np.array([3, 1])})[0], DATA[[3, 1]])
+        with pytest.raises(KernelError, match=r"(?s)Gather.*out of range"):  # onnxruntime fails, then numpy does
+            runner.run({"idx": np.array([0, 7])})
+        assert sub.backend == "numpy" and sub.backend_reason.startswith("onnxruntime failed on a run:")
+        assert "indices element out of data bounds" in sub.backend_reason
+        np.testing.assert_array_equal(runner.run({"idx": np.array([2, 0])})[0], DATA[[2, 0]])
+    with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
+        with pytest.raises(KernelError, match=r"subgraph .* onnxruntime failed: .*out of data bounds"):
+            runner.run({"idx": np.array([0, 7])})

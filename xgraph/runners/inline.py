@@ -1,0 +1,103 @@
+"""A scheduler plan flattened for running one job on the calling thread (`ThreadScheduler.run_here`).
+
+A synchronous `GraphRunner.run` with nothing else in flight has no pipelining to gain from the
+stream threads, only hand-offs to pay: a wake-up per task and one per job, each tens of
+microseconds on a busy host. A KV-cache decoding step is exactly that case, a chain of small
+subgraphs (AI Core and AI CPU alternating per layer) run once per token, where the hand-offs
+and the per-task bookkeeping cost more than the subgraphs themselves.
+
+`InlineSchedule` is built once per plan: the tasks in dependency order, each value given a
+slot in a flat list, and per task the slots it reads, writes and frees (a value is dropped
+after its last reader, as the streams drop it). Running a job is then one loop over the steps
+with list indexing, no dicts keyed by (tensor, memory) and no reader counting. Each task
+still holds its stream's lock, so a stream runs one task at a time even when another thread
+submits jobs meanwhile.
+
+    schedule = InlineSchedule(plan)
+    results = schedule.run(job, feeds, locks, observer)   # None if the job ended meanwhile
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable, Mapping
+
+if TYPE_CHECKING:
+    import threading
+
+    from xgraph.runners.jobs import Job
+    from xgraph.runners.scheduler import Key, Plan, Task
+
+
+def dependency_order(plan: "Plan") -> "list[Task]":
+    """The plan's tasks, each after every task it reads from (Kahn's algorithm, O(V + E))."""
+    waiting = [t.num_deps for t in plan.tasks]
+    ready = deque(t for t in plan.tasks if t.num_deps == 0)
+    order = []
+    while ready:
+        task = ready.popleft()
+        order.append(task)
+        for s in task.successors:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                ready.append(plan.tasks[s])
+    return order
+
+
+class InlineSchedule:
+    """The plan's tasks as flat steps over a list of value slots (built once, then read-only)."""
+
+    __slots__ = ("size", "constants", "feeds", "results", "steps")
+
+    def __init__(self, plan: "Plan") -> None:
+        order = dependency_order(plan)
+        slots: dict[Key, int] = {}
+
+        def slot(key: "Key") -> int:
+            return slots.setdefault(key, len(slots))
+
+        self.constants = tuple((slot(k), v) for k, v in plan.constants.items())
+        self.feeds = tuple(slot(k) for k in plan.feeds)
+        for task in order:
+            for k in task.outputs:
+                slot(k)
+        kept = set(plan.results)
+        last_reader: dict[Key, int] = {}
+        for i, task in enumerate(order):
+            for k in task.inputs:
+                if k not in kept:
+                    last_reader[k] = i
+        frees: dict[int, list[int]] = {}
+        for k, i in last_reader.items():
+            frees.setdefault(i, []).append(slots[k])
+        self.steps = tuple((task, tuple(slot(k) for k in task.inputs), tuple(slots[k] for k in task.outputs),
+                            tuple(frees.get(i, ()))) for i, task in enumerate(order))
+        self.results = tuple(slot(k) for k in plan.results)
+        self.size = len(slots)
+
+    def run(self, job: "Job", feeds: list, locks: "Mapping[str, threading.Lock]",
+            observer: "Callable[[Job, Task, float, float, list], None] | None") -> list | None:
+        """Run every step for `job`; its results in plan order, or None when the job ended meanwhile
+        (cancelled or timed out: its record is final already). A task's exception propagates."""
+        values: list = [None] * self.size
+        for i, v in self.constants:
+            values[i] = v
+        for i, v in zip(self.feeds, feeds):
+            values[i] = v
+        clock = time.perf_counter
+        for task, reads, writes, frees in self.steps:
+            with locks[task.stream]:  # the stream still runs one task at a time
+                if job.done:
+                    return None
+                start = clock()
+                outs = task.fn([values[i] for i in reads])
+                if observer is not None:
+                    observer(job, task, start, clock(), outs)
+            for i, v in zip(writes, outs):
+                values[i] = v
+            for i in frees:
+                values[i] = None
+        return [values[i] for i in self.results]
+
+
+__all__ = ["InlineSchedule", "dependency_order"]
