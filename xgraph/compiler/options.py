@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from xgraph.compiler.gears import GEAR_OPTIONS, Gears, format_gears, gear_shapes, parse_gear_options
 from xgraph.errors import OptionError
 
 #: ATC's precision modes (the default keeps every op in its original dtype).
@@ -21,7 +22,7 @@ PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
 OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
-               "plugin_options")
+               "plugin_options") + GEAR_OPTIONS
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
 
 
@@ -37,6 +38,12 @@ class CompileOptions:
     precision_mode: str = "must_keep_origin_dtype"
     input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # plugin name -> its settings
+    gear_option: str = ""  # which of GEAR_OPTIONS was given ("" = none)
+    gears: Gears = ()  # its gears: the values of input_shape's -1 dims, one tuple per gear
+
+    def gear_shapes(self) -> list[dict[str, tuple[int, ...]]]:
+        """Each gear's fully static input_shape (empty without a gear option)."""
+        return gear_shapes(self.input_shape, self.gears, self.gear_option) if self.gears else []
 
     def to_dict(self) -> dict[str, Any]:
         """The options in their JSON form (what `parse_options` reads back to the same value)."""
@@ -52,6 +59,8 @@ class CompileOptions:
             out["input_shape"] = format_input_shape(self.input_shape)
         if self.plugin_options:
             out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
+        if self.gears:
+            out[self.gear_option] = format_gears(self.gear_option, self.gears)
         return out
 
     def to_json(self) -> str:
@@ -268,6 +277,7 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
     if "plugin_options" in raw:
         kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
+    kwargs["gear_option"], kwargs["gears"] = parse_gear_options(raw, kwargs.get("input_shape", {}))
     return CompileOptions(**kwargs)
 
 
