@@ -69,3 +69,217 @@ def test_gear_keys_are_valid_option_keys():
     with pytest.raises(OptionError) as e:
         parse_options({"dynamic_dim": "1;2"}, DEVICES)
     assert "did you mean 'dynamic_dims'" in str(e.value)
+
+
+# ----------------------------------------------------------------------------- compile
+
+import importlib.util  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+
+import xgraph  # noqa: E402
+from xgraph.errors import ModelFileError, RunnerError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BERT_GEARS = {"input_shape": "input_ids:-1,-1;attention_mask:-1,-1", "dynamic_dims": "1,8,1,8;2,16,2,16;1,32,1,32"}
+BERT_SHAPES = [(1, 8), (2, 16), (1, 32)]
+DENSE = {"MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv"}
+
+
+def _builders(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return _builders("gear_compile_models", "tests/compile/conftest.py").bert_like_encoder(hidden=64, layers=2)
+
+
+@pytest.fixture(scope="module")
+def bert_gears(bert):
+    return xgraph.compile(bert, BERT_GEARS)
+
+
+def _weight_bytes(model: onnx.ModelProto) -> int:
+    return sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
+
+
+def _devices(graph) -> dict[str, str]:
+    return {op.name: str(op.get_attr("device")) for op in graph.get_ops()}
+
+
+def _bert_feeds(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = np.ones(shape, np.int64)
+    mask[:, -2:] = 0
+    return {"input_ids": rng.integers(0, 50, shape).astype(np.int64), "attention_mask": mask}
+
+
+def test_each_gear_is_static_and_puts_the_dense_ops_on_aicore(bert_gears):
+    gears = bert_gears.get_gears()
+    assert [g.name for g in gears] == ["gear0", "gear1", "gear2"]
+    assert gears[0].graph is bert_gears
+    for gear, shape in zip(gears, BERT_SHAPES):
+        g = gear.graph
+        assert dict(gear.input_shapes) == {"input_ids": shape, "attention_mask": shape}
+        assert [t.shape for t in g.get_input_tensors()] == [shape, shape]
+        assert g.get_output_tensors()[0].shape == (*shape, 64)
+        assert not [op.name for op in g.get_ops() if op.type in ("Shape", "Size")]  # shape arithmetic folded away
+        devices = _devices(g)
+        dense = {op.name for op in g.get_ops() if op.type in DENSE}
+        assert dense and all(devices[n] == "AICORE" for n in dense), {n: devices[n] for n in dense}
+        assert sum(d == "AICORE" for d in devices.values()) >= 0.9 * len(devices)
+        if g is not bert_gears:  # gear 0 records the options as given, the others their own static ones
+            assert json.loads(g.get_attr("compile_options"))["input_shape"] == \
+                f"input_ids:{shape[0]},{shape[1]};attention_mask:{shape[0]},{shape[1]}"
+    assert json.loads(bert_gears.get_attr("compile_options"))["dynamic_dims"] == BERT_GEARS["dynamic_dims"]
+
+
+def test_gears_share_one_array_per_weight(bert_gears, bert):
+    names = [i.name for i in bert.graph.initializer if i.name.endswith("_w")]
+    gears = bert_gears.get_gears()
+    for name in names:
+        arrays = [g.graph.get_tensor(name).data for g in gears]
+        assert all(a is arrays[0] for a in arrays), name
+    counts = bert_gears.get_attr("gear_weights")
+    assert counts["shared"] >= 2 * len(names) and counts["own"] <= 8  # only a few folded constants differ per gear
+
+
+def test_a_vit_with_dynamic_batch_compiles_per_batch_size():
+    tm = _builders("gear_large_models", "tests/large/conftest.py")
+    model = tm.vit_like()
+    g = xgraph.compile(model, {"input_shape": "pixel_values:-1,3,32,32", "dynamic_batch_size": "1,4"})
+    for gear, batch in zip(g.get_gears(), (1, 4)):
+        assert dict(gear.input_shapes) == {"pixel_values": (batch, 3, 32, 32)}
+        assert gear.graph.get_output_tensors()[0].shape == (batch, 10)
+        devices = _devices(gear.graph)
+        assert all(devices[op.name] == "AICORE" for op in gear.graph.get_ops() if op.type in DENSE)
+    with xgraph.create_graph_runner(g) as runner:
+        import onnxruntime as ort
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for batch in (1, 4):
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+            (got,) = runner.run({"pixel_values": x})
+            np.testing.assert_allclose(got, session.run(None, {"pixel_values": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_gear_error_names_the_gear():
+    model = _builders("gear_compile_models2", "tests/compile/conftest.py").bert_like_encoder()
+    # the mask shares the ids' symbolic dims, so naming the ids is enough to make the mask static too
+    g = xgraph.compile(model, {"input_shape": "input_ids:-1,-1", "dynamic_dims": "1,8;2,8"})
+    assert [t.shape for t in g.get_gears()[1].graph.get_input_tensors()] == [(2, 8), (2, 8)]
+    with pytest.raises(OptionError, match=r"gear gear0 .*symbolic dim 'batch' two values"):
+        xgraph.compile(model, {"input_shape": "input_ids:-1,8;attention_mask:-1,8", "dynamic_dims": "1,2;2,4"})
+    two = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Concat", ["x", "y"], ["z"], axis=0)], "two",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["a", 4]),
+         onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["b", 4])],
+        [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)]))
+    with pytest.raises(OptionError, match=r"gear gear0 \(input_shape x:1,4\) leaves input 'y' with dynamic shape "
+                                          r"\(b, 4\); name every input in option 'input_shape'"):
+        xgraph.compile(two, {"input_shape": "x:-1,4", "dynamic_batch_size": "1,2"})
+    fixed = _builders("gear_compile_models3", "tests/compile/conftest.py").chain([("Relu", {})])
+    with pytest.raises(OptionError, match=r"gear gear0 .*sets dim 0 of 'x' to 2, but the model fixes it at 1"):
+        xgraph.compile(fixed, {"input_shape": "x:-1,4,8,8", "dynamic_batch_size": "2,4"})
+
+
+# ----------------------------------------------------------------------------- the .xmodel
+
+def test_xmodel_stores_each_weight_once(bert, bert_gears, tmp_path):
+    one = xgraph.compile(bert, {"input_shape": "input_ids:1,8;attention_mask:1,8"})
+    one.serialize(tmp_path / "one.xmodel")
+    bert_gears.serialize(tmp_path / "three.xmodel")
+    weights = _weight_bytes(bert)
+    single, geared = (tmp_path / "one.xmodel").stat().st_size, (tmp_path / "three.xmodel").stat().st_size
+    assert single > weights  # the weights dominate the file
+    # two more gears cost their nodes and metadata, far less than one more copy of the weights
+    assert geared - single < 0.5 * weights, (single, geared, weights)
+
+
+def test_xmodel_round_trip_keeps_every_gear_and_shares_weights_again(bert, bert_gears, tmp_path):
+    path = tmp_path / "bert.xmodel"
+    bert_gears.serialize(path)
+    model = onnx.load(path)
+    onnx.checker.check_model(model)  # onnx (and Netron) open it: gear 0 is the graph, the others functions
+    assert [f.name for f in model.functions] == ["gear1", "gear2"]
+    loaded = xgraph.load(path)
+    assert [g.describe() for g in loaded.get_gears()] == [g.describe() for g in bert_gears.get_gears()]
+    for before, after in zip(bert_gears.get_gears(), loaded.get_gears()):
+        assert xgraph.report(after.graph)["subgraphs"] == xgraph.report(before.graph)["subgraphs"]
+        assert [op.name for op in after.graph.get_ops()] == [op.name for op in before.graph.get_ops()]
+    arrays = [g.graph.get_tensor("l0_q_w").data for g in loaded.get_gears()]
+    assert all(a is arrays[0] for a in arrays)
+    np.testing.assert_array_equal(arrays[0], bert_gears.get_tensor("l0_q_w").data)
+    assert not loaded.functions and "xgraph.gear" not in loaded.opset_imports  # the gears are not model functions
+    again = tmp_path / "again.xmodel"
+    loaded.serialize(again)
+    assert [g.describe() for g in xgraph.load(again).get_gears()] == [g.describe() for g in loaded.get_gears()]
+
+
+def test_a_file_whose_gear_function_is_missing_is_refused(bert_gears, tmp_path):
+    path = tmp_path / "bert.xmodel"
+    bert_gears.serialize(path)
+    model = onnx.load(path)
+    del model.functions[1]
+    damaged = tmp_path / "damaged.xmodel"
+    onnx.save(model, damaged)
+    with pytest.raises(ModelFileError, match=r"gear 'gear2' names function 'gear2', which the file does not carry"):
+        xgraph.load(damaged)
+    model = onnx.load(path)
+    entry = next(p for p in model.metadata_props if p.key == "xgraph.gears")
+    entry.value = entry.value.replace('"version": 1', '"version": 7')
+    onnx.save(model, damaged)
+    with pytest.raises(ModelFileError, match=r"gear list .* is damaged"):
+        xgraph.load(damaged)
+
+
+# ----------------------------------------------------------------------------- the runner
+
+def test_the_runner_picks_the_gear_and_matches_onnxruntime(bert, bert_gears, tmp_path):
+    import onnxruntime as ort
+    session = ort.InferenceSession(bert.SerializeToString(), providers=["CPUExecutionProvider"])
+    path = tmp_path / "bert.xmodel"
+    bert_gears.serialize(path)
+    for graph in (bert_gears, xgraph.load(path)):
+        with xgraph.create_graph_runner(graph) as runner:
+            for shape in BERT_SHAPES:
+                feeds = _bert_feeds(shape)
+                assert runner.select_gear(feeds).input_shapes["input_ids"] == shape
+                (got,) = runner.run(feeds)
+                (want,) = session.run(None, feeds)
+                assert got.shape == (*shape, 64)
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+            stats = runner.get_stats()
+            assert stats["jobs"]["OK"] == 3 and all(s["jobs"]["OK"] == 1 for s in stats["gears"].values())
+
+
+def test_numpy_kernels_and_async_jobs_on_several_gears(bert, bert_gears):
+    import onnxruntime as ort
+    session = ort.InferenceSession(bert.SerializeToString(), providers=["CPUExecutionProvider"])
+    with xgraph.create_graph_runner(bert_gears, kernels="numpy") as runner:
+        feeds = [_bert_feeds(s, seed=i) for i, s in enumerate(BERT_SHAPES)]
+        jobs = [runner.execute_async(f) for f in feeds]
+        assert len({j[0] for j in jobs}) == 3
+        for job, f in zip(jobs, feeds):
+            assert runner.wait(job, timeout=60) == 0
+            np.testing.assert_allclose(runner.get_outputs(job)[0], session.run(None, f)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_an_input_matching_no_gear_is_refused_with_the_gear_list(bert_gears):
+    with xgraph.create_graph_runner(bert_gears) as runner:
+        with pytest.raises(RunnerError, match=r"input shapes input_ids:1,9, attention_mask:1,9 match no gear; the "
+                                              r"gears are: gear0 \(input_ids:1,8; attention_mask:1,8\), gear1 "
+                                              r"\(input_ids:2,16; attention_mask:2,16\), gear2 \(input_ids:1,32; "
+                                              r"attention_mask:1,32\)"):
+            runner.run(_bert_feeds((1, 9)))
+        mixed = {"input_ids": _bert_feeds((1, 8))["input_ids"], "attention_mask": _bert_feeds((2, 16))["attention_mask"]}
+        with pytest.raises(RunnerError, match="match no gear"):
+            runner.execute_async(mixed)
+        with pytest.raises(RunnerError, match="input 'attention_mask' is missing"):
+            runner.run({"input_ids": _bert_feeds((1, 8))["input_ids"]})
+        assert runner.get_stats()["jobs"]["OK"] == 0

@@ -30,6 +30,7 @@ from xgraph.ir.files import check_target, write_bytes
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
+from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.safe_reader import read_model
 from xgraph.ir.subgraph import Subgraph
@@ -160,6 +161,7 @@ def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
     }
     model.graph.initializer.extend(enc.arrays)
     model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
+    add_gears(model, graph, to_model_proto)  # gears beyond gear 0 (this graph), as functions: xgraph/ir/onnx/gears_file.py
     return model
 
 
@@ -296,6 +298,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     _restore_tree(build, meta["tree"], dec)
     build.finish()
     check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
+    read_gears(model, graph, label, lambda gear, where: from_model_proto(gear, where, graph_class))
     return graph
 
 
