@@ -283,3 +283,58 @@ def test_an_input_matching_no_gear_is_refused_with_the_gear_list(bert_gears):
         with pytest.raises(RunnerError, match="input 'attention_mask' is missing"):
             runner.run({"input_ids": _bert_feeds((1, 8))["input_ids"]})
         assert runner.get_stats()["jobs"]["OK"] == 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+@pytest.fixture(scope="module")
+def bert_xmodel(bert_gears, tmp_path_factory):
+    path = tmp_path_factory.mktemp("gears") / "bert.xmodel"
+    bert_gears.serialize(path)
+    return path
+
+
+def test_inspect_shows_each_gear_with_its_shapes_and_devices(bert_xmodel, capsys):
+    from xgraph.cli.main import main
+    assert main(["inspect", str(bert_xmodel)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("gears (3; the runtime picks the gear"))
+    assert lines[start + 1].split() == ["gear0", "input_ids:1,8", "attention_mask:1,8"]
+    assert lines[start + 3].split() == ["gear1", "input_ids:2,16", "attention_mask:2,16"]
+    assert lines[start + 5].split() == ["gear2", "input_ids:1,32", "attention_mask:1,32"]
+    loaded = xgraph.load(bert_xmodel)
+    for i, gear in enumerate(loaded.get_gears()):
+        report = xgraph.report(gear.graph)["devices"]
+        per_device = ", ".join(f"{d} {e['subgraphs']} subgraph{'s' * (e['subgraphs'] != 1)} {e['ops']} ops"
+                               for d, e in sorted(report.items(), key=lambda kv: kv[0] != "AICPU"))
+        assert lines[start + 2 + 2 * i].strip() == \
+            f"{gear.graph.get_op_num()} ops, {sum(e['subgraphs'] for e in report.values())} subgraphs: {per_device}"
+    assert main(["inspect", str(bert_xmodel), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(g["name"], [t["shape"] for t in g["inputs"]]) for g in data["gears"]] == [
+        ("gear0", [[1, 8], [1, 8]]), ("gear1", [[2, 16], [2, 16]]), ("gear2", [[1, 32], [1, 32]])]
+    assert all(g["devices"]["AICORE"]["ops"] > g["devices"]["AICPU"]["ops"] for g in data["gears"])
+
+
+def test_run_bench_and_verify_use_the_gears(bert, bert_xmodel, tmp_path, capsys):
+    import onnxruntime as ort
+    from xgraph.cli.main import main
+    feeds = _bert_feeds((2, 16), seed=3)
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    args = [f"--input={n}={tmp_path / (n + '.npy')}" for n in feeds]
+    assert main(["run", str(bert_xmodel), *args, "-o", str(tmp_path / "out")]) == 0
+    assert "gear gear1 (input_ids:2,16; attention_mask:2,16)" in capsys.readouterr().out
+    session = ort.InferenceSession(bert.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "l1_ln2.npy"), session.run(None, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    assert main(["run", str(bert_xmodel), "--random", "--gear", "gear2"]) == 0
+    assert "input_ids: int64 (1, 32)" in capsys.readouterr().out
+    assert main(["run", str(bert_xmodel), "--random", "--gear", "gear9"]) == 2
+    assert "--gear gear9: model 'bert_like' has no such gear; its gears are: gear0" in capsys.readouterr().err
+    assert main(["verify", str(bert_xmodel), "--kernels", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verify: PASS") == 3 and "gear gear2 (input_ids:1,32; attention_mask:1,32)" in out
+    assert main(["bench", str(bert_xmodel), "--runs", "2", "--warmup", "0", "--jobs", "1", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.count("latency over 2 runs") == 1 and "gear gear1" in out  # the files' gear only
