@@ -231,6 +231,12 @@ def test_a_file_whose_gear_function_is_missing_is_refused(bert_gears, tmp_path):
     with pytest.raises(ModelFileError, match=r"gear 'gear2' names function 'gear2', which the file does not carry"):
         xgraph.load(damaged)
     model = onnx.load(path)
+    model.functions[0].input[2] = "no_such_weight"
+    onnx.save(model, damaged)
+    with pytest.raises(ModelFileError, match=r"gear function 'gear1' is damaged: it shares weight 'no_such_weight', "
+                                             r"which the file does not carry"):
+        xgraph.load(damaged)
+    model = onnx.load(path)
     entry = next(p for p in model.metadata_props if p.key == "xgraph.gears")
     entry.value = entry.value.replace('"version": 1', '"version": 7')
     onnx.save(model, damaged)

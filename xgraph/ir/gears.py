@@ -132,9 +132,33 @@ def share_weights(graphs: Sequence["GraphCore"]) -> dict[str, int]:
     return counts
 
 
+def bind_weights(graph: "GraphCore", carrier: "GraphCore", names: Sequence[str]) -> None:
+    """Turn `graph`'s inputs `names` into weights holding `carrier`'s arrays of those names (no copy).
+
+    The .xmodel loader builds a stored gear with its shared weights as placeholder inputs, so
+    their bytes are decoded once (for gear 0) however many gears there are; this binds them.
+    GraphError naming the tensor when a placeholder does not match the carrier's weight.
+    """
+    inputs = {t.name: t for t in graph.get_input_tensors()}
+    bound = set()
+    for name in names:
+        t = inputs.get(name)
+        source = carrier.get_tensor(name) if carrier.has_tensor(name) else None
+        if t is None or source is None or not source.is_const:
+            raise GraphError(f"graph {graph.name!r}: shared weight {name!r} is not a placeholder input matched by a "
+                             f"weight of {carrier.name!r}")
+        if t.shape != source.data.shape or t.dtype != source.data.dtype:
+            raise GraphError(f"graph {graph.name!r}: shared weight {name!r} is declared {t.dtype}{list(t.shape or ())}"
+                             f" but {carrier.name!r} holds {source.data.dtype}{list(source.data.shape)}")
+        t._data = source._data  # xgraph/ir owns weights: the carrier's read-only array, shared
+        bound.add(name)
+    graph._inputs = [t for t in graph._inputs if t.name not in bound]
+    graph._touch()
+
+
 def gear_record(gears: Sequence[Gear]) -> list[dict[str, Any]]:
     """The gears as plain JSON: [{"name", "input_shapes": {input: [dims]}}], in gear order."""
     return [{"name": g.name, "input_shapes": {k: list(v) for k, v in g.input_shapes.items()}} for g in gears]
 
 
-__all__ = ["Gear", "check_gears", "find_gear", "gear_record", "input_shapes_of", "share_weights"]
+__all__ = ["Gear", "bind_weights", "check_gears", "find_gear", "gear_record", "input_shapes_of", "share_weights"]

@@ -24,11 +24,12 @@ import onnx
 from onnx import helper
 
 from xgraph.errors import GraphError, ModelFileError
-from xgraph.ir.gears import Gear, gear_record, share_weights
+from xgraph.ir.gears import Gear, bind_weights, gear_record
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
 
+META_KEY = "xgraph.meta"  # the .xmodel's own metadata key (xmodel.py), here inside a gear's function
 GEARS_KEY = "xgraph.gears"
 GEAR_DOMAIN = "xgraph.gear"
 WEIGHT_NODE_PREFIX = "xgraph.gear.weight/"
@@ -131,10 +132,21 @@ def _gear_model(model: onnx.ModelProto, fn: onnx.FunctionProto, inputs: list[str
     sub.metadata_props.extend(fn.metadata_props)
     g = sub.graph
     g.name = model.graph.name
-    for name in fn.input[len(inputs):]:
-        if name not in stored:
+    shared = list(fn.input[len(inputs):])
+    for name in shared:  # placeholders (type only): `bind_weights` gives them gear 0's arrays after decoding
+        if name not in stored or name in types:
             fail(f"it shares weight {name!r}, which the file does not carry")
-        g.initializer.append(stored[name])
+        init = stored[name]
+        types[name] = helper.make_tensor_value_info(name, init.data_type, list(init.dims))
+    meta = [p for p in sub.metadata_props if p.key == META_KEY]
+    if len(meta) != 1:
+        fail(f"it carries {len(meta)} {META_KEY!r} entries, not one")
+    try:
+        gear_meta = json.loads(meta[0].value)
+        gear_meta["inputs"] = list(gear_meta["inputs"]) + shared
+    except (ValueError, RecursionError, TypeError, KeyError) as e:
+        fail(f"its {META_KEY!r} metadata is damaged ({str(e)[:80]})")
+    meta[0].value = json.dumps(gear_meta, allow_nan=False)
     boundary = set(inputs) | set(fn.output)
     for node in fn.node:
         if node.name.startswith(WEIGHT_NODE_PREFIX) and node.op_type == "Constant" and node.domain == "":
@@ -146,7 +158,7 @@ def _gear_model(model: onnx.ModelProto, fn: onnx.FunctionProto, inputs: list[str
             g.initializer.append(tensor)
         else:
             g.node.append(node)
-    g.input.extend(types[n] for n in inputs)
+    g.input.extend(types[n] for n in list(inputs) + shared)
     g.output.extend(types[n] for n in fn.output)
     g.value_info.extend(vi for vi in fn.value_info if vi.name not in boundary)
     return sub
@@ -167,8 +179,12 @@ def read_gears(model: onnx.ModelProto, graph: "GraphCore", label: str, decode: D
         if fn is None:
             raise ModelFileError(f"{label}: gear {entry['name']!r} names function {entry['function']!r}, which the "
                                  "file does not carry")
-        gear_graph = decode(_gear_model(model, fn, inputs, label), f"{label} (gear {entry['name']})")
-        share_weights([graph, gear_graph])  # the decoded copies of shared weights are dropped here
+        where = f"{label} (gear {entry['name']})"
+        gear_graph = decode(_gear_model(model, fn, inputs, label), where)
+        try:
+            bind_weights(gear_graph, graph, fn.input[len(inputs):])  # gear 0's arrays: each weight held once
+        except GraphError as e:
+            raise ModelFileError(f"{where}: {e}") from None
         gears.append(Gear(entry["name"], {k: tuple(v) for k, v in entry["input_shapes"].items()}, gear_graph))
     try:
         graph.set_gears(gears)
