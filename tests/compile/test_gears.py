@@ -138,6 +138,11 @@ def test_each_gear_is_static_and_puts_the_dense_ops_on_aicore(bert_gears):
             assert json.loads(g.get_attr("compile_options"))["input_shape"] == \
                 f"input_ids:{shape[0]},{shape[1]};attention_mask:{shape[0]},{shape[1]}"
     assert json.loads(bert_gears.get_attr("compile_options"))["dynamic_dims"] == BERT_GEARS["dynamic_dims"]
+    report = xgraph.report(bert_gears)
+    assert [(g["name"], g["input_shapes"]["input_ids"]) for g in report["gears"]] == [
+        ("gear0", [1, 8]), ("gear1", [2, 16]), ("gear2", [1, 32])]
+    assert report["gears"][0]["devices"] == report["devices"]
+    assert report["gears"][2]["devices"] == xgraph.report(gears[2].graph)["devices"]
 
 
 def test_gears_share_one_array_per_weight(bert_gears, bert):
@@ -206,6 +211,11 @@ def test_xmodel_round_trip_keeps_every_gear_and_shares_weights_again(bert, bert_
     bert_gears.serialize(path)
     model = onnx.load(path)
     onnx.checker.check_model(model)  # onnx (and Netron) open it: gear 0 is the graph, the others functions
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # and runs it as gear 0
+    with xgraph.create_graph_runner(bert_gears) as runner:
+        np.testing.assert_allclose(session.run(None, _bert_feeds((1, 8)))[0], runner.run(_bert_feeds((1, 8)))[0],
+                                   rtol=1e-4, atol=1e-5)
     assert [f.name for f in model.functions] == ["gear1", "gear2"]
     loaded = xgraph.load(path)
     assert [g.describe() for g in loaded.get_gears()] == [g.describe() for g in bert_gears.get_gears()]
