@@ -29,7 +29,7 @@ def gear_facts(graph: Graph) -> list[dict[str, Any]]:
 def gear_lines(graph: Graph, facts: list[dict[str, Any]]) -> list[str]:
     """The "gears:" block of `xgraph inspect`: one line per gear, then its subgraphs per device."""
     sharing = graph.get_attr("gear_weights") if graph.has_attr("gear_weights") else None
-    shared = f"; weights stored once, {sharing['own']} constant(s) folded per gear" if sharing else ""
+    shared = f"; weights stored once, {sharing['own']} folded constant(s) differ between gears" if sharing else ""
     lines = ["", f"gears ({len(facts)}; the runtime picks the gear equal to the input shapes{shared}):"]
     width = max(len(f["name"]) for f in facts)
     for f in facts:
