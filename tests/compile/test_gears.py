@@ -354,3 +354,57 @@ def test_run_bench_and_verify_use_the_gears(bert, bert_xmodel, tmp_path, capsys)
     assert main(["bench", str(bert_xmodel), "--runs", "2", "--warmup", "0", "--jobs", "1", *args]) == 0
     out = capsys.readouterr().out
     assert out.count("latency over 2 runs") == 1 and "gear gear1" in out  # the files' gear only
+
+
+# ----------------------------------------------------------------------------- more shapes
+
+def _cnn_dynamic_image() -> onnx.ModelProto:
+    h = onnx.helper
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"], name="relu"),
+             h.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]
+    graph = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])], initializer=[w])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_dynamic_image_size_compiles_each_resolution_and_runs_it():
+    import onnxruntime as ort
+    model = _cnn_dynamic_image()
+    g = xgraph.compile(model, {"input_shape": "x:1,3,-1,-1", "dynamic_image_size": "8,8;16,12"})
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [dict(gear.input_shapes) for gear in g.get_gears()] == [{"x": (1, 3, 8, 8)}, {"x": (1, 3, 16, 12)}]
+    with xgraph.create_graph_runner(g) as runner:
+        for gear in g.get_gears():
+            assert _devices(gear.graph)["conv"] == "AICORE"
+            x = np.random.default_rng(1).standard_normal(gear.input_shapes["x"]).astype(np.float32)
+            np.testing.assert_allclose(runner.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+        with pytest.raises(RunnerError, match=r"input shapes x:1,3,12,16 match no gear"):
+            runner.run({"x": np.zeros((1, 3, 12, 16), np.float32)})
+
+
+def test_compiling_with_gears_leaves_the_model_unchanged(bert):
+    before = bert.SerializeToString()
+    xgraph.compile(bert, {"input_shape": "input_ids:1,-1;attention_mask:1,-1", "dynamic_dims": "4,4;8,8"})
+    assert bert.SerializeToString() == before
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([-1, 1, 2, 3]), min_size=1, max_size=4), min_size=1, max_size=3),
+       st.data())
+def test_dynamic_dims_round_trip_and_fill_every_minus_one_in_order(dims, data):
+    dims = [d if -1 in d else [*d, -1] for d in dims]  # every input has a dynamic dim
+    shape = {f"in{i}": tuple(d) for i, d in enumerate(dims)}
+    count = sum(d.count(-1) for d in dims)
+    gears = data.draw(st.lists(st.tuples(*[st.integers(1, 64)] * count), min_size=2, max_size=6, unique=True))
+    text = ";".join(",".join(map(str, g)) for g in gears)
+    o = parse_options({"input_shape": shape, "dynamic_dims": text}, DEVICES)
+    assert o.gears == tuple(gears) and parse_options(o.to_json(), DEVICES) == o
+    for gear, filled in zip(gears, o.gear_shapes()):
+        values = iter(gear)
+        assert filled == {name: tuple(next(values) if d == -1 else d for d in s) for name, s in shape.items()}
