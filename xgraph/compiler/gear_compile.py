@@ -7,9 +7,10 @@ graph (copies share its weight arrays); after compiling, weights that came out e
 made one array again (`xgraph.ir.gears.share_weights`), so constants prepare folded the
 same way in every gear are stored and held once too.
 
-The result is gear 0's compiled graph carrying all gears (`graph.get_gears()`), with the
-full options (gear option included) in its "compile_options" attr; each other gear's graph
-records its own static options.
+The result is gear 0's compiled graph carrying all gears (`graph.get_gears()`). Every gear's
+graph, gear 0's included, records its own static options in "compile_options" (so compiling
+or explaining the saved gear 0 again reproduces it); gear 0 also keeps the options as given,
+gear option included, in "gear_options", and the weight sharing counts in "gear_weights".
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def compile_gears(graph: Graph, opts: CompileOptions, compile_one: CompileOne) -
     sharing = share_weights(compiled)
     primary = compiled[0]
     primary.set_gears([Gear(gear_name(i), records[i], g) for i, g in enumerate(compiled)])
-    primary.set_attr("compile_options", opts.to_json())
+    primary.set_attr("gear_options", opts.to_json())  # as given; "compile_options" stays gear 0's own
     primary.set_attr("gear_weights", sharing)
     return primary
 
