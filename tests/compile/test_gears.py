@@ -409,3 +409,20 @@ def test_dynamic_dims_round_trip_and_fill_every_minus_one_in_order(dims, data):
     for gear, filled in zip(gears, o.gear_shapes()):
         values = iter(gear)
         assert filled == {name: tuple(next(values) if d == -1 else d for d in s) for name, s in shape.items()}
+
+
+def test_set_gears_checks_the_gears_fit_the_model(bert_gears):
+    from xgraph.errors import GraphError
+    from xgraph.ir.gears import Gear
+    gears = bert_gears.get_gears()
+    with pytest.raises(GraphError, match=r"gear 0 \('gear1'\) must be the graph itself"):
+        bert_gears.set_gears(gears[1:])
+    with pytest.raises(GraphError, match=r"two gears are named 'gear0'"):
+        bert_gears.set_gears([gears[0], Gear("gear0", gears[1].input_shapes, gears[1].graph)])
+    with pytest.raises(GraphError, match=r"gear 'gear1' records input shapes .* but its graph's inputs are"):
+        bert_gears.set_gears([gears[0], Gear("gear1", gears[2].input_shapes, gears[1].graph)])
+    with pytest.raises(GraphError, match=r"gears 'gear0' and 'again' have the same input shapes"):
+        bert_gears.set_gears([gears[0], Gear("again", gears[0].input_shapes, gears[0].graph)])
+    assert [g.graph for g in bert_gears.get_gears()] == [g.graph for g in gears]  # a refused set_gears changes nothing
+    assert bert_gears.find_gear({"input_ids": (2, 16), "attention_mask": (2, 16)}) is gears[1]
+    assert bert_gears.find_gear({"input_ids": (2, 17), "attention_mask": (2, 17)}) is None

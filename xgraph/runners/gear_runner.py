@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from xgraph.kernels.resolution import KernelChoice
 
 
+#: Job ids remembered for wait/get_error/get_outputs (oldest forgotten first, as the graph runner's job table does).
+MAX_TRACKED_JOBS = 10_000
+
+
 def _shape_of(value: Any) -> tuple[int, ...] | None:
     return tuple(np.shape(value)) if isinstance(value, np.ndarray) or np.isscalar(value) else None
 
@@ -113,6 +117,8 @@ class GearRunner:
         with self._lock:
             job_id = next(self._ids)
             self._jobs[job_id] = (runner, inner)
+            if len(self._jobs) > MAX_TRACKED_JOBS:
+                del self._jobs[next(iter(self._jobs))]
         return job_id, status
 
     def _job(self, job: "tuple[int, int] | int") -> "tuple[GraphRunner, int]":
