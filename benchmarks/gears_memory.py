@@ -96,8 +96,9 @@ def main() -> int:
             rows.append((n, c, r))
     mb = 1e6
     weights = rows[0][1]["weights"]
-    print(f"gears_memory: BERT-style encoder, hidden {args.hidden}, {args.layers} layers, weights {weights / mb:.1f} MB; "
-          f"dynamic_dims over sequence 16, 32, ...; kernels {args.kernels}; baseline: 1 static partition (input_shape)")
+    print(f"gears_memory: BERT-style encoder, hidden {args.hidden}, {args.layers} layers, weights "
+          f"{weights / mb:.1f} MB; dynamic_dims over sequence 16, 32, ...; kernels {args.kernels}; "
+          "baseline: 1 static partition (input_shape)")
     head = (f"{'gears':>5}  {'.xmodel MB':>16}  {'+/gear':>7}  {'compile max RSS':>16}  {'run: loaded RSS':>16}  "
             f"{'after runs':>16}  {'+/gear':>7}  {'run max RSS':>16}")
     print(head)

@@ -43,8 +43,9 @@ def test_no_gear_option_means_no_gears_and_minus_one_keeps_a_dim():
     ({"input_shape": "x:1,-1", "dynamic_dims": "8"}, r"'dynamic_dims'.*1 gear\(s\) given; give 2 to 100"),
     ({"input_shape": "x:-1,2", "dynamic_batch_size": ",".join(str(i) for i in range(1, 102))},
      r"'dynamic_batch_size'.*101 gear\(s\) given; give 2 to 100"),
-    ({"input_shape": "x:1,-1;y:-1", "dynamic_dims": "8,1;3"}, r"'dynamic_dims'.*gear 2 has 1 value\(s\), each gear "
-                                                              r"needs 2 value\(s\), one per -1 of input_shape \(x\[1\], y\[0\]\)"),
+    ({"input_shape": "x:1,-1;y:-1", "dynamic_dims": "8,1;3"},
+     r"'dynamic_dims'.*gear 2 has 1 value\(s\), each gear needs 2 value\(s\), one per -1 of input_shape "
+     r"\(x\[1\], y\[0\]\)"),
     ({"input_shape": "x:1,-1", "dynamic_dims": "0;3"}, r"'dynamic_dims'.*0 is not a positive size"),
     ({"input_shape": "x:1,-1", "dynamic_dims": "-2;3"}, r"'dynamic_dims'.*-2 is not a positive size"),
     ({"input_shape": "x:1,-1", "dynamic_dims": "a;3"}, r"'dynamic_dims'.*'a' is not an integer"),
@@ -292,7 +293,8 @@ def test_an_input_matching_no_gear_is_refused_with_the_gear_list(bert_gears):
                                               r"\(input_ids:2,16; attention_mask:2,16\), gear2 \(input_ids:1,32; "
                                               r"attention_mask:1,32\)"):
             runner.run(_bert_feeds((1, 9)))
-        mixed = {"input_ids": _bert_feeds((1, 8))["input_ids"], "attention_mask": _bert_feeds((2, 16))["attention_mask"]}
+        mixed = {"input_ids": _bert_feeds((1, 8))["input_ids"],
+                 "attention_mask": _bert_feeds((2, 16))["attention_mask"]}
         with pytest.raises(RunnerError, match="match no gear"):
             runner.execute_async(mixed)
         with pytest.raises(RunnerError, match="input 'attention_mask' is missing"):
