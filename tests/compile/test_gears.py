@@ -384,6 +384,8 @@ def test_dynamic_image_size_compiles_each_resolution_and_runs_it():
             assert _devices(gear.graph)["conv"] == "AICORE"
             x = np.random.default_rng(1).standard_normal(gear.input_shapes["x"]).astype(np.float32)
             np.testing.assert_allclose(runner.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(runner.run([x.tolist()])[0], session.run(None, {"x": x})[0], rtol=1e-4,
+                                       atol=1e-5)  # nested lists, in input order, pick their gear too
         with pytest.raises(RunnerError, match=r"input shapes x:1,3,12,16 match no gear"):
             runner.run({"x": np.zeros((1, 3, 12, 16), np.float32)})
 

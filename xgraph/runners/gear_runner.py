@@ -34,7 +34,11 @@ MAX_TRACKED_JOBS = 10_000
 
 
 def _shape_of(value: Any) -> tuple[int, ...] | None:
-    return tuple(np.shape(value)) if isinstance(value, np.ndarray) or np.isscalar(value) else None
+    """The shape an input value has (arrays, nested lists, scalars), None when it has none (a ragged sequence)."""
+    try:
+        return tuple(np.shape(value))
+    except (ValueError, TypeError):
+        return None
 
 
 class GearRunner:
