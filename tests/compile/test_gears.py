@@ -451,3 +451,16 @@ def test_gpt2_with_dynamic_sequence_gears_on_aicore_and_equal_to_onnxruntime(tmp
             ids = np.random.default_rng(seq).integers(0, 64, (1, seq)).astype(np.int64)
             np.testing.assert_allclose(runner.run({"input_ids": ids})[0], session.run(None, {"input_ids": ids})[0],
                                        rtol=1e-4, atol=1e-4)
+
+
+def test_array_attrs_of_a_gear_survive_the_round_trip(bert, tmp_path):
+    g = xgraph.compile(bert, {"input_shape": "input_ids:1,-1;attention_mask:1,-1", "dynamic_dims": "4,4;8,8"})
+    gear1 = g.get_gears()[1].graph
+    child = gear1.get_root_subgraph().toposort_child_subgraph()[-1]
+    child.set_attr("calibration", np.arange(6, dtype=np.float32).reshape(2, 3))
+    g.get_root_subgraph().toposort_child_subgraph()[-1].set_attr("calibration", np.ones(2, np.float32))
+    g.serialize(tmp_path / "m.xmodel")
+    loaded = xgraph.load(tmp_path / "m.xmodel")
+    again = loaded.get_gears()[1].graph.get_subgraph(child.name).get_attr("calibration")
+    np.testing.assert_array_equal(again, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(loaded.get_subgraph(child.name).get_attr("calibration"), np.ones(2, np.float32))
