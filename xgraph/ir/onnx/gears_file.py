@@ -34,6 +34,8 @@ GEARS_KEY = "xgraph.gears"
 GEAR_DOMAIN = "xgraph.gear"
 WEIGHT_NODE_PREFIX = "xgraph.gear.weight/"
 GEARS_VERSION = 1
+#: A file listing more gears than the compile options allow (ATC's limit) is refused.
+MAX_FILE_GEARS = 100
 
 Encode = Callable[["GraphCore"], onnx.ModelProto]
 Decode = Callable[[onnx.ModelProto, str], "GraphCore"]
@@ -98,8 +100,8 @@ def _read_record(model: onnx.ModelProto, label: str) -> list[dict[str, Any]] | N
     if not isinstance(doc, dict) or doc.get("version") != GEARS_VERSION or not isinstance(doc.get("gears"), list):
         fail(f"expected {{'version': {GEARS_VERSION}, 'gears': [...]}}")
     gears = doc["gears"]
-    if len(gears) < 2:
-        fail(f"{len(gears)} gear(s) listed; a geared model has at least 2")
+    if not 2 <= len(gears) <= MAX_FILE_GEARS:
+        fail(f"{len(gears)} gear(s) listed; a geared model has 2 to {MAX_FILE_GEARS}")
     for i, entry in enumerate(gears):
         if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and entry["name"]
                 and isinstance(entry.get("function"), str) and isinstance(entry.get("input_shapes"), dict)):
