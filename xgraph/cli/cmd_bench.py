@@ -114,7 +114,14 @@ def add_parser(subparsers) -> None:
 def _generate(args: argparse.Namespace, graph: "Graph") -> int:
     from xgraph.cli.bench_generate import bench_generate
     tokens = _positive("--generate", args.generate, 1)
-    r = bench_generate(graph, graph.to_onnx(), tokens, args.mode, args.kernels)
+    reference = graph.to_onnx()
+    if graph.get_gears():  # each gear is one past length: onnxruntime's loop needs the dynamic original
+        if Path(args.model).suffix.lower() == ".xmodel":
+            raise XGraphError(f"bench --generate: {args.model} was compiled with gears, and onnxruntime's loop needs "
+                              "the dynamic model: give the .onnx with the same --options")
+        from xgraph.ir.onnx.safe_reader import read_model
+        reference = read_model(args.model)[0]
+    r = bench_generate(graph, reference, tokens, args.mode, args.kernels)
     print(f"bench {args.model} --generate {tokens}: mode {args.mode}, kernels {args.kernels}")
     print(f"  xgraph graph runner: {r['xgraph_tokens_per_s']:.1f} tokens/s  "
           f"(per step: {r['execute_ms_per_step']:.3f} ms in subgraphs, {r['dispatch_ms_per_step']:.3f} ms dispatch)")

@@ -7,6 +7,8 @@
 - `dynamic_image_size` "224,224;448,448": every input with -1s has exactly two (height, then
   width); one "H,W" pair per gear;
 - `dynamic_dims` "16;32;64" or "1,16;2,32": one value per -1, in `input_shape` order, per gear.
+  Unlike ATC, a value may be 0: an empty dim, such as the past of a KV-cache decoder's first
+  step, so a decoder can run every step of a short generation on static gears.
 
 The options exclude each other, as in ATC, and take 2 to `MAX_GEARS` gears. Each gear is
 `input_shape` with its -1s filled in: a fully static shape, compiled as its own partition.
@@ -73,8 +75,9 @@ def _as_int(key: str, value: Any, text: str) -> int:
         n = int(text)
     except ValueError:
         raise _bad(key, value, f"{text[:20]!r} is not an integer") from None
-    if n < 1:
-        raise _bad(key, value, f"{n} is not a positive size (gear values fill -1 dims and must be >= 1)")
+    if n < 0 or (n == 0 and key != "dynamic_dims"):
+        smallest = 0 if key == "dynamic_dims" else 1
+        raise _bad(key, value, f"{n} is not a size >= {smallest} (gear values fill -1 dims)")
     if key == "dynamic_batch_size" and n > MAX_BATCH:
         raise _bad(key, value, f"batch size {n} is over {MAX_BATCH}, the largest ATC takes")
     return n
