@@ -521,3 +521,15 @@ def test_bench_generate_runs_the_past_length_gears(tmp_path, capsys):
     xgraph.compile(model, options).serialize(xmodel)
     assert main(["bench", str(xmodel), "--generate", "8"]) == 2
     assert "was compiled with gears, and onnxruntime's loop needs the dynamic model" in capsys.readouterr().err
+
+
+def test_a_profiled_gear_runner_writes_one_trace_process_per_gear(bert_gears, tmp_path):
+    with xgraph.create_graph_runner(bert_gears, profile=True) as runner:
+        for shape in BERT_SHAPES[:2]:
+            runner.run(_bert_feeds(shape))
+        runner.export_chrome_trace(tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {1: "xgraph bert_like gear0", 2: "xgraph bert_like gear1", 3: "xgraph bert_like gear2"}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {1, 2}  # gear2 never ran

@@ -161,7 +161,7 @@ def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
     }
     model.graph.initializer.extend(enc.arrays)
     model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
-    add_gears(model, graph, to_model_proto)  # gears beyond gear 0 (this graph), as functions: xgraph/ir/onnx/gears_file.py
+    add_gears(model, graph, to_model_proto)  # gears after gear 0 (this graph), as functions: gears_file.py
     return model
 
 
