@@ -35,6 +35,8 @@ MAX_TRACKED_JOBS = 10_000
 
 def _shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape an input value has (arrays, nested lists, scalars), None when it has none (a ragged sequence)."""
+    if isinstance(value, np.ndarray):
+        return value.shape
     try:
         return tuple(np.shape(value))
     except (ValueError, TypeError):
@@ -63,6 +65,8 @@ class GearRunner:
         first = self.gear_runners[self.gears[0].name]
         self.registries, self.max_jobs_in_flight = first.registries, first.max_jobs_in_flight
         self._names = [t.name for t in first.get_input_tensors()]
+        #: (shape of each input, in input order) -> gear: one dict lookup per job
+        self._by_shapes = {tuple(tuple(g.input_shapes[n]) for n in self._names): g for g in self.gears}
         self._jobs: "dict[int, tuple[GraphRunner, int]]" = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -84,9 +88,9 @@ class GearRunner:
             check_inputs(self._owner, self.gear_runners[self.gears[0].name].get_input_tensors(), inputs)
             raise RunnerError(f"{self._owner}: inputs must be a list in input order or a dict name -> array")
         shapes = {n: _shape_of(v) for n, v in zip(self._names, values)}
-        for gear in self.gears:
-            if all(shapes[n] == tuple(s) for n, s in gear.input_shapes.items()):
-                return gear
+        gear = self._by_shapes.get(tuple(shapes.values()))
+        if gear is not None:
+            return gear
         shown = ", ".join(f"{n}:{'?' if s is None else ','.join(map(str, s))}" for n, s in shapes.items())
         raise RunnerError(f"{self._owner}: input shapes {shown} match no gear; the gears are: {self.gear_list()}. "
                           "Pad or cut the inputs to a gear's shapes, or compile with a gear of these shapes")
