@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, "str | tuple[str, str]"] = {
     "load": "xgraph.ir.graph",
+    "Gear": "xgraph.ir.gears",
     "compile": "xgraph.compiler.pipeline",
     "report": "xgraph.compiler.report",
     "Runner": "xgraph.runners.runner",

@@ -26,6 +26,7 @@ from xgraph.cli.common import model_path, seed
 from xgraph.cli.cmd_run import (MODES, add_compile_arguments, add_input_argument, add_kernels_argument,
                                 complete_inputs, load_compiled, read_inputs)
 from xgraph.cli.common import check_output_path
+from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
 from xgraph.errors import RunnerError, XGraphError
 
 if TYPE_CHECKING:
@@ -106,13 +107,21 @@ def add_parser(subparsers) -> None:
                    "KV-cache decoder (inputs input_ids, past_*; outputs logits, present_*) and report tokens/s "
                    "against onnxruntime's loop on the same graph")
     add_compile_arguments(p)
+    add_gear_argument(p, "every gear in turn")
     p.set_defaults(func=run)
 
 
 def _generate(args: argparse.Namespace, graph: "Graph") -> int:
     from xgraph.cli.bench_generate import bench_generate
     tokens = _positive("--generate", args.generate, 1)
-    r = bench_generate(graph, graph.to_onnx(), tokens, args.mode, args.kernels)
+    reference = graph.to_onnx()
+    if graph.get_gears():  # each gear is one past length: onnxruntime's loop needs the dynamic original
+        if Path(args.model).suffix.lower() == ".xmodel":
+            raise XGraphError(f"bench --generate: {args.model} was compiled with gears, and onnxruntime's loop needs "
+                              "the dynamic model: give the .onnx with the same --options")
+        from xgraph.ir.onnx.safe_reader import read_model
+        reference = read_model(args.model)[0]
+    r = bench_generate(graph, reference, tokens, args.mode, args.kernels)
     print(f"bench {args.model} --generate {tokens}: mode {args.mode}, kernels {args.kernels}")
     print(f"  xgraph graph runner: {r['xgraph_tokens_per_s']:.1f} tokens/s  "
           f"(per step: {r['execute_ms_per_step']:.3f} ms in subgraphs, {r['dispatch_ms_per_step']:.3f} ms dispatch)")
@@ -122,8 +131,7 @@ def _generate(args: argparse.Namespace, graph: "Graph") -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Benchmark and print the report."""
-    import xgraph
+    """Benchmark and print the report (one per gear for a model compiled with gears)."""
     runs = _positive("--runs", args.runs, 1)
     warmup = _positive("--warmup", args.warmup, 0)
     jobs = _positive("--jobs", args.jobs, 1)
@@ -132,8 +140,20 @@ def run(args: argparse.Namespace) -> int:
     graph = load_compiled(args)
     if args.generate:
         return _generate(args, graph)
+    given = read_inputs(args.input, graph.get_input_tensors())
+    for gear in gears_to_use(graph, args, given, every=True):  # with gears: each gear's own partition in turn
+        gear_trace = trace if gear is None or trace is None else \
+            trace.with_name(f"{trace.stem}.{gear.name}{trace.suffix}")
+        _bench(args, graph if gear is None else gear.graph, given, runs, warmup, jobs, gear_trace, gear_title(gear))
+    return 0
+
+
+def _bench(args: argparse.Namespace, graph: "Graph", given: dict[str, Any], runs: int, warmup: int, jobs: int,
+           trace: Path | None, title: str) -> None:
+    """Benchmark one (static) partition and print its report."""
+    import xgraph
     inputs = graph.get_input_tensors()
-    feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
+    feeds, filled = complete_inputs(given, inputs, args.seed)
     with warnings.catch_warnings(), xgraph.create_graph_runner(
             graph, args.mode, args.kernels, max_jobs_in_flight=jobs, profile=trace is not None) as runner:
         warnings.simplefilter("ignore", RuntimeWarning)  # random inputs may overflow; that is not the point here
@@ -155,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if filled and len(filled) < len(inputs):
         source = f"{len(inputs) - len(filled)} from files, {len(filled)} random (seed {args.seed})"
     count = len(_device_of(graph))
-    print(f"bench {args.model}: mode {args.mode}, kernels {args.kernels} ({', '.join(backends)}); "
+    print(f"bench {args.model}:{title} mode {args.mode}, kernels {args.kernels} ({', '.join(backends)}); "
           f"{count} subgraph{'s' if count != 1 else ''} on {', '.join(sorted(devices))}; inputs: {source}")
     if args.kernels != "numpy":
         for name, reason in sorted(fallbacks.items()):
@@ -180,4 +200,3 @@ def run(args: argparse.Namespace) -> int:
           f"(one at a time: {single:.1f} runs/s, x{rate / single:.2f})")
     if trace is not None:
         print(f"trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    return 0

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.cli.common import model_path, seed
+from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
 from xgraph.cli.outputs import encode_output, output_file_name, output_files, save_outputs, summarize  # noqa: F401
 from xgraph.cli.input_files import IMAGE_SUFFIXES, read_inputs  # noqa: F401 - shared with verify and bench
 from xgraph.errors import ModelFileError, XGraphError
@@ -174,6 +175,7 @@ def add_parser(subparsers) -> None:
     add_kernels_argument(p)
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/NAME.npy")
     add_compile_arguments(p)
+    add_gear_argument(p, "gear 0")
     from xgraph.cli import run_dir
     run_dir.add_arguments(p)
     p.set_defaults(func=run)
@@ -190,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
         return run_dir.run_directory(args, graph)
     inputs = graph.get_input_tensors()
     feeds = read_inputs(args.input, inputs)
+    (gear,) = gears_to_use(graph, args, feeds, every=False)
+    if gear is not None:  # compiled with gears: random inputs take this gear's shapes, the runner picks by shape
+        inputs = gear.graph.get_input_tensors()
     missing = [t for t in inputs if t.name not in feeds]
     filled: list[str] = []
     if missing:
@@ -200,9 +205,11 @@ def run(args: argparse.Namespace) -> int:
     with (run_dir.ray_graph_runner(args, graph) if on_ray else
           xgraph.create_graph_runner(graph, args.mode, args.kernels)) as runner:
         outputs = runner.run(feeds)
-    devices = sorted({str(sg.get_attr("device")) for sg in graph.get_root_subgraph().get_children()})
-    print(f"{args.model}: mode {args.mode}, kernels {args.kernels}, "
-          f"{graph.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}"
+        ran = runner.select_gear(feeds) if graph.get_gears() and not on_ray else None
+    part = graph if ran is None else ran.graph
+    devices = sorted({str(sg.get_attr("device")) for sg in part.get_root_subgraph().get_children()})
+    print(f"{args.model}:{gear_title(ran)} mode {args.mode}, kernels {args.kernels}, "
+          f"{part.get_root_subgraph().get_children_num()} subgraphs on {', '.join(devices)}"
           + (" (a Ray actor per device)" if on_ray else ""))
     for name in feeds:
         note = f" (random, seed {args.seed})" if name in filled else ""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from xgraph.cli.common import model_path, seed, tolerance
+from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
 from xgraph.cli.cmd_run import (add_compile_arguments, add_input_argument, add_kernels_argument, complete_inputs,
                                 load_compiled, read_inputs)
 from xgraph.errors import XGraphError
@@ -117,7 +118,9 @@ def reference_model(path: Path, graph: "Graph") -> "onnx.ModelProto":
 
     if path.suffix.lower() == ".xmodel":
         import xgraph
-        model = xgraph.load(path).to_onnx()
+        loaded = xgraph.load(path)
+        gear = loaded.find_gear({t.name: t.shape for t in graph.get_input_tensors()}) if loaded.get_gears() else None
+        model = (loaded if gear is None else gear.graph).to_onnx()  # a geared file: the gear of `graph`'s shapes
     else:
         from xgraph.ir.onnx.safe_reader import read_model
         model = read_model(path)[0]
@@ -190,6 +193,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--rtol", type=tolerance, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
     p.add_argument("--atol", type=tolerance, help="absolute tolerance (default 1e-6; 1e-3 for sim fp16)")
+    add_gear_argument(p, "every gear in turn")
     p.set_defaults(func=run)
 
 
@@ -275,10 +279,23 @@ def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kerne
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compile, run each kernels path, compare each with an independent reference, print; 0 when all pass."""
+    """Compile, run each kernels path, compare each with an independent reference, print; 0 when all pass.
+
+    A model compiled with gears is verified gear by gear (`--gear`, or the gear of the input files).
+    """
     graph = load_compiled(args)
+    given = read_inputs(args.input, graph.get_input_tensors())
+    results = [verify_graph(args, graph if gear is None else gear.graph, given, gear_title(gear))
+               for gear in gears_to_use(graph, args, given, every=True)]
+    return 0 if all(r == 0 for r in results) else EXIT_MISMATCH
+
+
+def verify_graph(args: argparse.Namespace, graph: "Graph", given: dict[str, Any], title: str = "") -> int:
+    """Verify one (static, for a gear) partition: 0 when every kernels path matches its reference."""
+    if title:
+        print(f"verify {args.model}:{title}")
     inputs = graph.get_input_tensors()
-    feeds, filled = complete_inputs(read_inputs(args.input, inputs), inputs, args.seed)
+    feeds, filled = complete_inputs(given, inputs, args.seed)
     rtol, atol = tolerances(args, graph)
     names = [t.name for t in graph.get_output_tensors()]
     refs = References(reference_model(Path(args.model), graph), feeds, names, args.model)

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from xgraph.compiler.gears import GEAR_OPTIONS, Gears, format_gears, gear_shapes, parse_gear_options
 from xgraph.errors import OptionError
 
 #: ATC's precision modes (the default keeps every op in its original dtype).
@@ -21,7 +22,7 @@ PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
 OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
-               "plugin_options")
+               "plugin_options", "external_data_threshold") + GEAR_OPTIONS
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
 
 
@@ -40,6 +41,12 @@ class CompileOptions:
     #: Weights adding up to more than this many bytes are saved in a side file next to the
     #: .xmodel (None: the default of `xgraph.ir.onnx.xmodel`, 256 MiB; always past 2 GiB).
     external_data_threshold: int | None = None
+    gear_option: str = ""  # which of GEAR_OPTIONS was given ("" = none)
+    gears: Gears = ()  # its gears: the values of input_shape's -1 dims, one tuple per gear
+
+    def gear_shapes(self) -> list[dict[str, tuple[int, ...]]]:
+        """Each gear's fully static input_shape (empty without a gear option)."""
+        return gear_shapes(self.input_shape, self.gears, self.gear_option) if self.gears else []
 
     def to_dict(self) -> dict[str, Any]:
         """The options in their JSON form (what `parse_options` reads back to the same value)."""
@@ -57,6 +64,8 @@ class CompileOptions:
             out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
         if self.external_data_threshold is not None:
             out["external_data_threshold"] = self.external_data_threshold
+        if self.gears:
+            out[self.gear_option] = format_gears(self.gear_option, self.gears)
         return out
 
     def to_json(self) -> str:
@@ -233,9 +242,6 @@ def _devices(value: Any, known_devices: Iterable[str]) -> tuple[str, ...]:
     return tuple(by_upper[n.upper()] for n in names)
 
 
-OPTION_KEYS += ("external_data_threshold",)
-
-
 def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
                   known_devices: Iterable[str] | None = None) -> CompileOptions:
     """Validate an options dict or JSON string; OptionError naming the key and the expected form."""
@@ -278,6 +284,7 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
     if "external_data_threshold" in raw:
         kwargs["external_data_threshold"] = parse_byte_count("external_data_threshold", raw["external_data_threshold"])
+    kwargs["gear_option"], kwargs["gears"] = parse_gear_options(raw, kwargs.get("input_shape", {}))
     return CompileOptions(**kwargs)
 
 

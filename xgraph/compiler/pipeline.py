@@ -152,6 +152,19 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
         plugin_path = [str(plugin_path)]
     stage("load")
     graph = load_for_compile(graph_or_path)
+    if opts.gears:  # one static partition per gear, each through the stages below
+        from xgraph.compiler.gear_compile import compile_gears
+        return compile_gears(graph, opts, lambda g, o: _compile_loaded(g, o, plugin_path, progress, registries))
+    return _compile_loaded(graph, opts, plugin_path, progress, registries)
+
+
+def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progress: Progress | None,
+                    registries: Registries) -> Graph:
+    def stage(name: str) -> None:
+        if progress is not None:
+            progress(name, STAGES.index(name), len(STAGES))
+
+    devices = registries.devices
     stage("prepare")
     with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
         summary = prepare(graph, opts)

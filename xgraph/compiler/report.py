@@ -9,6 +9,8 @@ did not get the cheapest device, grouped by device and reason, largest group fir
 that took nothing: "name", "device", "runner", "memory", "ops" (how many it took),
 "subgraphs" (their names), "seconds" (time in the plugin), "templates" (each template it
 matched with: "name", "calls", "matches"), "options" (its plugin options) and "source".
+A model compiled with gears also has "gears" (per gear: "name", "input_shapes", "devices");
+everything else describes gear 0.
 """
 from __future__ import annotations
 
@@ -100,6 +102,10 @@ def report(compiled: Graph) -> dict[str, Any]:
     units = int8_units(compiled, child_of)
     if units:  # only quantized models carry the key
         result["int8_units"] = units
+    if compiled.get_gears():  # only models compiled with gears: the rest of the report is gear 0's
+        result["gears"] = [{"name": g.name, "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
+                            "devices": per_device if g.graph is compiled else report(g.graph)["devices"]}
+                           for g in compiled.get_gears()]
     return result
 
 

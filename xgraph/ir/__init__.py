@@ -3,6 +3,7 @@
 Layers inside: the core (`graph_core`, `op`, `tensor`, `subgraph`, `builder`, `copying`,
 `snapshot`, ...) < the codec (`xgraph.ir.onnx`) < `graph` (the public `Graph`, `load`).
 """
+from xgraph.ir.gears import Gear
 from xgraph.ir.graph import Graph, load
 from xgraph.ir.op import Op
 from xgraph.ir.snapshot import GraphState
@@ -10,4 +11,4 @@ from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.template import GraphTemplate, TemplateOp
 from xgraph.ir.tensor import Tensor
 
-__all__ = ["Graph", "GraphState", "GraphTemplate", "Op", "Subgraph", "Tensor", "TemplateOp", "load"]
+__all__ = ["Gear", "Graph", "GraphState", "GraphTemplate", "Op", "Subgraph", "Tensor", "TemplateOp", "load"]

@@ -19,6 +19,7 @@ from xgraph.ir import attribute_values
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
 from xgraph.ir.copying import copy_graph
+from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.nested import outer_names
 from xgraph.ir.op import ANNOTATION, Op
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
@@ -59,6 +60,7 @@ class GraphCore(AttrsMixin):
         self.ir_version: int = onnx.IR_VERSION
         self.model_info: dict[str, Any] = {}
         self.functions: list[onnx.FunctionProto] = []
+        self._gears: tuple[Gear, ...] = ()  # set on gear 0 of a graph compiled with gears (xgraph/ir/gears.py)
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, ops={len(self._ops)}, tensors={len(self._tensors)})"
@@ -398,6 +400,18 @@ class GraphCore(AttrsMixin):
             level = [c for s in level for c in s._children]
 
     # -- whole-graph operations ---------------------------------------------------------------
+    def get_gears(self) -> list[Gear]:
+        """The gears of a graph compiled with a gear option (gear 0's graph is this one); [] without gears."""
+        return list(self._gears)
+
+    def set_gears(self, gears: Sequence[Gear]) -> None:
+        """Attach the gears (checked first: gear 0 is this graph, same inputs/outputs, static distinct shapes)."""
+        self._gears = check_gears(self, gears)
+
+    def find_gear(self, shapes: "dict[str, Sequence[int]]") -> Gear | None:
+        """The gear whose input shapes equal `shapes` ({input name: dims}), or None."""
+        return find_gear(self._gears, shapes)
+
     def copy(self, drop_annotations: Iterable[str] = ()) -> "GraphCore":
         """A deep copy without the subgraph tree; op annotations named in `drop_annotations` are left out.
 

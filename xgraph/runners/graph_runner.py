@@ -305,6 +305,11 @@ class GraphRunner:
 
     def export_chrome_trace(self, path: "str | Path") -> None:
         """Write the recorded spans as Chrome trace-event JSON (one track per device and copy engine)."""
+        events = self.trace_events()
+        write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "trace")
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """The recorded spans as Chrome trace events (RunnerError unless created with profile=True)."""
         if not self.profile:
             raise RunnerError(f"{self._owner}: nothing was recorded; create the runner with profile=True")
         streams = self.plan.streams()
@@ -316,7 +321,7 @@ class GraphRunner:
             events.append({"name": name, "cat": kind, "ph": "X", "pid": 1, "tid": tid[stream],
                            "ts": round((start - self._epoch) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
                            "args": {"job": job_id, "bytes": nbytes}})
-        write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "trace")
+        return events
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
@@ -343,9 +348,12 @@ class GraphRunner:
 
 
 def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:
-    """A GraphRunner for a compiled graph.
+    """A GraphRunner for a compiled graph (a `GearRunner` picking the gear by input shapes when it has gears).
 
     options: max_jobs_in_flight, block_when_full, job_timeout, profile, and registries (the
     session's `xgraph.registries.Registries`; the default one when not given).
     """
+    if hasattr(graph, "get_gears") and graph.get_gears():  # one static partition per gear (xgraph/ir/gears.py)
+        from xgraph.runners.gear_runner import GearRunner
+        return GearRunner(graph, mode, kernels, runner_class=GraphRunner, **options)  # type: ignore[return-value]
     return GraphRunner(graph, mode, kernels, **options)

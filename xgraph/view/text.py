@@ -10,6 +10,7 @@ from typing import Any
 from xgraph.ir import Graph, Subgraph
 from xgraph.view.describe import (annotation, attribute_texts, crossing_copies, estimated_time_us, placement, safe,
                                   subgraph_device, subgraph_runner, tensor_facts, tensor_text)
+from xgraph.view.gears import gear_facts, gear_lines
 
 
 def _plural(n: int, word: str) -> str:
@@ -37,7 +38,8 @@ def inspect_data(graph: Graph) -> dict[str, Any]:
     Keys: "model", "ops", "compiled", "inputs", "outputs", "crossings", "devices"
     ({device: {"subgraphs", "ops", "estimated_time_us"}}, in order of first appearance) and
     "subgraphs" (each: "name", "depth", "device", "ops", "runner", "estimated_time_us",
-    "inputs", "outputs", "children"). Tensors are {"name", "dtype", "shape"}.
+    "inputs", "outputs", "children"). Tensors are {"name", "dtype", "shape"}. A graph compiled
+    with gears also has "gears" (`xgraph.view.gears.gear_facts`), and the rest is gear 0's.
     """
     root = graph.get_root_subgraph()
     subgraphs = [subgraph_facts(c) for c in root.toposort_child_subgraph()]
@@ -48,7 +50,7 @@ def inspect_data(graph: Graph) -> dict[str, Any]:
         entry["ops"] += sg["ops"]
         if sg["estimated_time_us"] is not None:
             entry["estimated_time_us"] = (entry["estimated_time_us"] or 0.0) + sg["estimated_time_us"]
-    return {
+    data = {
         "model": safe(graph.name),
         "ops": graph.get_op_num(),
         "compiled": bool(subgraphs),
@@ -58,6 +60,9 @@ def inspect_data(graph: Graph) -> dict[str, Any]:
         "devices": devices,
         "subgraphs": subgraphs,
     }
+    if graph.get_gears():  # only compiled with a gear option: the rest of the data is gear 0's
+        data["gears"] = gear_facts(graph)
+    return data
 
 
 def _tensor_line(facts: dict[str, Any]) -> str:
@@ -90,7 +95,7 @@ def inspect_text(graph: Graph) -> str:
                 f"{_plural(data['crossings'], 'host/device crossing')}"
     else:
         head += ", not compiled (no device subgraphs; compile it with xcompile)"
-    lines = [head]
+    lines = [head] + (gear_lines(graph, data["gears"]) + [""] if "gears" in data else [])
     lines += [f"  input   {_tensor_line(t)}" for t in data["inputs"]]
     lines += [f"  output  {_tensor_line(t)}" for t in data["outputs"]]
     if data["devices"]:

@@ -31,6 +31,7 @@ from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_wit
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
+from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.safe_reader import read_model
 from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
@@ -175,6 +176,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         meta["side_file"] = {"location": side.location, "token": side.token.hex(), "bytes": side.size}
         model.graph.initializer.append(side.token_reference())
     model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
+    add_gears(model, graph, to_model_proto)  # gears after gear 0 (this graph), as functions: gears_file.py
     return model
 
 
@@ -360,6 +362,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     _restore_tree(build, meta["tree"], dec)
     build.finish()
     check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
+    read_gears(model, graph, label, lambda gear, where: from_model_proto(gear, where, graph_class))
     return graph
 
 

@@ -1,0 +1,201 @@
+"""GearRunner: the graph runner of a model compiled with gears, one GraphRunner per gear.
+
+Each job goes to the gear whose input shapes equal the job's (ATC's runtime picks the gear
+the same way); an input matching no gear is refused with the list of gears. The gears share
+their weights (one read-only array each), so a gear adds its own device runners, execution
+plans and activation buffers, not another copy of the weights. `create_graph_runner` returns
+this runner for a graph whose `get_gears()` is not empty.
+
+    runner = xgraph.create_graph_runner(xgraph.load("bert.gears.xmodel"))
+    runner.run({"input_ids": ids_1x16, "attention_mask": mask_1x16})   # gear of shape (1, 16)
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from xgraph.errors import RunnerError
+from xgraph.ir.files import write_text
+from xgraph.runners.runner import check_inputs
+
+if TYPE_CHECKING:
+    from xgraph.runners.graph_runner import GraphRunner
+    from xgraph.ir import Graph, Tensor
+    from xgraph.ir.gears import Gear
+    from xgraph.kernels.resolution import KernelChoice
+
+
+#: Job ids remembered for wait/get_error/get_outputs (oldest forgotten first, as the graph runner's job table does).
+MAX_TRACKED_JOBS = 10_000
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    """The shape an input value has (arrays, nested lists, scalars), None when it has none (a ragged sequence)."""
+    if isinstance(value, np.ndarray):
+        return value.shape
+    try:
+        return tuple(np.shape(value))
+    except (ValueError, TypeError):
+        return None
+
+
+class GearRunner:
+    """Runs a graph with gears: `run`/`execute_async` pick the gear equal to the inputs' shapes."""
+
+    def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
+                 runner_class: "type[GraphRunner]", **options: Any) -> None:
+        """Create a `runner_class` (GraphRunner) for every gear, with the same mode, kernels and options."""
+        self.graph, self.mode, self.kernels = graph, mode, kernels
+        self.gears: list[Gear] = graph.get_gears()
+        if not self.gears:
+            raise RunnerError(f"graph {graph.name!r} has no gears; use xgraph.create_graph_runner(graph)")
+        self._owner = f"graph runner for {graph.name!r}"
+        self.gear_runners: "dict[str, GraphRunner]" = {}
+        try:
+            for gear in self.gears:
+                self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
+        except BaseException:
+            for runner in self.gear_runners.values():
+                runner.close()
+            raise
+        first = self.gear_runners[self.gears[0].name]
+        self.registries, self.max_jobs_in_flight = first.registries, first.max_jobs_in_flight
+        self._names = [t.name for t in first.get_input_tensors()]
+        #: (shape of each input, in input order) -> gear: one dict lookup per job
+        self._by_shapes = {tuple(tuple(g.input_shapes[n]) for n in self._names): g for g in self.gears}
+        self._jobs: "dict[int, tuple[GraphRunner, int]]" = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # -- which gear -----------------------------------------------------------------------------
+    def gear_list(self) -> str:
+        """The gears as errors list them: "gear0 (x:1,8), gear1 (x:1,16)"."""
+        return ", ".join(g.describe() for g in self.gears)
+
+    def select_gear(self, inputs: "Sequence | dict") -> "Gear":
+        """The gear whose input shapes equal `inputs`'; RunnerError listing the gears when none does."""
+        if isinstance(inputs, dict):
+            values = [inputs.get(n) for n in self._names]
+            if set(inputs) != set(self._names):
+                check_inputs(self._owner, self.gear_runners[self.gears[0].name].get_input_tensors(), inputs)
+        elif isinstance(inputs, (list, tuple)) and len(inputs) == len(self._names):
+            values = list(inputs)
+        else:  # the gear 0 runner's checks say what is wrong with the structure
+            check_inputs(self._owner, self.gear_runners[self.gears[0].name].get_input_tensors(), inputs)
+            raise RunnerError(f"{self._owner}: inputs must be a list in input order or a dict name -> array")
+        shapes = {n: _shape_of(v) for n, v in zip(self._names, values)}
+        gear = self._by_shapes.get(tuple(shapes.values()))
+        if gear is not None:
+            return gear
+        shown = ", ".join(f"{n}:{'?' if s is None else ','.join(map(str, s))}" for n, s in shapes.items())
+        raise RunnerError(f"{self._owner}: input shapes {shown} match no gear; the gears are: {self.gear_list()}. "
+                          "Pad or cut the inputs to a gear's shapes, or compile with a gear of these shapes")
+
+    def runner_for(self, inputs: "Sequence | dict") -> "GraphRunner":
+        """The GraphRunner of the gear `select_gear` picks."""
+        return self.gear_runners[self.select_gear(inputs).name]
+
+    # -- tensors --------------------------------------------------------------------------------
+    def get_input_tensors(self) -> "list[Tensor]":
+        """Gear 0's graph inputs (every gear has these names, in this order; shapes per gear)."""
+        return self.gear_runners[self.gears[0].name].get_input_tensors()
+
+    def get_output_tensors(self) -> "list[Tensor]":
+        """Gear 0's graph outputs (every gear has these names, in this order)."""
+        return self.gear_runners[self.gears[0].name].get_output_tensors()
+
+    @property
+    def runners(self) -> dict[str, Any]:
+        """Every gear's device runners, keyed "<gear>/<subgraph>"."""
+        return {f"{gear}/{name}": r for gear, gr in self.gear_runners.items() for name, r in gr.runners.items()}
+
+    def kernel_choices(self) -> "dict[str, KernelChoice]":
+        """Gear 0's op name -> what runs it (each gear's own: `gear_runners[name].kernel_choices()`)."""
+        return self.gear_runners[self.gears[0].name].kernel_choices()
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
+        """Start a job on the gear matching the inputs; returns (job_id, 0) at once."""
+        runner = self.runner_for(inputs)
+        inner, status = runner.execute_async(inputs, outputs)
+        with self._lock:
+            job_id = next(self._ids)
+            self._jobs[job_id] = (runner, inner)
+            if len(self._jobs) > MAX_TRACKED_JOBS:
+                del self._jobs[next(iter(self._jobs))]
+        return job_id, status
+
+    def _job(self, job: "tuple[int, int] | int") -> "tuple[GraphRunner, int]":
+        job_id = job[0] if isinstance(job, tuple) else job
+        with self._lock:
+            found = self._jobs.get(job_id)
+        if found is None:
+            raise RunnerError(f"{self._owner}: unknown job {job_id!r}")
+        return found
+
+    def wait(self, job: "tuple[int, int] | int", timeout: float | None = None) -> int:
+        """Block until the job is done (RunnerError after `timeout` s); 0 = ok, non-zero = failed."""
+        runner, inner = self._job(job)
+        return runner.wait(inner, timeout)
+
+    def get_error(self, job: "tuple[int, int] | int") -> BaseException | None:
+        """Why a job failed, timed out or was cancelled (None while pending or after success)."""
+        runner, inner = self._job(job)
+        return runner.get_error(inner)
+
+    def get_outputs(self, job: "tuple[int, int] | int") -> list[np.ndarray] | None:
+        """The results of a finished job submitted without preallocated outputs, handed over once."""
+        runner, inner = self._job(job)
+        results = runner.get_outputs(inner)
+        if results is not None:
+            with self._lock:
+                self._jobs.pop(job[0] if isinstance(job, tuple) else job, None)
+        return results
+
+    def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
+        """Run once on the matching gear and return the outputs in graph output order."""
+        return self.runner_for(feeds).run(feeds)
+
+    # -- stats and profiling --------------------------------------------------------------------
+    def get_stats(self) -> dict[str, Any]:
+        """Jobs and copies summed over the gears, each device runner's stats, and each gear's own stats."""
+        per_gear = {name: r.get_stats() for name, r in self.gear_runners.items()}
+        jobs: dict[str, int] = {}
+        copies = {"count": 0, "bytes": 0, "seconds": 0.0}
+        subgraphs: dict[str, Any] = {}
+        for name, stats in per_gear.items():
+            for k, v in stats["jobs"].items():
+                jobs[k] = jobs.get(k, 0) + v
+            for k in copies:
+                copies[k] += stats["copies"][k]
+            subgraphs.update({f"{name}/{sg}": s for sg, s in stats["subgraphs"].items()})
+        return {"jobs": jobs, "copies": copies, "subgraphs": subgraphs, "gears": per_gear}
+
+    def export_chrome_trace(self, path: "str | Path") -> None:
+        """The recorded spans of every gear as one Chrome trace (one process per gear)."""
+        import json
+        events: list[dict[str, Any]] = []
+        for pid, (name, runner) in enumerate(self.gear_runners.items(), start=1):
+            for event in runner.trace_events():
+                events.append({**event, "pid": pid, **({"args": {"name": f"xgraph {self.graph.name} {name}"}}
+                                                       if event.get("name") == "process_name" else {})})
+        write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "trace")
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every gear's runner (jobs in flight are cancelled)."""
+        for runner in self.gear_runners.values():
+            runner.close(timeout)
+
+    def __enter__(self) -> "GearRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["GearRunner"]
