@@ -533,3 +533,21 @@ def test_a_profiled_gear_runner_writes_one_trace_process_per_gear(bert_gears, tm
     assert names == {1: "xgraph bert_like gear0", 2: "xgraph bert_like gear1", 3: "xgraph bert_like gear2"}
     spans = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in spans} == {1, 2}  # gear2 never ran
+
+
+def test_gears_with_weights_in_the_side_file_round_trip_and_run(bert, bert_gears, tmp_path):
+    import onnxruntime as ort
+    path = tmp_path / "bert.xmodel"
+    bert_gears.serialize(path, external_data_threshold=0)  # every weight of 4 KiB or more to the side file
+    side = tmp_path / "bert.xmodel.data"
+    assert side.stat().st_size >= 0.9 * _weight_bytes(bert)  # the shared weights went there, once
+    assert path.stat().st_size < 0.2 * _weight_bytes(bert)  # nodes of 3 gears, small weights, folded constants
+    loaded = xgraph.load(path)
+    assert [g.describe() for g in loaded.get_gears()] == [g.describe() for g in bert_gears.get_gears()]
+    arrays = [g.graph.get_tensor("l0_q_w").data for g in loaded.get_gears()]
+    assert all(a is arrays[0] for a in arrays) and not arrays[0].flags.writeable  # one read-only mapping
+    session = ort.InferenceSession(bert.SerializeToString(), providers=["CPUExecutionProvider"])
+    with xgraph.create_graph_runner(loaded) as runner:
+        for shape in BERT_SHAPES:
+            feeds = _bert_feeds(shape)
+            np.testing.assert_allclose(runner.run(feeds)[0], session.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
