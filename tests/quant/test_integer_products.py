@@ -111,3 +111,63 @@ def test_input_bound_follows_the_zero_point():
     assert input_bound(np.dtype(np.uint8), 0) == 255
     assert input_bound(np.dtype(np.uint8), 128) == 128
     assert input_bound(np.dtype(np.int8), -100) == 227
+
+
+def _qdq_conv_model(w_q: np.ndarray, b_q: np.ndarray, xs: float, ws: np.ndarray, ys: float):
+    """x -> Q -> DQ -> Conv(DQ(w_q), DQ(b_q)) 3x3 pad 1 -> Q -> DQ -> y: one int8 unit, weights as given."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    m, c = w_q.shape[:2]
+    inits = [numpy_helper.from_array(np.array(xs, np.float32), "xs"), numpy_helper.from_array(np.int8(0), "zp"),
+             numpy_helper.from_array(w_q.astype(np.int8), "wq"), numpy_helper.from_array(ws.astype(np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(m, np.int8), "wzp"), numpy_helper.from_array(b_q.astype(np.int32), "bq"),
+             numpy_helper.from_array((xs * ws).astype(np.float32), "bs"),
+             numpy_helper.from_array(np.zeros(m, np.int32), "bzp"),
+             numpy_helper.from_array(np.array(ys, np.float32), "ys")]
+    mk = helper.make_node
+    nodes = [mk("QuantizeLinear", ["x", "xs", "zp"], ["xq"], name="xq"),
+             mk("DequantizeLinear", ["xq", "xs", "zp"], ["xd"], name="xd"),
+             mk("DequantizeLinear", ["wq", "ws", "wzp"], ["wd"], axis=0, name="wd"),
+             mk("DequantizeLinear", ["bq", "bs", "bzp"], ["bd"], axis=0, name="bd"),
+             mk("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             mk("QuantizeLinear", ["c", "ys", "zp"], ["yq"], name="yq"),
+             mk("DequantizeLinear", ["yq", "ys", "zp"], ["y"], name="yd")]
+    graph = helper.make_graph(nodes, "wide_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, 5, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("case", ["extremes", "random"])
+def test_fused_wide_unit_with_full_range_weights_is_exact(case):
+    """Through compile and the run mode's fused unit (numpy kernels): K = 600 * 9, full-range int8 weights.
+
+    This checks the wiring (chunks, bias, per-channel multipliers, saturation); the output's
+    requantization would hide an accumulator off by a few, which the kernel tests above catch."""
+    import xgraph
+    rng = np.random.default_rng(7)
+    m, c = 4, 600
+    if case == "extremes":
+        w_q = np.where(rng.random((m, c, 3, 3)) < 0.9, 127, -128)
+        x = np.where(rng.random((1, c, 5, 5)) < 0.9, 1e3, -1e3).astype(np.float32)  # saturates to 127 / -128
+    else:
+        w_q = rng.integers(-128, 128, (m, c, 3, 3))
+        x = rng.uniform(-1, 1, (1, c, 5, 5)).astype(np.float32)
+    xs, ys = 1 / 127, 40.0
+    ws = rng.uniform(0.5, 1.5, m) / 127
+    b_q = rng.integers(-2**20, 2**20, m)
+    compiled = xgraph.compile(_qdq_conv_model(w_q, b_q, xs, ws, ys))
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        (sub,) = runner.runners.values()
+        assert sub.fused_into.get("conv") == "conv"
+        y = runner.run({"x": x})[0]
+    xq = np.clip(np.rint(x.astype(np.float64) / np.float32(xs)), -128, 127).astype(np.int64)
+    acc = _conv_oracle(xq, w_q, 1) + b_q.reshape(1, -1, 1, 1)
+    # beyond what one float32 product is guaranteed to keep exact (the extremes' sums themselves pass 2**24)
+    assert 128 * np.abs(w_q).reshape(m, -1).sum(axis=1).max() > FLOAT32_EXACT
+    assert case != "extremes" or np.abs(acc).max() > FLOAT32_EXACT
+    multiplier = float(np.float32(xs)) * ws.astype(np.float32).astype(np.float64).reshape(1, -1, 1, 1) / float(np.float32(ys))
+    yq = np.clip(np.rint(acc * multiplier), -128, 127)
+    np.testing.assert_array_equal(y, (yq * np.float32(ys)).astype(np.float32))
