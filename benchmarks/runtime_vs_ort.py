@@ -140,6 +140,8 @@ def print_int8_rows(names: list[str], runs: int) -> None:
         ratios = [f"{r[k] / r['ort']:.2f} ({r[k + ' best'] / r['ort best']:.2f})" for k in ("auto", "numpy", "floor")]
         print(f"{name:<15}{r['subgraphs']:>10}{r['gmac']:>7.3f}{cells[0]:>9}{cells[1]:>9}{ratios[0]:>14}"
               f"{cells[2]:>10}{ratios[1]:>14}{cells[3]:>10}{ratios[2]:>14}")
+    print("  numpy kernels: integer products on float32 BLAS, exact while max|x - x_zp| * sum|w - w_zp| <= 2^24,"
+          " wider reductions in chunks summed in float64 (numpy has no int8 GEMM); floor = those products alone")
 
 
 def null_chain(hops: int, devices: tuple[str, ...]) -> Graph:
