@@ -192,12 +192,20 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
             shape = (1, -1) + (1,) * (acc.ndim - 2)
         else:
             shape = (1,) * (acc.ndim - 1) + (-1,)
+        mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
         if bias64 is not None:
             acc = np.add(acc, bias64.reshape(shape), dtype=np.float64)  # exact: |acc + b| < 2**53
-        mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
-        return rounding(acc, mult, yzp, dtype)
+        if device_numerics:
+            return requantize_fixed_point(acc, mult, yzp, dtype)
+        if acc.dtype != np.float64:
+            return requantize(acc, mult, yzp, dtype)
+        np.multiply(acc, mult, out=acc)  # requantize's steps, in the fresh float64 sum itself
+        np.rint(acc, out=acc)
+        acc += yzp
+        np.clip(acc, info.min, info.max, out=acc)
+        return acc.astype(dtype)
 
-    rounding = requantize_fixed_point if device_numerics else requantize
+    info = np.iinfo(dtype)
     macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
     unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
     unit.compute_dtype = "int8"  # type: ignore[attr-defined]
