@@ -6,13 +6,22 @@ extra ``xgraph[quantize]``); xgraph adds
 - the calibration data reader (`calibration_inputs`): a folder of ``.npy`` files (one array,
   for a one-input model), ``.npz`` files (one array per input name) or images (``.png``,
   ``.jpg``, ``.jpeg``, ``.bmp``: resized to the input's H x W, RGB, scaled to [0, 1], NCHW; or
-  through ``preprocess``, a Python file defining ``preprocess(path, shape) -> np.ndarray``);
+  through ``preprocess``, a Python file defining ``preprocess(path, shape) -> np.ndarray``;
+  for a model whose input is a 1-D uint8 tensor, the file's encoded bytes);
+- the model's own preprocessing (`xgraph.compiler.quantize_front`): a model that starts with
+  custom-domain ops (DVPP's JpegDecode, VpcResize) is cut after them; each calibration input
+  goes through that front, the standard-ONNX rest is calibrated and quantized, and the front is
+  put back unchanged before it;
 - the device rules: only op types the target's op-info library runs in int8 are quantized
   (``op_types_to_quantize``), the others stay float; weights are symmetric int8, per output
   channel by default, as Ascend and Vitis AI require;
 - the summary (`QuantizeResult.summary`): float vs int8 on held-out inputs (the last quarter of
   the calibration set, at least one; all of it when it has one input): top-1 agreement, max and
-  mean absolute error of the first output, and that output's range.
+  mean absolute error of the first output (or of the tensor `compare` names, e.g. the
+  probabilities before a TopK), and that tensor's range.
+
+Ops named in `exclude` stay float (onnxruntime's ``nodes_to_exclude``), e.g. an input
+normalization whose constants would be quantized asymmetrically, which an int8 device refuses.
 
     >>> xgraph.quantize("net.onnx", calibration="calib/", output="net.int8.onnx")  # doctest: +SKIP
     'net.int8.onnx'
@@ -30,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from xgraph.compiler.quantize_front import split_front
 from xgraph.errors import OptionError, XGraphError
 
 METHODS = ("minmax", "entropy", "percentile")
@@ -90,6 +100,15 @@ def _image(path: Path, shape: Sequence[int]) -> np.ndarray:
     return arr.transpose(2, 0, 1)[None]
 
 
+def _takes_encoded_bytes(model) -> bool:
+    """True when the model's one input is a 1-D uint8 tensor: an encoded file (e.g. JPEG bytes)."""
+    import onnx
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    return len(inputs) == 1 and inputs[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8 \
+        and len(inputs[0].type.tensor_type.shape.dim) == 1
+
+
 def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | None = None) -> list[dict[str, np.ndarray]]:
     """One feed dict per calibration file of `directory` (sorted by name)."""
     folder = Path(directory)
@@ -99,6 +118,7 @@ def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | 
     if not inputs:
         raise XGraphError("quantize: the model has no inputs to calibrate")
     fn = _load_preprocess(preprocess)
+    encoded = fn is None and _takes_encoded_bytes(model)
     feeds, files = [], []
     for path in sorted(folder.iterdir()):
         suffix = path.suffix.lower()
@@ -117,8 +137,12 @@ def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | 
                 raise XGraphError(f"calibration file {str(path)!r}: the model has {len(inputs)} inputs; "
                                   "give .npz files with one array per input name")
             name, shape = inputs[0]
-            arr = np.load(path, allow_pickle=False) if suffix == ".npy" else \
-                (fn(str(path), shape) if fn is not None else _image(path, shape))
+            if suffix == ".npy":
+                arr = np.load(path, allow_pickle=False)
+            elif encoded:
+                arr = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+            else:
+                arr = fn(str(path), shape) if fn is not None else _image(path, shape)
             feeds.append({name: np.asarray(arr)})
     for feed, path in zip(feeds, files):
         for name, shape in inputs:
@@ -154,25 +178,41 @@ class _Reader:
         return next(self._feeds, None)
 
 
-def _summary(float_path: str, int8_path: str, held_out: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+def _session(path: str, compare: str | None):
+    """An onnxruntime session on the model at `path`, with tensor `compare` made an output when it is not one."""
+    import onnx
     import onnxruntime as ort
-    f = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
-    q = ort.InferenceSession(int8_path, providers=["CPUExecutionProvider"])
+    model = onnx.load(path)
+    if compare is not None and compare not in {o.name for o in model.graph.output}:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        info = next((v for v in inferred.graph.value_info if v.name == compare), None)
+        if info is None:
+            raise OptionError(f"quantize: compare tensor {compare!r} is not a float tensor of the model; name one "
+                              f"of its tensors, e.g. an output: {', '.join(o.name for o in model.graph.output)}")
+        model.graph.output.append(info)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _summary(float_path: str, int8_path: str, held_out: list[dict[str, np.ndarray]],
+             compare: str | None = None) -> dict[str, Any]:
+    f, q = _session(float_path, compare), _session(int8_path, compare)
+    name = compare if compare is not None else f.get_outputs()[0].name
     agree, max_err, errs, lo, hi = 0, 0.0, [], np.inf, -np.inf
     for feed in held_out:
-        a, b = f.run(None, feed)[0], q.run(None, feed)[0]
+        a, b = f.run([name], feed)[0], q.run([name], feed)[0]
         agree += int(np.array_equal(a.reshape(a.shape[0], -1).argmax(-1), b.reshape(b.shape[0], -1).argmax(-1)))
         d = np.abs(a.astype(np.float64) - b.astype(np.float64))
         max_err = max(max_err, float(d.max()))
         errs.append(float(d.mean()))
         lo, hi = min(lo, float(a.min())), max(hi, float(a.max()))
-    return {"inputs": len(held_out), "top1_agreement": agree / len(held_out), "max_abs_error": max_err,
-            "mean_abs_error": float(np.mean(errs)), "output_range": hi - lo}
+    return {"inputs": len(held_out), "compared": name, "top1_agreement": agree / len(held_out),
+            "max_abs_error": max_err, "mean_abs_error": float(np.mean(errs)), "output_range": hi - lo}
 
 
 def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike", output: "str | os.PathLike | None" = None,
                    *, method: str = "minmax", per_channel: bool = True, device: str = "AICORE",
-                   activation: str = "int8", preprocess: str | None = None, reduce_range: bool = False) -> QuantizeResult:
+                   activation: str = "int8", preprocess: str | None = None, reduce_range: bool = False,
+                   compare: str | None = None, exclude: Sequence[str] = ()) -> QuantizeResult:
     """Quantize `model` to QDQ with `calibration`; see the module docstring. Nothing is written on failure."""
     _need_ort()
     import onnx
@@ -186,7 +226,14 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
         raise OptionError(f"quantize: model {src!r} is not a file")
     out = str(output) if output is not None else str(Path(src).with_suffix(".int8.onnx"))
     proto = onnx.load(src)
+    unknown = sorted(set(exclude) - {n.name for n in proto.graph.node})
+    if unknown:
+        raise OptionError(f"quantize: exclude names op(s) {unknown} the model does not have; name ops of "
+                          f"{src!r} (xgraph dump lists them)")
     feeds = calibration_inputs(calibration, proto, preprocess)
+    front = split_front(proto)
+    if front is not None:  # the model's own preprocessing makes the calibration inputs of the rest
+        feeds = [front.run(feed) for feed in feeds]
     n_held = max(1, len(feeds) // 4) if len(feeds) > 1 else 0
     calib, held = (feeds[:len(feeds) - n_held], feeds[len(feeds) - n_held:]) if n_held else (feeds, feeds)
     ops = int8_op_types(device)
@@ -194,23 +241,34 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
                  "percentile": CalibrationMethod.Percentile}[method]
     with tempfile.TemporaryDirectory() as tmp:
         staged = os.path.join(tmp, "model.int8.onnx")
+        calibrated = src  # what onnxruntime quantizes: the model, or its body after the preprocessing
+        if front is not None:
+            calibrated = os.path.join(tmp, "body.onnx")
+            onnx.save(front.body(feeds[0]), calibrated)
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
-                quantize_static(src, staged, _Reader(calib), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops,
+                quantize_static(calibrated, staged, _Reader(calib), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops,
                                 per_channel=per_channel, reduce_range=reduce_range,
                                 activation_type=QuantType.QInt8 if activation == "int8" else QuantType.QUInt8,
                                 weight_type=QuantType.QInt8, calibrate_method=calibrate,
+                                nodes_to_exclude=list(exclude),
                                 extra_options={"WeightSymmetric": True})
-            summary = _summary(src, staged, held)
+            summary = _summary(calibrated, staged, held, compare)
+        except OptionError:
+            raise
         except Exception as e:  # onnxruntime raises its own exception types; say which model and what to fix
             raise XGraphError(f"quantize: onnxruntime's calibration of {src!r} failed: {str(e)[:500]}; check that "
                               "the calibration arrays match the model's inputs (names, shapes, dtypes)") from e
         summary.update(method=method, per_channel=per_channel, device=device, op_types=ops,
-                       calibration_inputs=len(calib), held_out=bool(n_held))
+                       calibration_inputs=len(calib), held_out=bool(n_held), excluded=list(exclude))
         from xgraph.ir.files import check_target, write_bytes
         check_target(out)
-        with open(staged, "rb") as fh:
-            write_bytes(out, fh.read())
+        if front is not None:
+            write_bytes(out, front.join(onnx.load(staged)).SerializeToString())
+            summary["preprocessing"] = [n.op_type for n in front.front.graph.node]
+        else:
+            with open(staged, "rb") as fh:
+                write_bytes(out, fh.read())
     return QuantizeResult(out, summary)
 
 
@@ -224,8 +282,10 @@ def summary_text(result: QuantizeResult) -> str:
     s = result.summary
     return (f"wrote {result.output} (QDQ int8, {s['method']}, {'per-channel' if s['per_channel'] else 'per-tensor'} "
             f"symmetric weights; quantized for {s['device']}: {', '.join(s['op_types'])})\n"
-            f"float vs int8 on {s['inputs']} {'held-out' if s['held_out'] else 'calibration'} input(s): "
-            f"top-1 agreement {100 * s['top1_agreement']:.1f}%, max abs error {s['max_abs_error']:.4g}, "
+            + (f"calibrated through the model's own preprocessing ({', '.join(s['preprocessing'])})\n"
+               if s.get("preprocessing") else "")
+            + f"float vs int8 ({s['compared']}) on {s['inputs']} {'held-out' if s['held_out'] else 'calibration'} "
+            f"input(s): top-1 agreement {100 * s['top1_agreement']:.1f}%, max abs error {s['max_abs_error']:.4g}, "
             f"mean abs error {s['mean_abs_error']:.4g} (output range {s['output_range']:.4g})")
 
 

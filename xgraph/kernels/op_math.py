@@ -155,10 +155,20 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
 def _saturate(values: np.ndarray, zero_point, dtype: np.dtype, saturate: bool = True) -> np.ndarray:
     """Round `values` (already divided by the scale), add the zero point and clamp into `dtype`."""
     if dtype.kind in "iu" or dtype in _SMALL_INTS:
+        info = ml_dtypes.iinfo(dtype)
+        if values.dtype == np.float32 and info.bits <= 16:
+            # The same result in float32, without float64 temporaries: rint is exact, and a zero
+            # point of at most 16 bits added to an integer-valued float32 is exact below 2**24
+            # (beyond, the value saturates either way).
+            q = np.asarray(np.rint(values))
+            if zero_point is not None:
+                q = np.add(q, zero_point.astype(np.float32), out=q if q.shape == np.broadcast_shapes(
+                    q.shape, np.shape(zero_point)) else None)
+            np.clip(q, info.min, info.max, out=q)
+            return q.astype(dtype)
         q = np.rint(values.astype(np.float64, copy=False))
         if zero_point is not None:
             q = q + zero_point.astype(np.float64)
-        info = ml_dtypes.iinfo(dtype)
         return np.asarray(np.clip(q, info.min, info.max)).astype(dtype)
     q = values.astype(np.float32, copy=False)
     if zero_point is not None:
@@ -329,15 +339,20 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     x, scale = np.asarray(x), np.asarray(x_scale)
     dtype = _onnx_dtype("DequantizeLinear", output_dtype) if output_dtype else scale.dtype
     compute = np.float64 if x.dtype == np.int32 else np.float32
-    values = widen(x).astype(compute)
+    values = np.asarray(widen(x).astype(compute))  # a new array: the steps below work in place in it
     if x_zero_point is not None:
         x_zero_point = np.asarray(x_zero_point)
         if x_zero_point.dtype != x.dtype:
             raise KernelError(f"DequantizeLinear: x_zero_point is {x_zero_point.dtype} but x is {x.dtype}")
         zero_point = _expand("DequantizeLinear", "x_zero_point", x_zero_point, x.shape, axis, block_size)
-        values = values - widen(zero_point).astype(compute)
+        values = _in_place(np.subtract, values, widen(zero_point).astype(compute))
     scale = _expand("DequantizeLinear", "x_scale", scale, x.shape, axis, block_size)
-    return np.asarray(values * widen(scale).astype(compute)).astype(dtype)
+    return _in_place(np.multiply, values, widen(scale).astype(compute)).astype(dtype, copy=False)
+
+
+def _in_place(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ufunc(a, b), written into `a` when the result has a's shape (no temporary)."""
+    return ufunc(a, b, out=a if np.broadcast_shapes(a.shape, np.shape(b)) == a.shape else None)
 
 
 @kernel("DynamicQuantizeLinear", since=11, dtypes=(np.float32,))

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 #: Op domains onnxruntime implements itself (standard ONNX).
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
-#: Threads one onnxruntime session may use inside an op (devices run side by side).
+#: Threads one onnxruntime session may use inside an op when devices run side by side (a
+#: subgraph with siblings); a subgraph that is the whole graph uses onnxruntime's default.
 ORT_INTRA_OP_THREADS = 2
 
 
@@ -58,15 +59,17 @@ def ort_session(subgraph: "Subgraph"):
     When the subgraph has siblings, its threads do not spin-wait after an op: several sessions
     (one per subgraph) share the cores, and a spinning pool would steal them from the session
     running next. A subgraph that is the whole graph keeps onnxruntime's spinning, which saves
-    a thread wake-up per op (DenseNet121: 47 ms instead of 51).
+    a thread wake-up per op (DenseNet121: 47 ms instead of 51), and onnxruntime's own thread
+    count (one per physical core): nothing runs beside it, and a fixed small pool would make
+    the graph runner slower than onnxruntime itself on a machine with more cores.
     """
     import onnxruntime as ort
     options = ort.SessionOptions()
-    options.intra_op_num_threads = ORT_INTRA_OP_THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     parent = subgraph.get_parent()
     if parent is None or parent.get_children_num() > 1:
+        options.intra_op_num_threads = ORT_INTRA_OP_THREADS
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     model = weights_as_constants(subgraph.to_onnx(external_weights=True))
     kept = add_weights(options, model, subgraph)

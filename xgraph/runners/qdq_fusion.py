@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from xgraph.kernels.conv_lowering import conv_core
+from xgraph.kernels.integer_products import input_bound, integer_conv, integer_matmul
 from xgraph.runners.fusion import _Readers, builtin_kernel
 from xgraph.runners.plan import ExecutionPlan, Step
 
@@ -38,8 +38,11 @@ _CORES = ("Conv", "MatMul", "Gemm")
 def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point: int, dtype: np.dtype) -> np.ndarray:
     """saturate(round_half_even(acc * multiplier) + zero_point) in `dtype` (ONNX's QLinearConv rounding)."""
     info = np.iinfo(dtype)
-    y = np.rint(acc.astype(np.float64) * multiplier) + zero_point
-    return np.clip(y, info.min, info.max).astype(dtype)
+    y = np.multiply(acc, multiplier, dtype=np.float64)  # an exact integer acc, widened before the product
+    np.rint(y, out=y)
+    y += zero_point
+    np.clip(y, info.min, info.max, out=y)
+    return y.astype(dtype)
 
 
 def fixed_point_multiplier(multiplier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +155,7 @@ def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, li
         return None
     fn = _integer_fn(op.type, dict(core.attrs), wq, ws, wzp, bias, float(xs.reshape(())),
                      None if xzp is None else int(xzp.reshape(())), float(ys.reshape(())), int(yzp.reshape(())),
-                     yzp.dtype, device_numerics)
+                     yzp.dtype, device_numerics, xt.dtype)
     members = [w_dq[0]] if p.view.sole_reader(core.inputs[1]) == index else []
     if p.view.sole_reader(core.inputs[0]) == index:
         members.append(x_dq[0])
@@ -164,9 +167,10 @@ def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, li
 
 
 def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: float, yzp: int,
-                dtype: np.dtype, device_numerics: bool = False) -> Callable:
-    """The integer unit: exact accumulation (float64 BLAS on integers, exact below 2**53), then requantize."""
-    w = wq.astype(np.float64) - (0 if wzp is None else wzp.astype(np.float64).reshape(
+                dtype: np.dtype, device_numerics: bool = False, x_dtype: np.dtype = np.dtype(np.int8)) -> Callable:
+    """The integer unit: exact accumulation (float32 BLAS in exact chunks, `xgraph.kernels.integer_products`),
+    then the int32 bias and the requantization in float64."""
+    w = wq.astype(np.int64) - (0 if wzp is None else wzp.astype(np.int64).reshape(
         (-1,) + (1,) * (wq.ndim - 1) if kind == "Conv" or attrs.get("transB", 0) else (1, -1)))
     if kind == "Gemm" and attrs.get("transB", 0):
         w = w.T
@@ -175,22 +179,33 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
     multiplier = xs * ws.astype(np.float64).reshape(-1) / ys
     conv_attrs = {k: attrs[k] for k in ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
                   if k in attrs}
+    a_max = input_bound(x_dtype, 0 if xzp is None else xzp)
+    products = integer_conv(w, a_max, conv_attrs) if kind == "Conv" else integer_matmul(w, a_max)
+    bias64 = None if bias is None else bias.astype(np.float64)
 
     def unit(xq: np.ndarray) -> np.ndarray:
-        x = xq.astype(np.float64) - (0 if xzp is None else xzp)
+        x = xq.astype(np.float32)
+        if xzp:
+            x -= np.float32(xzp)  # |x - x_zp| <= 255: exact
+        acc = products(x)
         if kind == "Conv":
-            acc = conv_core("QLinearConv", x, w, **conv_attrs)
             shape = (1, -1) + (1,) * (acc.ndim - 2)
         else:
-            acc = x @ w
             shape = (1,) * (acc.ndim - 1) + (-1,)
-        acc = np.rint(acc)
-        if bias is not None:
-            acc = acc + bias.reshape(shape)
         mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
-        return rounding(acc, mult, yzp, dtype)
+        if bias64 is not None:
+            acc = np.add(acc, bias64.reshape(shape), dtype=np.float64)  # exact: |acc + b| < 2**53
+        if device_numerics:
+            return requantize_fixed_point(acc, mult, yzp, dtype)
+        if acc.dtype != np.float64:
+            return requantize(acc, mult, yzp, dtype)
+        np.multiply(acc, mult, out=acc)  # requantize's steps, in the fresh float64 sum itself
+        np.rint(acc, out=acc)
+        acc += yzp
+        np.clip(acc, info.min, info.max, out=acc)
+        return acc.astype(dtype)
 
-    rounding = requantize_fixed_point if device_numerics else requantize
+    info = np.iinfo(dtype)
     macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
     unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
     unit.compute_dtype = "int8"  # type: ignore[attr-defined]

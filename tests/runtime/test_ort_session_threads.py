@@ -1,0 +1,45 @@
+"""The onnxruntime session behind kernels="auto": onnxruntime's own thread pool for a whole-graph
+subgraph, a small non-spinning one when device subgraphs run side by side."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("onnxruntime")
+
+import xgraph  # noqa: E402
+from xgraph.runners.ort_session import ORT_INTRA_OP_THREADS, ort_session  # noqa: E402
+from xgraph.runners.testing import place  # noqa: E402
+
+
+def _graph() -> xgraph.Graph:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Softmax", ["r"], ["y"], name="softmax")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    return xgraph.Graph.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _sessions(graph: xgraph.Graph):
+    return [ort_session(sg) for sg in graph.get_root_subgraph().toposort_child_subgraph()]
+
+
+def test_a_whole_graph_subgraph_keeps_onnxruntimes_thread_defaults():
+    (session,) = _sessions(place(_graph(), {"relu": "AICORE", "softmax": "AICORE"}))
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 0  # onnxruntime's default: one thread per physical core
+    with pytest.raises(RuntimeError):  # the spinning entry is not set: onnxruntime's default (spin)
+        options.get_session_config_entry("session.intra_op.allow_spinning")
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    e = np.exp(np.maximum(x, 0))
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], e / e.sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_sibling_subgraphs_share_the_cores():
+    sessions = _sessions(place(_graph(), {"relu": "AICORE", "softmax": "CPU"}))
+    assert len(sessions) == 2
+    for session in sessions:
+        options = session.get_session_options()
+        assert options.intra_op_num_threads == ORT_INTRA_OP_THREADS
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
