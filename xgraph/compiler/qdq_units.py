@@ -12,8 +12,10 @@ loses what the device was given the quantization for.
   DQs (a DQ read by several ops joins them all into one unit, so it stays with each reader);
 - the Q ops reading its outputs.
 
-A Q whose input no unit op produces (the model's input quantizer) joins the unit of its DQ
-readers; a DQ no unit op reads (the model's dequantized output) joins the unit of its Q. So the
+A Q whose input no unit op produces (the model's input quantizer) joins the unit of its first DQ
+reader (other readers' units read its int8 tensor, as they read any unit's; joining them all
+would make one unit of a Conv and the residual Add beside it); a DQ no unit op reads (the
+model's dequantized output) joins the unit of its Q. So the
 tensors between units are the quantized (int8) ones, and no Q or DQ is ever alone.
 `bind_qdq_units` merges each unit's unassigned one-op children into one unassigned child
 before placement (as `bind_nested_graph_inputs` does), so first fit sees the unit: a device
@@ -78,11 +80,11 @@ def qdq_units(graph: "Graph") -> list[list["Op"]]:
     def anchored(op: "Op") -> bool:
         return sets.find(op) in in_unit
 
-    for op in ops:  # model-input quantizers (Q -> DQ with no op before): join their DQ readers
+    for op in ops:  # model-input quantizers (Q -> DQ with no op before): join their first DQ reader
         if op.type == "QuantizeLinear" and _is_qdq(op) and not anchored(op):
-            for reader in op.get_fanout_ops():
-                if reader.type == "DequantizeLinear":
-                    sets.union(reader, op)
+            reader = next((r for r in op.get_fanout_ops() if r.type == "DequantizeLinear"), None)
+            if reader is not None:
+                sets.union(reader, op)
     for op in reversed(ops):  # dequantized model outputs (Q -> DQ with no op after): join their Q
         if op.type == "DequantizeLinear" and _is_qdq(op) and not anchored(op):
             for t in op.get_input_tensors()[:1]:

@@ -174,7 +174,8 @@ def qoperator_net(seed: int = 0, opset: int = 13, qlinear_add: bool = True) -> o
     (com.microsoft) with a second QLinearConv branch] -> DequantizeLinear -> DynamicQuantizeLinear
     -> ConvInteger (uint8 weights with a zero point) -> Cast, Mul by the two scales -> Relu ->
     Flatten -> DynamicQuantizeLinear -> MatMulInteger -> Cast, Mul -> QuantizeLinear (int8) ->
-    QLinearMatMul -> DequantizeLinear -> logits.
+    QLinearMatMul -> DequantizeLinear -> logits. At opset 10 (before DynamicQuantizeLinear) the two
+    dynamic quantizers are QuantizeLinear with fixed scales.
     """
     rng = np.random.default_rng(seed)
     c, m, k = 3, 8, 6
@@ -229,15 +230,23 @@ def qoperator_net(seed: int = 0, opset: int = 13, qlinear_add: bool = True) -> o
         ]
     else:
         nodes.append(node("DequantizeLinear", ["c1", "y1_scale", "y1_zp"], ["af"], name="dq_add"))
+    if opset < 11:  # DynamicQuantizeLinear is opset 11: fixed quantizers instead
+        inits += [_f32("aq_scale", 0.02), _q("aq_zp", 0, u8), _f32("fq_scale", 0.05), _q("fq_zp", 0, u8)]
+
+    def quantize(x, y, name):
+        if opset < 11:
+            return node("QuantizeLinear", [x, f"{y}_scale", f"{y}_zp"], [y], name=name)
+        return node("DynamicQuantizeLinear", [x], [y, f"{y}_scale", f"{y}_zp"], name=name)
+
     nodes += [
-        node("DynamicQuantizeLinear", ["af"], ["aq", "aq_scale", "aq_zp"], name="dynq1"),
+        quantize("af", "aq", "dynq1"),
         node("ConvInteger", ["aq", "w3", "aq_zp", "w3_zp"], ["c3"], name="convint"),
         node("Cast", ["c3"], ["c3f"], name="cast3", to=TensorProto.FLOAT),
         node("Mul", ["aq_scale", "w3_scale"], ["s3"], name="scale3"),
         node("Mul", ["c3f", "s3"], ["c3s"], name="rescale3"),
         node("Relu", ["c3s"], ["r3"], name="relu3"),
         node("Reshape", ["r3", "flat_shape"], ["f"], name="flatten"),
-        node("DynamicQuantizeLinear", ["f"], ["fq", "fq_scale", "fq_zp"], name="dynq2"),
+        quantize("f", "fq", "dynq2"),
         node("MatMulInteger", ["fq", "w4", "fq_zp", "w4_zp"], ["m4"], name="matmulint"),
         node("Cast", ["m4"], ["m4f"], name="cast4", to=TensorProto.FLOAT),
         node("Mul", ["fq_scale", "w4_scale"], ["s4"], name="scale4"),
