@@ -70,7 +70,9 @@ def test_qdq_net_runs_in_every_mode_equal_to_the_reference(opset, activation, we
     report = _check_modes(model, {"x": x}, step, oracle)
     ops = {o["name"]: o for o in report["ops"]}
     unit = next(u for u in report["int8_units"] if u["op"] == "conv")
-    assert unit["label"] == f"Conv ({weight}, {'per-channel' if per_channel else 'per-tensor'})"
+    width = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
+    types = weight if width[weight] == width[activation] else f"{weight} weights, {activation} activations"
+    assert unit["label"] == f"Conv ({types}, {'per-channel' if per_channel else 'per-tensor'})"
     assert len({ops[n]["device"] for n in unit["ops"]}) == 1  # the unit stays together wherever it goes
     wide = activation in ("int16", "uint16") or weight in ("int4", "uint4")
     if wide:  # AI Core refuses 16-bit and 4-bit quantization, naming the type

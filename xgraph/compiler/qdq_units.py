@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph
 
 QDQ_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear"})
+#: bits of each quantized element type (labels name both types when weights and activations differ)
+_WIDTH = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
 
 
 class _Sets:
@@ -135,7 +137,8 @@ def _merge_per_op(root: "Subgraph", unit: list["Op"]) -> list["Subgraph"]:
 
 def unit_label(op: "Op") -> str:
     """"Conv (int8, per-channel)" for a unit's op with a quantized weight, "Add (int8)" for one reading
-    quantized activations only; "" for a Q/DQ or an op outside any unit."""
+    quantized activations only, "Conv (int8 weights, int16 activations, per-tensor)" where the two
+    widths differ; "" for a Q/DQ or an op outside any unit."""
     if _is_qdq(op):
         return ""
     dqs = [t.producer for t in op.get_input_tensors()
@@ -147,11 +150,18 @@ def unit_label(op: "Op") -> str:
         return dq.get_input_tensors()[0]
 
     weights = [dq for dq in dqs if data(dq) is not None and data(dq).is_const and data(dq).dtype != np.int32]
-    source = weights or dqs
-    dtype = next((data(dq).dtype for dq in source if data(dq) is not None and data(dq).dtype is not None), None)
-    bits = np.dtype(dtype).name if dtype is not None else "int8"
+    activations = [dq for dq in dqs if dq not in weights and data(dq) is not None and not data(dq).is_const]
+
+    def type_of(group) -> str | None:
+        dtype = next((data(dq).dtype for dq in group if data(dq) is not None and data(dq).dtype is not None), None)
+        return np.dtype(dtype).name if dtype is not None else None
+
+    weight_type, activation_type = type_of(weights), type_of(activations)
+    bits = weight_type or activation_type or "int8"
     if not weights:
         return f"{op.type} ({bits})"
+    if activation_type and _WIDTH.get(activation_type) != _WIDTH.get(weight_type):  # W8A16, W4A8, ...
+        bits = f"{weight_type} weights, {activation_type} activations"
     per_channel = any(len(dq.get_input_tensors()) > 1 and dq.get_input_tensors()[1] is not None and
                       dq.get_input_tensors()[1].shape not in (None, (), (1,)) for dq in weights)
     return f"{op.type} ({bits}, {'per-channel' if per_channel else 'per-tensor'})"
