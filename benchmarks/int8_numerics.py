@@ -23,14 +23,13 @@ reference evaluator (on --ref-inputs inputs: it is slow).
 from __future__ import annotations
 
 import argparse
+import logging
 import time
-
-import numpy as np
 
 import xgraph
 from xgraph.kernels.reference_fixes import evaluator_fixes
 from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs
-from xgraph.runners.int8_numerics import (Probe, compare, contrib_reference_ops, graph_runner_runs,
+from xgraph.runners.int8_numerics import (Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs,
                                           onnxruntime_runs, reference_runs, with_quantized_outputs)
 from xgraph.runners.int8_units import runs_with_feeds, unit_errors
 
@@ -46,36 +45,59 @@ def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seco
             f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s")
 
 
+def _batches(feeds: list, size: int = 10):
+    """Feeds in batches: one batch's integer tensors alive at a time (ResNet50's are ~10 MB per input)."""
+    return [feeds[i:i + size] for i in range(0, len(feeds), size)]
+
+
+def _add(total: dict, key, errors: Int8Errors) -> None:
+    total[key] = errors if key not in total else total[key].merged(errors)
+
+
 def measure(name: str, inputs: int, ref_inputs: int, units: bool) -> list[str]:
+    """The table's rows for one model."""
     model = MODELS[name]()
     probe = with_quantized_outputs(model)
     plain = Probe(model, model, probe.outputs, (), probe.output_scales)
     x = model.graph.input[0]
     shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
     feeds = [{x.name: v} for v in random_inputs(shape, inputs, seed=7)]
-    expected = runs_with_feeds(onnxruntime_runs(probe, feeds), feeds)
-    compiled = xgraph.compile(probe.model)
-    compiled_plain = xgraph.compile(model)
+    compiled = {"probe": xgraph.compile(probe.model), "plain": xgraph.compile(model)}
+    new_ops = evaluator_fixes() + contrib_reference_ops()
+    totals: dict = {}
+    seconds = dict.fromkeys([m for m, _ in MODES] + ["reference"], 0.0)
+    done = 0
+    for batch in _batches(feeds):
+        expected = onnxruntime_runs(probe, batch)
+        for mode, kernels in MODES:
+            if mode == "ref" and done >= ref_inputs:
+                continue
+            part = batch if mode != "ref" else batch[:ref_inputs - done]
+            start = time.perf_counter()
+            which, graph = (plain, compiled["plain"]) if mode == "auto" else (probe, compiled["probe"])
+            got = graph_runner_runs(which, graph, part, "run" if mode == "auto" else mode, kernels)
+            _add(totals, mode, compare(which, expected[:len(part)], got))
+            seconds[mode] += time.perf_counter() - start
+        if done < ref_inputs:
+            part = batch[:ref_inputs - done]
+            start = time.perf_counter()
+            got = graph_runner_runs(probe, compiled["probe"], part, "ref", "auto")
+            _add(totals, "reference", compare(probe, reference_runs(probe, part, new_ops), got))
+            seconds["reference"] += time.perf_counter() - start
+        done += len(batch)
+    first = runs_with_feeds(onnxruntime_runs(probe, feeds[:3]), feeds[:3])  # the per-unit column's oracle
     rows = []
     for mode, kernels in MODES:
         start = time.perf_counter()
-        run_mode = "run" if mode == "auto" else mode
-        count = ref_inputs if mode == "ref" else inputs
-        if mode == "auto":
-            errors = compare(plain, expected, graph_runner_runs(plain, compiled_plain, feeds, run_mode, kernels))
-            run_steps = None
-        else:
-            errors = compare(probe, expected[:count], graph_runner_runs(probe, compiled, feeds[:count], run_mode, kernels))
-            run_steps = errors.max_int8_steps()
         unit = None
         if units:
-            unit = max(unit_errors(probe, expected[:min(count, 3)], xgraph.compile, run_mode, kernels).values(),
+            unit = max(unit_errors(probe, first, xgraph.compile, "run" if mode == "auto" else mode, kernels).values(),
                        default=0)
-        rows.append(_row(name, mode, "onnxruntime", run_steps, unit, errors, time.perf_counter() - start))
-    start = time.perf_counter()
-    oracle = reference_runs(probe, feeds[:ref_inputs], evaluator_fixes() + contrib_reference_ops())
-    errors = compare(probe, oracle, graph_runner_runs(probe, compiled, feeds[:ref_inputs], "ref", "auto"))
-    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, time.perf_counter() - start))
+        errors = totals[mode]
+        rows.append(_row(name, mode, "onnxruntime", None if mode == "auto" else errors.max_int8_steps(), unit, errors,
+                         seconds[mode] + time.perf_counter() - start))
+    errors = totals["reference"]
+    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"]))
     return rows
 
 
@@ -86,6 +108,7 @@ def main() -> None:
     parser.add_argument("--ref-inputs", type=int, default=10)
     parser.add_argument("--no-units", action="store_true", help="skip the per-unit column (one compile per tensor)")
     args = parser.parse_args()
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice to pre-process, per model
     print(f"{args.inputs} random inputs ({args.ref_inputs} for ref); errors in quantization steps; "
           "int8 unit on the first 3 inputs")
     print(f"{'model':<11}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")

@@ -248,6 +248,13 @@ class Int8Errors:
     def max_output_steps(self) -> float:
         return max(self.output_steps.values(), default=0.0)
 
+    def merged(self, other: "Int8Errors") -> "Int8Errors":
+        """The errors of both measurements together (runs of several batches of feeds)."""
+        def larger(a: dict, b: dict) -> dict:
+            return {k: max(a.get(k, 0), b.get(k, 0)) for k in {**a, **b}}
+        return Int8Errors(larger(self.tensor_steps, other.tensor_steps), larger(self.output_steps, other.output_steps),
+                          larger(self.output_abs, other.output_abs), self.top1 + other.top1, self.runs + other.runs)
+
     def worst(self, n: int = 5) -> list[tuple[str, int]]:
         """The `n` integer tensors with the largest errors, largest first."""
         return sorted(self.tensor_steps.items(), key=lambda kv: -kv[1])[:n]
