@@ -1,11 +1,12 @@
-"""ONNX schemas for onnxruntime's quantized elementwise contrib ops (com.microsoft QLinearAdd, QLinearMul).
+"""ONNX schemas for onnxruntime's quantized contrib ops (com.microsoft) that its quantizer writes in
+QOperator models: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QGemm.
 
-QOperator models written by onnxruntime's quantizer use them. onnx knows no com.microsoft ops,
-so without a schema shape inference leaves their outputs untyped and every later stage (kernel
-choice by dtype, placement by op-info dtypes) sees an unknown tensor. The schemas here give the
-output C the type of C_zero_point (else A's) and the numpy-broadcast shape of A and B, as
-onnxruntime's own schema does. Registered on import (idempotent); the kernels are in
-`xgraph.kernels.op_qlinear_binary`.
+onnx knows no com.microsoft ops, so without a schema shape inference leaves their outputs
+untyped and every later stage (kernel choice by dtype, placement by op-info dtypes) sees an
+unknown tensor. Each schema types the output as onnxruntime's does: the output zero point's type
+(else the first input's; QGemm without y_scale gives float32), with the broadcast, pooled or
+product shape. Registered on import (idempotent); the kernels are in
+`xgraph.kernels.op_qlinear_contrib`.
 """
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import onnx
 
 DOMAIN = "com.microsoft"
 VERSION = 1
-OPS = ("QLinearAdd", "QLinearMul")
-_INPUTS = ("A", "A_scale", "A_zero_point", "B", "B_scale", "B_zero_point", "C_scale", "C_zero_point")
+#: op -> its inputs (optional ones end in "?") and attributes (name -> default)
+OPS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "QLinearAdd": (("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale", "C_zero_point?"), {}),
+    "QLinearMul": (("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale", "C_zero_point?"), {}),
+    "QLinearGlobalAveragePool": (("X", "x_scale", "x_zero_point?", "y_scale", "y_zero_point?"), {"channels_last": 0}),
+    "QGemm": (("A", "a_scale", "a_zero_point?", "B", "b_scale", "b_zero_point?", "C?", "y_scale?", "y_zero_point?"),
+              {"alpha": 1.0, "transA": 0, "transB": 0}),
+}
 
 
 def _dims(ctx, index: int):
@@ -46,39 +53,86 @@ def broadcast_dims(a: list | None, b: list | None) -> list | None:
     return out[::-1]
 
 
-def _infer(ctx) -> None:
-    """C: C_zero_point's element type (A's without one), shape broadcast(A, B); never raises on odd input."""
+def _attr(ctx, name: str, default):
+    proto = ctx.get_attribute(name)
+    return default if proto is None else onnx.helper.get_attribute_value(proto)
+
+
+def _binary(ctx):
     a_type, a_dims = _dims(ctx, 0)
     zp_type, _ = _dims(ctx, 7)
+    return zp_type or a_type, broadcast_dims(a_dims, _dims(ctx, 3)[1])
+
+
+def _pool(ctx):
+    x_type, dims = _dims(ctx, 0)
+    zp_type, _ = _dims(ctx, 4)
+    if dims is not None and len(dims) >= 3:
+        dims = [dims[0]] + [1] * (len(dims) - 2) + [dims[-1]] if _attr(ctx, "channels_last", 0) else \
+            dims[:2] + [1] * (len(dims) - 2)
+    return zp_type or x_type, dims
+
+
+def _gemm(ctx):
+    a_type, a_dims = _dims(ctx, 0)
     _, b_dims = _dims(ctx, 3)
-    out = onnx.TypeProto()
-    out.tensor_type.elem_type = zp_type or a_type
-    if not out.tensor_type.elem_type:
-        return
-    dims = broadcast_dims(a_dims, b_dims)
-    if dims is not None:
-        shape = out.tensor_type.shape
-        for d in dims:
-            dim = shape.dim.add()
-            if isinstance(d, int):
-                dim.dim_value = d
-            elif isinstance(d, str):
-                dim.dim_param = d
-    ctx.set_output_type(0, out)
+    zp_type, _ = _dims(ctx, 8)
+    has_scale = ctx.get_num_inputs() > 7 and ctx.has_input(7)
+    elem = (zp_type or a_type) if has_scale else onnx.TensorProto.FLOAT
+    dims = None
+    if a_dims is not None and b_dims is not None and len(a_dims) == 2 and len(b_dims) == 2:
+        m = a_dims[1] if _attr(ctx, "transA", 0) else a_dims[0]
+        n = b_dims[0] if _attr(ctx, "transB", 0) else b_dims[1]
+        dims = [m, n]
+    return elem, dims
+
+
+_OUTPUT = {"QLinearAdd": _binary, "QLinearMul": _binary, "QLinearGlobalAveragePool": _pool, "QGemm": _gemm}
+
+
+def _inference(op_type: str):
+    def infer(ctx) -> None:
+        """The output's element type and shape (see the module docstring); never raises on odd input."""
+        try:
+            elem, dims = _OUTPUT[op_type](ctx)
+        except (TypeError, ValueError, IndexError):
+            return
+        if not elem:
+            return
+        out = onnx.TypeProto()
+        out.tensor_type.elem_type = elem
+        if dims is not None:
+            shape = out.tensor_type.shape
+            for d in dims:
+                dim = shape.dim.add()
+                if isinstance(d, int):
+                    dim.dim_value = d
+                elif isinstance(d, str):
+                    dim.dim_param = d
+        ctx.set_output_type(0, out)
+    return infer
 
 
 def _schema(op_type: str) -> onnx.defs.OpSchema:
     param = onnx.defs.OpSchema.FormalParameter
-    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
-    inputs = [param(name, "T" if name in ("A", "B", "A_zero_point", "B_zero_point", "C_zero_point") else "tensor(float)",
-                    param_option=optional if name.endswith("zero_point") else
-                    onnx.defs.OpSchema.FormalParameterOption.Single) for name in _INPUTS]
+    option = onnx.defs.OpSchema.FormalParameterOption
+    inputs, attrs = OPS[op_type]
+    quantized = {"A", "B", "X"}
+    formal = []
+    for name in inputs:
+        bare = name.rstrip("?")
+        kind = "T" if bare in quantized or bare.endswith("zero_point") else (
+            "tensor(int32)" if bare == "C" else "tensor(float)")
+        formal.append(param(bare, kind, param_option=option.Optional if name.endswith("?") else option.Single))
+    out_type = "tensor(float)" if op_type == "QGemm" else "T"
     schema = onnx.defs.OpSchema(
-        op_type, DOMAIN, VERSION, f"onnxruntime's quantized {op_type[7:]}: dequantize A and B, "
-        f"{op_type[7:].lower()}, quantize to C_scale / C_zero_point (round half to even, saturate).",
-        inputs=inputs, outputs=[param("C", "T")],
-        type_constraints=[("T", ["tensor(int8)", "tensor(uint8)"], "quantized tensors")])
-    schema.set_type_and_shape_inference_function(_infer)
+        op_type, DOMAIN, VERSION, f"onnxruntime's {op_type} (QOperator models); see xgraph.ops.ms_quantized.",
+        inputs=formal, outputs=[param("Y", "TY" if op_type == "QGemm" else out_type)],
+        type_constraints=[("T", ["tensor(int8)", "tensor(uint8)"], "quantized tensors")] + (
+            [("TY", ["tensor(int8)", "tensor(uint8)", "tensor(float)"], "quantized, or float without y_scale")]
+            if op_type == "QGemm" else []),
+        attributes=[onnx.defs.OpSchema.Attribute(k, onnx.helper.make_attribute(k, v), k) for k, v in attrs.items()])
+    schema.set_type_and_shape_inference_function(_inference(op_type))
     return schema
 
 

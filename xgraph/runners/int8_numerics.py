@@ -56,9 +56,9 @@ _INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProt
 class Probe:
     """A model (`source`) and the same model with its integer tensors tapped as outputs (`model`).
 
-    `outputs` are the model's own outputs (in order), `quantized` the appended probe outputs
-    (`tap_name` of each integer tensor),
-    `output_scales` the DequantizeLinear scale of each own output written by one (else absent).
+    `outputs` are the model's own outputs (in order); `quantized` the appended probe outputs
+    (`tap_name` of each integer tensor, in node order); `output_scales` the DequantizeLinear scale
+    of each own output written by one (others are absent).
     """
 
     model: onnx.ModelProto
@@ -92,7 +92,8 @@ def tap_name(tensor: str) -> str:
 
 
 def with_quantized_outputs(model: onnx.ModelProto) -> Probe:
-    """`model` (a copy) with every integer tensor of QUANTIZED_OUTPUTS appended as a graph output; pure."""
+    """The Probe of `model`: a copy with an Identity per integer tensor of QUANTIZED_OUTPUTS as an extra
+    graph output ("probe.<name>"); `model` itself is not changed."""
     types = _elem_types(model)
     own = tuple(o.name for o in model.graph.output)
     seen = set(own) | {i.name for i in model.graph.input}
