@@ -87,3 +87,18 @@ def test_a_template_matching_the_op_takes_its_whole_unit(mobilenet, tmp_path):
     assert report["plugins"][0]["ops"] == len(unit["ops"]) > 1
     types = [o["type"] for o in report["ops"] if o["subgraph"] == taken]
     assert types.count("Gemm") == 1 and set(types) - {"Gemm"} <= QDQ_TYPES | {"Flatten"} and "QuantizeLinear" in types
+
+
+def test_an_op_reading_a_float_tensor_is_named_by_what_it_quantizes_to():
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+                               numpy_helper.from_array(np.int8(0), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (unit,) = xgraph.report(xgraph.compile(model))["int8_units"]
+    assert unit["label"] == "Relu (int8 output)" and sorted(unit["ops"]) == ["dq", "q", "relu"]

@@ -138,13 +138,16 @@ def _merge_per_op(root: "Subgraph", unit: list["Op"]) -> list["Subgraph"]:
 def unit_label(op: "Op") -> str:
     """"Conv (int8, per-channel)" for a unit's op with a quantized weight, "Add (int8)" for one reading
     quantized activations only, "Conv (int8 weights, int16 activations, per-tensor)" where the two
-    widths differ; "" for a Q/DQ or an op outside any unit."""
+    widths differ, "Relu (int8 output)" for one reading a float tensor and quantizing its result;
+    "" for a Q/DQ or an op outside any unit."""
     if _is_qdq(op):
         return ""
     dqs = [t.producer for t in op.get_input_tensors()
            if t is not None and t.producer is not None and t.producer.type == "DequantizeLinear"]
-    if not dqs:
-        return ""
+    if not dqs:  # a float input (Sum -> Relu -> Q): named by what it quantizes to
+        quantized = [out.dtype for reader in op.get_fanout_ops() if reader.type == "QuantizeLinear" and _is_qdq(reader)
+                     for out in reader.get_output_tensors()[:1] if out is not None and out.dtype is not None]
+        return f"{op.type} ({np.dtype(quantized[0]).name} output)" if quantized else ""
 
     def data(dq: "Op"):
         return dq.get_input_tensors()[0]
