@@ -41,7 +41,7 @@ MODES = (("run", "numpy"), ("sim", "numpy"), ("auto", "auto"), ("ref", "auto"))
 def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float) -> str:
     def cell(v):
         return "-" if v is None else str(v)
-    return (f"{model:<11}{mode:<6}{oracle:<13}{cell(run_steps):>9}{cell(unit_steps):>10}"
+    return (f"{model:<14}{mode:<6}{oracle:<13}{cell(run_steps):>9}{cell(unit_steps):>10}"
             f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s")
 
 
@@ -111,7 +111,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice to pre-process, per model
     print(f"{args.inputs} random inputs ({args.ref_inputs} for ref); errors in quantization steps; "
           "int8 unit on the first 3 inputs")
-    print(f"{'model':<11}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")
+    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")
     for name in args.models.split(","):
         for line in measure(name, args.inputs, args.ref_inputs, not args.no_units):
             print(line, flush=True)
