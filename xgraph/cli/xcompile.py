@@ -167,6 +167,7 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     from rich.text import Text
 
     from xgraph.cli.common import console as make_console
+    from xgraph.cli.int8_summary import int8_unit_lines
 
     def t(value: Any, style: str = "") -> Text:
         return Text(shown(value), style=style)
@@ -188,6 +189,8 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     for note in idle_plugin_notes(report, model):
         console.print(t(note))
     console.print(t(f"host/device crossings: {report['crossings']}"))
+    for line in int8_unit_lines(report):
+        console.print(t(line), soft_wrap=True)  # one line per device, however wide
     for warning in report.get("warnings", []):
         console.print(t("warning: " + warning))
     if report["unrunnable_ops"]:

@@ -12,8 +12,10 @@ loses what the device was given the quantization for.
   DQs (a DQ read by several ops joins them all into one unit, so it stays with each reader);
 - the Q ops reading its outputs.
 
-A Q whose input no unit op produces (the model's input quantizer) joins the unit of its DQ
-readers; a DQ no unit op reads (the model's dequantized output) joins the unit of its Q. So the
+A Q whose input no unit op produces (the model's input quantizer) joins the unit of its first DQ
+reader (other readers' units read its int8 tensor, as they read any unit's; joining them all
+would make one unit of a Conv and the residual Add beside it); a DQ no unit op reads (the
+model's dequantized output) joins the unit of its Q. So the
 tensors between units are the quantized (int8) ones, and no Q or DQ is ever alone.
 `bind_qdq_units` merges each unit's unassigned one-op children into one unassigned child
 before placement (as `bind_nested_graph_inputs` does), so first fit sees the unit: a device
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph
 
 QDQ_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear"})
+#: bits of each quantized element type (labels name both types when weights and activations differ)
+_WIDTH = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
 
 
 class _Sets:
@@ -78,11 +82,11 @@ def qdq_units(graph: "Graph") -> list[list["Op"]]:
     def anchored(op: "Op") -> bool:
         return sets.find(op) in in_unit
 
-    for op in ops:  # model-input quantizers (Q -> DQ with no op before): join their DQ readers
+    for op in ops:  # model-input quantizers (Q -> DQ with no op before): join their first DQ reader
         if op.type == "QuantizeLinear" and _is_qdq(op) and not anchored(op):
-            for reader in op.get_fanout_ops():
-                if reader.type == "DequantizeLinear":
-                    sets.union(reader, op)
+            reader = next((r for r in op.get_fanout_ops() if r.type == "DequantizeLinear"), None)
+            if reader is not None:
+                sets.union(reader, op)
     for op in reversed(ops):  # dequantized model outputs (Q -> DQ with no op after): join their Q
         if op.type == "DequantizeLinear" and _is_qdq(op) and not anchored(op):
             for t in op.get_input_tensors()[:1]:
@@ -133,23 +137,34 @@ def _merge_per_op(root: "Subgraph", unit: list["Op"]) -> list["Subgraph"]:
 
 def unit_label(op: "Op") -> str:
     """"Conv (int8, per-channel)" for a unit's op with a quantized weight, "Add (int8)" for one reading
-    quantized activations only; "" for a Q/DQ or an op outside any unit."""
+    quantized activations only, "Conv (int8 weights, int16 activations, per-tensor)" where the two
+    widths differ, "Relu (int8 output)" for one reading a float tensor and quantizing its result;
+    "" for a Q/DQ or an op outside any unit."""
     if _is_qdq(op):
         return ""
     dqs = [t.producer for t in op.get_input_tensors()
            if t is not None and t.producer is not None and t.producer.type == "DequantizeLinear"]
-    if not dqs:
-        return ""
+    if not dqs:  # a float input (Sum -> Relu -> Q): named by what it quantizes to
+        quantized = [out.dtype for reader in op.get_fanout_ops() if reader.type == "QuantizeLinear" and _is_qdq(reader)
+                     for out in reader.get_output_tensors()[:1] if out is not None and out.dtype is not None]
+        return f"{op.type} ({np.dtype(quantized[0]).name} output)" if quantized else ""
 
     def data(dq: "Op"):
         return dq.get_input_tensors()[0]
 
     weights = [dq for dq in dqs if data(dq) is not None and data(dq).is_const and data(dq).dtype != np.int32]
-    source = weights or dqs
-    dtype = next((data(dq).dtype for dq in source if data(dq) is not None and data(dq).dtype is not None), None)
-    bits = np.dtype(dtype).name if dtype is not None else "int8"
+    activations = [dq for dq in dqs if dq not in weights and data(dq) is not None and not data(dq).is_const]
+
+    def type_of(group) -> str | None:
+        dtype = next((data(dq).dtype for dq in group if data(dq) is not None and data(dq).dtype is not None), None)
+        return np.dtype(dtype).name if dtype is not None else None
+
+    weight_type, activation_type = type_of(weights), type_of(activations)
+    bits = weight_type or activation_type or "int8"
     if not weights:
         return f"{op.type} ({bits})"
+    if activation_type and _WIDTH.get(activation_type) != _WIDTH.get(weight_type):  # W8A16, W4A8, ...
+        bits = f"{weight_type} weights, {activation_type} activations"
     per_channel = any(len(dq.get_input_tensors()) > 1 and dq.get_input_tensors()[1] is not None and
                       dq.get_input_tensors()[1].shape not in (None, (), (1,)) for dq in weights)
     return f"{op.type} ({bits}, {'per-channel' if per_channel else 'per-tensor'})"

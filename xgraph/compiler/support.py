@@ -201,7 +201,8 @@ def dvpp_image_rules() -> Check:
 
 def int8_weights() -> Check:
     """Accept a DequantizeLinear an int8 cube unit can fold: int32 only as a constant bias, and a constant
-    int8 weight only when symmetric (zero points all 0; Ascend and Vitis quantize weights without offset)."""
+    weight only as int8 and symmetric (zero points all 0; Ascend and Vitis quantize weights without
+    offset; a uint8 weight always has one)."""
     def check(op: "Op") -> Verdict:
         inputs = op.get_input_tensors()
         x = inputs[0]
@@ -211,6 +212,9 @@ def int8_weights() -> Check:
         if x.dtype == np.int32 and not x.is_const:
             return refuse(f"{op.type} of non-constant int32 {x.name!r} unsupported: int32 dequantizes only as a "
                           "constant bias of an int8 unit", (x.name,))
+        if x.is_const and x.dtype == np.uint8:
+            return refuse(f"{op.type} of weight {x.name!r} as uint8 unsupported: AI Core takes int8 weights with "
+                          "zero point 0; quantize weights symmetric int8 (xgraph quantize does)", (x.name,))
         if x.is_const and x.dtype == np.int8 and zp is not None:
             if not zp.is_const:
                 return refuse(f"{op.type} of weight {x.name!r} with a computed zero point unsupported", (x.name,))

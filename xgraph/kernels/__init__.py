@@ -23,6 +23,7 @@ FAMILIES = (
     "op_shape",
     "op_index",
     "op_nn_conv",
+    "op_qlinear_contrib",
     "op_nn_pool",
     "op_nn_roi",
     "op_nn_norm",

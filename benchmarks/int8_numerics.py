@@ -1,0 +1,121 @@
+"""Int8 numerics of xgraph's modes against onnxruntime's integer kernels and onnx's reference evaluator.
+
+Per model (QDQ ResNet50 at opset 13 as quantize_static leaves it, with BatchNormalization as float
+ops between quantizers; "resnet50-pre" the same after onnxruntime's quant_pre_process, which folds
+them into the Convs; a QDQ MobileNet-style net; a hand-built QOperator net; see
+`xgraph.runners.int8_models`) and per mode, on --inputs seeded random inputs:
+
+  int8 run    largest error on any integer tensor over the whole run, in steps of that tensor
+              (differences carried from earlier tensors included; `xgraph.runners.int8_numerics`)
+  int8 unit   the same, each unit fed the oracle's own integer inputs (`xgraph.runners.int8_units`):
+              what the unit itself gets wrong
+  out steps   largest error of the float outputs, in steps of their final DequantizeLinear
+  top-1       inputs on which the argmax of the first output agrees
+
+Modes: run (numpy integer units), sim (fixed-point requantization), auto (onnxruntime sessions
+where they load; its run-wide int8 column is blank because a probed tensor stops onnxruntime's
+fusion, see int8_numerics) against onnxruntime; ref against onnxruntime and against the
+reference evaluator (on --ref-inputs inputs: it is slow).
+
+    python benchmarks/int8_numerics.py [--models resnet50,resnet50-pre,mobilenet,qoperator] [--inputs 100]
+                                       [--ref-inputs 10] [--no-units]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+import xgraph
+from xgraph.kernels.reference_fixes import evaluator_fixes
+from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs
+from xgraph.runners.int8_numerics import (Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs,
+                                          onnxruntime_runs, reference_runs, with_quantized_outputs)
+from xgraph.runners.int8_units import runs_with_feeds, unit_errors
+
+MODELS = {"resnet50": qdq_resnet50, "resnet50-pre": lambda: qdq_resnet50(pre_process=True),
+          "mobilenet": qdq_mobilenet, "qoperator": qoperator_net}
+MODES = (("run", "numpy"), ("sim", "numpy"), ("auto", "auto"), ("ref", "auto"))
+
+
+def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float) -> str:
+    def cell(v):
+        return "-" if v is None else str(v)
+    return (f"{model:<14}{mode:<6}{oracle:<13}{cell(run_steps):>9}{cell(unit_steps):>10}"
+            f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s")
+
+
+def _batches(feeds: list, size: int = 10):
+    """Feeds in batches: one batch's integer tensors alive at a time (ResNet50's are ~10 MB per input)."""
+    return [feeds[i:i + size] for i in range(0, len(feeds), size)]
+
+
+def _add(total: dict, key, errors: Int8Errors) -> None:
+    total[key] = errors if key not in total else total[key].merged(errors)
+
+
+def measure(name: str, inputs: int, ref_inputs: int, units: bool) -> list[str]:
+    """The table's rows for one model."""
+    model = MODELS[name]()
+    probe = with_quantized_outputs(model)
+    plain = Probe(model, model, probe.outputs, (), probe.output_scales)
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    feeds = [{x.name: v} for v in random_inputs(shape, inputs, seed=7)]
+    compiled = {"probe": xgraph.compile(probe.model), "plain": xgraph.compile(model)}
+    new_ops = evaluator_fixes() + contrib_reference_ops()
+    totals: dict = {}
+    seconds = dict.fromkeys([m for m, _ in MODES] + ["reference"], 0.0)
+    done = 0
+    for batch in _batches(feeds):
+        expected = onnxruntime_runs(probe, batch)
+        for mode, kernels in MODES:
+            if mode == "ref" and done >= ref_inputs:
+                continue
+            part = batch if mode != "ref" else batch[:ref_inputs - done]
+            start = time.perf_counter()
+            which, graph = (plain, compiled["plain"]) if mode == "auto" else (probe, compiled["probe"])
+            got = graph_runner_runs(which, graph, part, "run" if mode == "auto" else mode, kernels)
+            _add(totals, mode, compare(which, expected[:len(part)], got))
+            seconds[mode] += time.perf_counter() - start
+        if done < ref_inputs:
+            part = batch[:ref_inputs - done]
+            start = time.perf_counter()
+            got = graph_runner_runs(probe, compiled["probe"], part, "ref", "auto")
+            _add(totals, "reference", compare(probe, reference_runs(probe, part, new_ops), got))
+            seconds["reference"] += time.perf_counter() - start
+        done += len(batch)
+    first = runs_with_feeds(onnxruntime_runs(probe, feeds[:3]), feeds[:3])  # the per-unit column's oracle
+    rows = []
+    for mode, kernels in MODES:
+        start = time.perf_counter()
+        unit = None
+        if units:
+            unit = max(unit_errors(probe, first, xgraph.compile, "run" if mode == "auto" else mode, kernels).values(),
+                       default=0)
+        errors = totals[mode]
+        rows.append(_row(name, mode, "onnxruntime", None if mode == "auto" else errors.max_int8_steps(), unit, errors,
+                         seconds[mode] + time.perf_counter() - start))
+    errors = totals["reference"]
+    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50,resnet50-pre,mobilenet,qoperator")
+    parser.add_argument("--inputs", type=int, default=100)
+    parser.add_argument("--ref-inputs", type=int, default=10)
+    parser.add_argument("--no-units", action="store_true", help="skip the per-unit column (one compile per tensor)")
+    args = parser.parse_args()
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice to pre-process, per model
+    print(f"{args.inputs} random inputs ({args.ref_inputs} for ref); errors in quantization steps; "
+          "int8 unit on the first 3 inputs")
+    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")
+    for name in args.models.split(","):
+        for line in measure(name, args.inputs, args.ref_inputs, not args.no_units):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
