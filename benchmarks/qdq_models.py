@@ -5,7 +5,8 @@
   BatchNormalization folded into the convolutions by onnxruntime's documented pre-processing
   step (`onnxruntime.quantization.shape_inference.quant_pre_process`), then
   `quantize_static` (QDQ, int8 activations and per-channel int8 weights, reduce_range, four
-  seeded random calibration inputs): 53 Conv + 1 Gemm units with int32 biases.
+  seeded random calibration inputs): 53 Conv + 1 Gemm units with int32 biases; built by
+  `xgraph.runners.int8_models.qdq_resnet50(pre_process=True)`, the int8 tests' model.
 - `qdq_small_cnn()`: tests/quant/models.py's small CNN (Conv, MaxPool, residual Add, Gemm),
   quantized the same way.
 
@@ -13,12 +14,9 @@ Both need onnxruntime with its quantization tools (`xgraph[quantize]`).
 """
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,27 +24,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.quant.models import calibration_inputs, quantize, small_cnn  # noqa: E402
-from xgraph.runners.ort_session import weights_as_constants  # noqa: E402
-from xgraph.runners.testing import zoo_model  # noqa: E402
+from xgraph.runners import int8_models  # noqa: E402
 
 
 def qdq_resnet50(seed: int = 0) -> onnx.ModelProto:
-    """QDQ ResNet50 (see the module docstring); about 10 s to build."""
-    from onnx import version_converter
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-    model = version_converter.convert_version(weights_as_constants(zoo_model("resnet50", seed)), 13)
-    model.ir_version = 7
-    with tempfile.TemporaryDirectory() as tmp:
-        src, folded = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "folded.onnx")
-        onnx.save(model, src)
-        quant_pre_process(src, folded, skip_symbolic_shape=True)
-        model = onnx.load(folded)
-    del model.opset_import[:]
-    model.opset_import.extend([onnx.helper.make_opsetid("", 13)])  # pre-processing lists every domain it knows
-    name = model.graph.input[0].name
-    rng = np.random.default_rng(1)
-    calib = [rng.standard_normal((1, 3, 224, 224)).astype(np.float32) for _ in range(4)]
-    return quantize(model, calib=calib, input_name=name)
+    """QDQ ResNet50 with BatchNormalization folded first (see the module docstring); about 10 s to build."""
+    return int8_models.qdq_resnet50(seed, pre_process=True)
 
 
 def qdq_small_cnn() -> onnx.ModelProto:
