@@ -204,14 +204,16 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                    for n in nodes if n.op_type in ("Constant", "ConstantOfShape")}
     dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
     default_dim = float(max(largest_dim, 1))
+    # protobuf fields read once: the passes below walk plain tuples
+    rows = [(n.op_type, tuple(n.input), tuple(n.output), attr_values.get(id(n), 0.0)) for n in nodes]
+    get_value, get_dim = values.get, dims.get
     for _ in range(8):
-        before = (dict(dims), dict(values))
-        for n in nodes:
-            bound = [values.get(x, 0.0) for x in n.input]
-            in_dims = [dims.get(x, default_dim) for x in n.input if x]
-            t = n.op_type
+        changed = False
+        for t, inputs, outputs, attr_value in rows:
+            bound = [get_value(x, 0.0) for x in inputs]
+            in_dims = [get_dim(x, default_dim) for x in inputs if x]
             if t == "Constant" or t == "ConstantOfShape":
-                v = attr_values[id(n)]
+                v = attr_value
             elif t == "Shape":
                 v = in_dims[0] if in_dims else default_dim
             elif t == "Size":
@@ -226,26 +228,28 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                 v = max(bound, default=0.0)
             elif t == "Range":
                 v = max(bound[:2], default=0.0)
-                if len(n.input) > 2 and n.input[2] in tiny:
+                if len(inputs) > 2 and inputs[2] in tiny:
                     return False
             else:
                 v = 0.0
             out_dim = sum(in_dims) if t == "Concat" else max(in_dims, default=0.0)
             rule = _LENGTH_FROM_VALUES.get(t)
             if rule is not None:
-                inputs, scaled = rule
-                length = sum(bound[i] for i in inputs if i < len(bound)) or 0.0
+                value_inputs, scaled = rule
+                length = sum(bound[i] for i in value_inputs if i < len(bound)) or 0.0
                 if scaled:
                     length = length * max(in_dims, default=1.0) + max(in_dims, default=0.0)
                 if length > limit:
                     return False
                 out_dim = max(out_dim, length)
-            for o in n.output:
-                if values.get(o, 0.0) < v:
+            for o in outputs:
+                if get_value(o, 0.0) < v:
                     values[o] = v
-                if dims.get(o, 0.0) < out_dim:
+                    changed = True
+                if get_dim(o, 0.0) < out_dim:
                     dims[o] = out_dim
-        if (dims, values) == before:
+                    changed = True
+        if not changed:
             return True
     return False
 
