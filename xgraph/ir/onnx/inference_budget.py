@@ -183,8 +183,9 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
     values: dict[str, float] = {}
     tiny: set[str] = set()  # constants holding a fraction: a Range step that makes long outputs
     # Data propagation carries integers: a float value matters only where it becomes one (Cast, Range)
-    read_any = {x for n in nodes if n.op_type in _FLOAT_TO_INT for x in n.input}
-    read = {x for n in nodes for x in n.input}
+    fields = [(n.op_type, n.input[:], n.output[:]) for n in nodes]  # protobuf fields read once
+    read_any = {x for t, inputs, _ in fields if t in _FLOAT_TO_INT for x in inputs}
+    read = {x for _, inputs, _ in fields for x in inputs}
     for init in model.graph.initializer:
         if (init.name in read_any or (init.name in read and init.data_type in _INT_TYPES)) \
                 and math.prod(init.dims) <= _SMALL:
@@ -204,8 +205,8 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                    for n in nodes if n.op_type in ("Constant", "ConstantOfShape")}
     dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
     default_dim = float(max(largest_dim, 1))
-    # protobuf fields read once: the passes below walk plain tuples
-    rows = [(n.op_type, tuple(n.input), tuple(n.output), attr_values.get(id(n), 0.0)) for n in nodes]
+    rows = [(t, inputs, outputs, attr_values.get(id(n), 0.0)) for n, (t, inputs, outputs) in zip(nodes, fields)]
+    rows = [rows[i] for i in _length_cone(rows)]
     get_value, get_dim = values.get, dims.get
     for _ in range(8):
         changed = False
@@ -252,6 +253,65 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
         if not changed:
             return True
     return False
+
+
+_VALUE_FROM_INPUT_VALUES = _SUM | _PRODUCT | _FIRST | _MAX | {"Range"}
+
+
+def _length_cone(rows: list[tuple]) -> list[int]:
+    """Indices (in order) of the rows the lengths depend on: every op of `_LENGTH_FROM_VALUES`, and backwards
+    from what it reads, the producers of each value bound and dim bound that feeds one. O(V+E).
+
+    Rows are (op type, inputs, outputs, constant bound). The bounds of the other rows' outputs
+    reach no length, so the fixpoint skips them (on a 100k-op chain with a TopK every 97 ops,
+    the TopKs alone instead of every Add/Abs/Neg).
+    """
+    producers: dict[str, list[int]] = {}
+    for i, (_, _, outputs, _) in enumerate(rows):
+        for o in outputs:
+            producers.setdefault(o, []).append(i)
+    keep: set[int] = set()
+    need_value: set[str] = set()
+    need_dim: set[str] = set()
+    stack: list[tuple[bool, str]] = []  # (a value bound wanted, else a dim bound; tensor name)
+
+    def want(value: bool, name: str) -> None:
+        wanted = need_value if value else need_dim
+        if name and name not in wanted:
+            wanted.add(name)
+            stack.append((value, name))
+
+    def want_length_inputs(t: str, inputs: tuple) -> None:
+        value_inputs, scaled = _LENGTH_FROM_VALUES[t]
+        for k in value_inputs:
+            if k < len(inputs):
+                want(True, inputs[k])
+        if scaled:
+            for x in inputs:
+                want(False, x)
+
+    for i, (t, inputs, _, _) in enumerate(rows):
+        if t in _LENGTH_FROM_VALUES:
+            keep.add(i)
+            want_length_inputs(t, inputs)
+    while stack:
+        value, name = stack.pop()
+        for j in producers.get(name, ()):
+            keep.add(j)
+            t, inputs = rows[j][0], rows[j][1]
+            if value:
+                if t == "Shape" or t == "Size":
+                    for x in inputs:
+                        want(False, x)
+                elif t in _VALUE_FROM_INPUT_VALUES:
+                    for x in inputs:
+                        want(True, x)
+            else:
+                for x in inputs:
+                    want(False, x)
+                if t in _LENGTH_FROM_VALUES:
+                    want_length_inputs(t, inputs)
+    return sorted(keep)
 
 
 def _declared_dims(model: onnx.ModelProto) -> dict[str, float]:
