@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin
+from xgraph.ir.child_links import child_dependencies
 from xgraph.ir.quotient import merge_makes_cycle
 
 if TYPE_CHECKING:
@@ -199,6 +200,12 @@ class Subgraph(AttrsMixin):
         if len(order) != len(self._children):
             raise GraphError(f"children of subgraph {self._name!r} depend on each other cyclically")
         return order
+
+    def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
+        """(children, preds): the children numbered by their first op in graph insertion order, and per child
+        the numbers of the children its ops read from (repeats possible, never its own). O(V+E).
+        See `xgraph.ir.child_links`."""
+        return child_dependencies(self)
 
     def _edges_go_forward(self, order: "list[Subgraph]", child_of: "dict[Op, Subgraph]") -> bool:
         """True when every dependency between children points from an earlier child of `order` to a later one.
