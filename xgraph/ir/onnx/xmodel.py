@@ -182,6 +182,12 @@ def _op_annotations(graph: GraphCore, enc: _Encoder) -> dict[str, dict]:
     return out
 
 
+def _dump_json(meta: dict) -> str:
+    """The metadata as compact JSON. Attr values are checked acyclic when set (`check_attr_value` bounds their
+    depth), so the encoder's own cycle bookkeeping is skipped: on a 100k-op graph it is a third of the time."""
+    return json.dumps(meta, allow_nan=False, check_circular=False, separators=(",", ":"))
+
+
 def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto."""
     clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
@@ -202,7 +208,7 @@ def to_model_proto(graph: GraphCore) -> onnx.ModelProto:
         "tree": _tree_to_json(graph._root, enc),
     }
     model.graph.initializer.extend(enc.arrays)
-    model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=json.dumps(meta, allow_nan=False)))
+    model.metadata_props.append(onnx.StringStringEntryProto(key=META_KEY, value=_dump_json(meta)))
     return model
 
 
