@@ -160,14 +160,27 @@ def _foldable(op: Op, keep: set[Tensor]) -> bool:
     return not any(t in keep for t in op.get_output_tensors())
 
 
-def _evaluate(op: Op) -> list[np.ndarray] | None:
+def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
+    """`op`'s outputs by the ONNX reference evaluator; None when it cannot run the op.
+
+    `kernels` (one dict per fold) keeps the evaluator of each kind of node: building one costs
+    about four times running it, and a transformer's blocks repeat the same Shape/Gather/Concat
+    nodes thousands of times."""
     from xgraph.kernels.reference import make_reference_kernel
     inputs = op.get_input_tensors()
     graph = op.graph
     try:
-        kernel = make_reference_kernel(op.type, op.domain, op.attribute_protos(), graph.opset_imports, len(inputs),
-                                       len(op.get_output_tensors()), graph.functions,
-                                       omitted_inputs=[i for i, t in enumerate(inputs) if t is None])
+        attributes = op.attribute_protos()
+        omitted = [i for i, t in enumerate(inputs) if t is None]
+        key = (op.type, op.domain, tuple(a.SerializeToString(deterministic=True) for a in attributes),
+               tuple(sorted(graph.opset_imports.items())), len(inputs), len(op.get_output_tensors()),
+               tuple(omitted), id(graph.functions), len(graph.functions))
+        kernel = kernels.get(key) if kernels is not None else None
+        if kernel is None:
+            kernel = make_reference_kernel(op.type, op.domain, attributes, graph.opset_imports, len(inputs),
+                                           len(op.get_output_tensors()), graph.functions, omitted_inputs=omitted)
+            if kernels is not None:
+                kernels[key] = kernel
         results = kernel(*[None if t is None else t.data for t in inputs])
     except XGraphError:
         return None  # the evaluator cannot run it (custom op, bad data): it stays an op
@@ -203,13 +216,14 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
     """Evaluate ops whose inputs are all weights and make their results weights. Returns ops folded."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = 0
+    kernels: dict = {}  # one reference evaluator per kind of node, for this fold
     for op in graph.toposort():
         if not _foldable(op, keep):
             continue
         estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
         if estimate is None or estimate > max_bytes:
             continue
-        arrays = _evaluate(op)
+        arrays = _evaluate(op, kernels)
         if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
             continue
         replace_by_weights(graph, op, arrays)
