@@ -178,3 +178,17 @@ def test_sparse_tensors_of_high_rank_are_expanded_or_refused_cleanly():
         else:
             with pytest.raises(ModelFileError, match=f"rank {rank}"):
                 xgraph.Graph.from_onnx(data)
+
+
+def test_models_larger_than_the_expansion_limit_load_when_nothing_expands():
+    """The limit bounds what expansion adds: a plain model longer than it is counted, never refused."""
+    from xgraph.errors import ModelFileError
+    from xgraph.ir.onnx.inference_budget import expanded_node_count
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(50)]
+    plain = helper.make_model(helper.make_graph(nodes, "long", [vi("t0", TensorProto.FLOAT, [4])],
+                                                [vi("t50", TensorProto.FLOAT, [4])]))
+    assert expanded_node_count(plain, "m", limit=10) == 50
+    bomb = function_bomb(6)  # one call expanding to 32 nodes: 31 added
+    assert expanded_node_count(bomb, "m", limit=31) == 32
+    with pytest.raises(ModelFileError, match="expand to more than 30 nodes"):
+        expanded_node_count(bomb, "m", limit=30)

@@ -160,21 +160,61 @@ def _foldable(op: Op, keep: set[Tensor]) -> bool:
     return not any(t in keep for t in op.get_output_tensors())
 
 
-def _evaluate(op: Op) -> list[np.ndarray] | None:
+def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
+    """`op`'s outputs by the ONNX reference evaluator; None when it cannot run the op.
+
+    `kernels` (one dict per fold) keeps the evaluator of each kind of node: building one costs
+    about four times running it, and a transformer's blocks repeat the same Shape/Gather/Concat
+    nodes thousands of times."""
     from xgraph.kernels.reference import make_reference_kernel
     inputs = op.get_input_tensors()
     graph = op.graph
     try:
-        kernel = make_reference_kernel(op.type, op.domain, op.attribute_protos(), graph.opset_imports, len(inputs),
-                                       len(op.get_output_tensors()), graph.functions,
-                                       omitted_inputs=[i for i, t in enumerate(inputs) if t is None])
+        attributes = op.attribute_protos()
+        omitted = [i for i, t in enumerate(inputs) if t is None]
+        key = (op.type, op.domain, tuple(a.SerializeToString(deterministic=True) for a in attributes),
+               tuple(sorted(graph.opset_imports.items())), len(inputs), len(op.get_output_tensors()),
+               tuple(omitted), id(graph.functions), len(graph.functions))
+        values = [None if t is None else t.data for t in inputs]
+        seen = ("outputs", key, _values_key(values)) if kernels is not None else None
+        if seen is not None and seen[2] is not None and seen in kernels:
+            return kernels[seen]  # the same node on the same small values: the same results
+        kernel = kernels.get(key) if kernels is not None else None
+        if kernel is None:
+            kernel = make_reference_kernel(op.type, op.domain, attributes, graph.opset_imports, len(inputs),
+                                           len(op.get_output_tensors()), graph.functions, omitted_inputs=omitted)
+            if kernels is not None:
+                kernels[key] = kernel
         with np.errstate(all="ignore"):  # the model's own arithmetic (T5's log(0) in a branch Where drops)
-            results = kernel(*[None if t is None else t.data for t in inputs])
+            results = kernel(*values)
     except XGraphError:
         return None  # the evaluator cannot run it (custom op, bad data): it stays an op
     if len(results) != len(op.get_output_tensors()) or not all(isinstance(r, np.ndarray) for r in results):
         return None
-    return [np.asarray(r) for r in results]
+    arrays = [np.asarray(r) for r in results]
+    if seen is not None and seen[2] is not None:
+        kernels[seen] = arrays  # weights hold read-only views: sharing the arrays is safe
+    return arrays
+
+
+#: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
+_SMALL_VALUES = 4096
+
+
+def _values_key(values: list) -> tuple | None:
+    """The inputs of a fold as a hashable key (dtype, shape, bytes), or None when they are large or objects."""
+    key, total = [], 0
+    for v in values:
+        if v is None:
+            key.append(None)
+            continue
+        if not isinstance(v, np.ndarray) or v.dtype == object:
+            return None
+        total += v.nbytes
+        if total > _SMALL_VALUES:
+            return None
+        key.append((v.dtype.str, v.shape, v.tobytes()))
+    return tuple(key)
 
 
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
@@ -204,13 +244,14 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
     """Evaluate ops whose inputs are all weights and make their results weights. Returns ops folded."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = 0
+    kernels: dict = {}  # one reference evaluator per kind of node, for this fold
     for op in graph.toposort():
         if not _foldable(op, keep):
             continue
         estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
         if estimate is None or estimate > max_bytes:
             continue
-        arrays = _evaluate(op)
+        arrays = _evaluate(op, kernels)
         if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
             continue
         replace_by_weights(graph, op, arrays)

@@ -110,6 +110,47 @@ class GraphBuilder:
             self._leaf_of[op] = self._root
         return op
 
+    def add_ops(self, rows: "Iterable[tuple[str, str, str, Sequence[str], Sequence[str]]]") -> list[Op]:
+        """`add_op` for many ops (import): rows of (name, type, domain, input names, output names), in order.
+
+        An input name is "" for an omitted optional input, else a tensor of the graph or an output
+        of an earlier row (the caller checked that). One loop with its tables held locally, because
+        per-call overhead is most of `add_op`'s cost on a 100k-op model.
+        """
+        graph, tensors, ops, root_ops, leaf_of = self.graph, self._tensors, self._ops, self._root_ops, self._leaf_of
+        root, split = self._root, self._split_root
+        seq = graph._seq
+        made = []
+        for name, op_type, domain, input_names, output_names in rows:
+            op = Op(graph, name, op_type, domain, seq)
+            seq += 1
+            op_inputs = op._inputs
+            for x in input_names:
+                if x:
+                    t = tensors[x]
+                    op_inputs.append(t)
+                    consumers = t._consumers
+                    consumers[op] = consumers.get(op, 0) + 1
+                else:
+                    op_inputs.append(None)
+            op_outputs = op._outputs
+            for o in output_names:
+                t = Tensor(graph, o)
+                t._producer = op
+                tensors[o] = t
+                op_outputs.append(t)
+            ops[name] = op
+            root_ops.add(op)
+            if split:
+                child = Subgraph(graph, f"subgraph_{name}", root, (op,))
+                root._children[child] = None
+                leaf_of[op] = child
+            else:
+                leaf_of[op] = root
+            made.append(op)
+        graph._seq = seq
+        return made
+
     def add_output(self, op: Op, name: str) -> Tensor:
         """One more output tensor of `op` (import adds outputs while naming omitted ones)."""
         t = Tensor(self.graph, name)

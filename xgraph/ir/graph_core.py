@@ -304,6 +304,9 @@ class GraphCore(AttrsMixin):
         return list(order)
 
     def _kahn(self) -> list[Op]:
+        in_order = self._ops_if_topological()
+        if in_order is not None:
+            return in_order
         indeg = {op: len(op.get_input_ops()) for op in self._ops.values()}
         heap = [op for op, n in indeg.items() if n == 0]
         heapq.heapify(heap)
@@ -319,6 +322,24 @@ class GraphCore(AttrsMixin):
             stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
             raise GraphError(f"graph {self.name!r} has a cycle through ops {stuck}")
         return order
+
+    def _ops_if_topological(self) -> "list[Op] | None":
+        """The ops in table order when that order is by creation and topological (then it is exactly what
+        Kahn's heap pops: the smallest ready op is always the next one); else None. O(V+E)."""
+        if self._nested_ops:
+            return None
+        ops = list(self._ops.values())
+        seen: set[Op] = set()
+        last = -1
+        for op in ops:
+            if op._seq <= last:
+                return None
+            last = op._seq
+            for t in op._inputs:
+                if t is not None and t._producer is not None and t._producer not in seen:
+                    return None
+            seen.add(op)
+        return ops
 
     def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
         """(op -> tensors its nested graphs read by name, tensor -> such readers), cached until a mutation."""

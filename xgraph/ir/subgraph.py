@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin
+from xgraph.ir.child_links import child_dependencies
 from xgraph.ir.quotient import merge_makes_cycle
 
 if TYPE_CHECKING:
@@ -172,10 +173,13 @@ class Subgraph(AttrsMixin):
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
         index = self._graph._topo_index()
-        first = {c: min(index[op] for op in c._ops) for c in self._children}
+        first = {c: min(map(index.__getitem__, c._ops)) for c in self._children}
+        child_of = self._child_map()
+        by_first = sorted(self._children, key=first.__getitem__)
+        if self._edges_go_forward(by_first, child_of):
+            return by_first  # what the heap below pops when the first-op order is already topological
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
-        child_of = self._child_map()
         for c in self._children:
             for op in c._ops:
                 for consumer in op.get_fanout_ops():
@@ -196,6 +200,31 @@ class Subgraph(AttrsMixin):
         if len(order) != len(self._children):
             raise GraphError(f"children of subgraph {self._name!r} depend on each other cyclically")
         return order
+
+    def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
+        """(children, preds): the children numbered by their first op in graph insertion order, and per child
+        the numbers of the children its ops read from (repeats possible, never its own). O(V+E).
+        See `xgraph.ir.child_links`."""
+        return child_dependencies(self)
+
+    def _edges_go_forward(self, order: "list[Subgraph]", child_of: "dict[Op, Subgraph]") -> bool:
+        """True when every dependency between children points from an earlier child of `order` to a later one.
+
+        O(V+E). With it, the usual tree (children already in dependency order by their first ops)
+        is sorted without building the children graph.
+        """
+        position = {c: i for i, c in enumerate(order)}
+        nested = bool(self._graph._nested_ops)
+        get = child_of.get
+        for c in order:
+            here = position[c]
+            for op in c._ops:
+                for consumer in (op.get_fanout_ops() if nested else
+                                 (x for t in op._outputs for x in t._consumers)):
+                    d = get(consumer)
+                    if d is not None and position[d] < here:
+                        return False
+        return True
 
     def _child_map(self) -> "dict[Op, Subgraph]":
         """op -> the child of this subgraph holding it (every op of this subgraph)."""

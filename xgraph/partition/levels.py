@@ -199,7 +199,8 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
                 break
         mine.append(x)
     first_node: dict[int, int] = {}
-    return [first_node.setdefault(graph.find(node), v) for v, node in enumerate(node_of)]
+    survivor = [graph.find(x) for x in range(len(graph.parent))]  # once per contracted node, not per node
+    return [first_node.setdefault(survivor[node], v) for v, node in enumerate(node_of)]
 
 
 @dataclass

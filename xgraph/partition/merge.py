@@ -51,23 +51,8 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     """
     if root.is_leaf:
         return ChildrenDag([], [])
-    child_of = {op: child for child in root.get_children() for op in child.get_ops()}
-    ops = root.get_graph().get_ops()
-    number: dict[Subgraph, int] = {}
-    for op in ops:
-        number.setdefault(child_of[op], len(number))
-    preds: list[list[int]] = [[] for _ in number]
-    in_order = True
-    for op in ops:
-        v = number[child_of[op]]
-        sources = preds[v]
-        for producer in op.get_input_ops():
-            u = number[child_of[producer]]
-            if u != v:
-                sources.append(u)
-                in_order = in_order and u < v
-    children = list(number)
-    if in_order:
+    children, preds = root.child_dependencies()
+    if all(u < v for v, sources in enumerate(preds) for u in sources):
         return ChildrenDag(children, preds)
     order = topological_order(preds)
     if len(order) < len(preds):

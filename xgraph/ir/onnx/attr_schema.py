@@ -124,10 +124,20 @@ def check_known_attrs(graph: Any, label: str) -> None:
         sg = stack.pop()
         _check(sg.get_attrs(), SUBGRAPH_ATTRS, f"subgraph {sg.name!r}", label)
         stack.extend(sg.get_children())
+    # 100k-op files repeat a handful of (key, value) pairs: each distinct pair is checked once
+    checked: set[tuple[str, Any]] = set()
     for op in graph.get_ops():
-        annotations = {k: op.get_attr(k) for k in OP_ANNOTATIONS if op.has_attr(k) and op.is_annotation(k)}
-        if annotations:
-            _check(annotations, OP_ANNOTATIONS, f"op {op.name!r}", label)
+        attrs, kinds = op._attrs, op._attr_types  # xgraph/ir reads its own fields
+        if not attrs:
+            continue
+        for key in OP_ANNOTATIONS:
+            if key in attrs and kinds.get(key) is None:
+                value = attrs[key]
+                pair = (key, value) if isinstance(value, str) else None
+                if pair is None or pair not in checked:
+                    _check({key: value}, OP_ANNOTATIONS, f"op {op.name!r}", label)
+                    if pair is not None:
+                        checked.add(pair)
 
 
 __all__ = ["GRAPH_ATTRS", "OP_ANNOTATIONS", "SUBGRAPH_ATTRS", "check_known_attrs"]

@@ -54,8 +54,29 @@ def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
         shape, dtype = types.get(t.name, (shape, dtype))
     if dtype is None:
         return onnx.ValueInfoProto(name=t.name)  # type unknown: left for shape inference
-    shape = None if shape is None else [d if isinstance(d, (int, str)) else None for d in shape]
-    return helper.make_tensor_value_info(t.name, _elem_type(dtype), shape)
+    return onnx.ValueInfoProto(name=t.name, type=_tensor_type(shape, dtype))
+
+
+#: (shape, dtype) -> its TypeProto: the tensors of a 100k-op graph share a few types, and building one
+#: through onnx.helper costs ten times a copy
+_TENSOR_TYPES: dict[tuple, onnx.TypeProto] = {}
+_TENSOR_TYPES_LIMIT = 4096
+
+
+def _tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypeProto:
+    dims = None if shape is None else tuple(d if isinstance(d, (int, str)) else None for d in shape)
+    key = (dims, dtype)
+    try:
+        hit = _TENSOR_TYPES.get(key)
+    except TypeError:  # an unhashable dtype
+        hit, key = None, None
+    if hit is None:
+        hit = helper.make_tensor_type_proto(_elem_type(dtype), None if dims is None else list(dims))
+        if key is not None:
+            if len(_TENSOR_TYPES) >= _TENSOR_TYPES_LIMIT:
+                _TENSOR_TYPES.clear()
+            _TENSOR_TYPES[key] = hit
+    return hit
 
 
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
@@ -66,13 +87,15 @@ def _node(op: "Op", outputs: set) -> onnx.NodeProto:
     node = onnx.NodeProto(
         op_type=op.type, domain=op.domain, name=op.name,
         input=["" if t is None else t.name for t in op._inputs],
-        output=["" if _is_unused_placeholder(t, outputs) else t.name for t in op._outputs])
+        output=[t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
+                for t in op._outputs])
     if op.doc_string:
         node.doc_string = op.doc_string
-    try:
-        node.attribute.extend(op.attribute_protos())
-    except TypeError as e:
-        raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
+    if any(kind is not None for kind in op._attr_types.values()):  # annotations are never exported
+        try:
+            node.attribute.extend(op.attribute_protos())
+        except TypeError as e:
+            raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
     return node
 
 
@@ -81,8 +104,9 @@ def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"
         ops = list(graph._ops.values())
         seen: set = set()
         for op in ops:  # insertion order is topological unless rewired after creation
-            if any(t is not None and t._producer is not None and t._producer not in seen for t in op._inputs):
-                return graph.toposort()
+            for t in op._inputs:
+                if t is not None and t._producer is not None and t._producer not in seen:
+                    return graph.toposort()
             seen.add(op)
         return ops
     return list(ops)
@@ -107,8 +131,8 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                        if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types)]
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
         value_infos = [value_info(t) for op in ops for t in op._outputs
-                       if t not in io and not _is_unused_placeholder(t, out_set)
-                       and (t._dtype is not None or t._type_proto is not None)]
+                       if (t._dtype is not None or t._type_proto is not None) and t not in io
+                       and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set))]
     if external:  # weights stored elsewhere: their references, never their bytes
         initializers = [external[t.name] if t.name in external else array_to_tensor(t._data, t.name) for t in consts]
     else:
@@ -210,8 +234,13 @@ def check_exported(model: onnx.ModelProto, what: str) -> None:
     """
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     local = {(f.domain, f.name) for f in model.functions}
+    fine: set[tuple] = set()  # (domain, op type, input count, output count) already checked
     for node in model.graph.node:
         domain = "" if node.domain == "ai.onnx" else node.domain
+        key = (domain, node.op_type, len(node.input), len(node.output))
+        if key in fine:
+            continue
+        fine.add(key)  # a failing key raises below, so it is never reused
         if domain not in ("", "ai.onnx.ml") or (domain, node.op_type) in local or domain not in opsets:
             continue
         schema = _schema(node.op_type, domain, opsets[domain])

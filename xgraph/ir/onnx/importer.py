@@ -192,18 +192,22 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
     get_type = types.get
     decoded_types = TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
     set_type = GraphBuilder.set_tensor_type
-    add_op = build.add_op
     op_types, domains, inputs, outputs, attributes, docs = \
         nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
-    for i in order:
-        name, outs = names[i], outputs[i]
+
+    def output_names(i: int) -> list[str]:
+        outs = outputs[i]
         if "" in outs:
-            outs = [o or _unused_output_name(name, j, declared, tensors) for j, o in enumerate(outs)]
-        op = add_op(name, op_types[i], domains[i], [tensors[x] if x else None for x in inputs[i]], outs)
+            return [o or _unused_output_name(names[i], j, declared, tensors) for j, o in enumerate(outs)]
+        return outs
+
+    made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    for i, op in zip(order, made):
         if docs[i]:
             op.doc_string = docs[i]
         if attributes[i]:
             _read_attributes(op, attributes[i], label)
+    for op in made:
         for t in op._outputs:
             tp = get_type(t.name)
             if tp is not None:

@@ -1,0 +1,126 @@
+"""The linear fast paths of the IR's orders equal what the general algorithms give.
+
+`Graph.toposort` and `Subgraph.toposort_child_subgraph` return the table / first-op order when
+it is already topological, and `Subgraph.child_dependencies` walks the op links directly; each
+is checked here against a few-line oracle written from the public API (Kahn's algorithm with
+a heap, smallest insertion number first), on random DAGs built in order and rewired out of
+order, with random merges of the root's children.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from xgraph import Graph
+from xgraph.ir.links import check_links
+
+
+def _random_graph(seed: int, n: int = 40, rewire: bool = False) -> Graph:
+    rng = random.Random(seed)
+    g = Graph(f"g{seed}")
+    g.create_input("x", [1])
+    names = ["x"]
+    for i in range(n):
+        sources = rng.sample(names, k=min(len(names), rng.choice([1, 1, 2])))
+        g.create_op(f"op{i}", "Add" if len(sources) == 2 else "Relu", inputs=sources)
+        names.append(f"op{i}")
+    if rewire:  # point an early op at a later tensor: insertion order stops being topological
+        for _ in range(3):
+            i = rng.randrange(1, n // 2)
+            j = rng.randrange(i + 1, n)
+            op, later = g.get_op(f"op{i}"), g.get_op(f"op{j}")
+            if not _reaches(op, later):  # else the rewiring would make a cycle
+                op.set_input(0, later.get_output_tensor())
+    check_links(g)
+    return g
+
+
+def _descendants(op):
+    seen, stack = set(), [op]
+    while stack:
+        for c in stack.pop().get_fanout_ops():
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return seen
+
+
+def _reaches(src, dst) -> bool:
+    return dst is src or dst in _descendants(src)
+
+
+def _kahn(nodes, preds, key):
+    """Kahn's algorithm over `nodes`, popping the smallest `key` among the ready ones."""
+    waiting = {v: len(set(preds[v])) for v in nodes}
+    users = {v: [] for v in nodes}
+    for v in nodes:
+        for u in set(preds[v]):
+            users[u].append(v)
+    heap = [(key(v), i, v) for i, v in enumerate(nodes) if waiting[v] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, _, v = heapq.heappop(heap)
+        order.append(v)
+        for w in users[v]:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                heapq.heappush(heap, (key(w), nodes.index(w), w))
+    return order
+
+
+@pytest.mark.parametrize("rewire", [False, True])
+@pytest.mark.parametrize("seed", range(12))
+def test_toposort_is_kahns_order_by_insertion(seed, rewire):
+    g = _random_graph(seed, rewire=rewire)
+    ops = g.get_ops()
+    insertion = {op: i for i, op in enumerate(ops)}
+    expected = _kahn(ops, {op: op.get_input_ops() for op in ops}, insertion.__getitem__)
+    assert [op.name for op in g.toposort()] == [op.name for op in expected]
+
+
+def _merged_root(g: Graph, seed: int):
+    """The root split into leaves, then random acyclic merges of neighbouring pairs."""
+    rng = random.Random(seed + 1000)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    for op in rng.sample(g.get_ops(), k=len(g.get_ops()) // 3):
+        a = g.get_leaf_subgraph(op.name)
+        fanout = op.get_fanout_ops()
+        if not fanout:
+            continue
+        b = g.get_leaf_subgraph(rng.choice(fanout).name)
+        if a is not b:
+            try:
+                root.merge_children({a, b})
+            except Exception:  # noqa: BLE001 - a merge that would make a cycle is refused; skip it
+                pass
+    check_links(g)
+    return root
+
+
+@pytest.mark.parametrize("rewire", [False, True])
+@pytest.mark.parametrize("seed", range(12))
+def test_child_toposort_and_dependencies_match_oracles(seed, rewire):
+    g = _random_graph(seed, rewire=rewire)
+    root = _merged_root(g, seed)
+    topo = {op: i for i, op in enumerate(g.toposort())}
+    insertion = {op: i for i, op in enumerate(g.get_ops())}
+    children = list(root.get_children())
+    child_of = {op: c for c in children for op in c.get_ops()}
+    preds = {c: [child_of[p] for op in c.get_ops() for p in op.get_input_ops() if child_of[p] is not c]
+             for c in children}
+    first_topo = {c: min(topo[op] for op in c.get_ops()) for c in children}
+    expected = _kahn(children, preds, first_topo.__getitem__)
+    assert [c.name for c in root.toposort_child_subgraph()] == [c.name for c in expected]
+
+    numbered, numbered_preds = root.child_dependencies()
+    by_first_insertion = sorted(children, key=lambda c: min(insertion[op] for op in c.get_ops()))
+    assert numbered == by_first_insertion
+    index = {c: i for i, c in enumerate(numbered)}
+    for c, sources in zip(numbered, numbered_preds):
+        reads = {index[child_of[p]] for op in c.get_ops() for p in op.get_input_ops()} - {index[c]}
+        assert set(sources) == reads
+        assert index[c] not in sources
