@@ -15,7 +15,10 @@ per-step split of xgraph's time: inside the subgraph runners' `execute` (the onn
 or numpy kernels) and the dispatch overhead around them (graph-runner wall time per step minus
 that: input checks, job records, scheduling, host<->device copies, result checks).
 
-    python benchmarks/generate.py [--tokens 48] [--rounds 15] [--kernels auto] [--layers 4 --hidden 256]
+    python benchmarks/generate.py [--tokens 48] [--rounds 15] [--kernels auto] [--layers 4 --hidden 256] [--gears]
+
+With --gears the decoder is compiled with one gear per past length (`dynamic_dims`), so every
+step is static and all but the embedding lookups run on AI Core.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ import xgraph
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "generate"
 PROMPT = [3, 17, 42]
 SETTLE_S = 0.05  # pause between contenders: onnxruntime's spinning pool would slow the next one
+FLOOR_PAST = 32  # the past length of the fixed-length step
 
 
 def _sample_module(name: str):
@@ -46,11 +50,20 @@ def _execute_seconds(runner) -> float:
     return sum(s.get("total_s", 0.0) for s in runner.get_stats()["subgraphs"].values())
 
 
-def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4) -> dict:
+def gear_options(layers: int, heads: int, head: int, past_lengths: range) -> dict[str, str]:
+    """Compile options with one gear per past length (every step static, its attention on AI Core)."""
+    pasts = ";".join(f"past_l{i}_{kv}:1,{heads},-1,{head}" for i in range(layers) for kv in "kv")
+    dims = ";".join(",".join([str(p)] * (2 * layers)) for p in past_lengths)
+    return {"input_shape": f"input_ids:1,1;position_ids:1,1;{pasts}", "dynamic_dims": dims}
+
+
+def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4,
+            gears: bool = False) -> dict:
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
 
     layers/hidden 0: the sample's checked-in decoder; else a decoder of that size made by the
-    sample's builder (random weights)."""
+    sample's builder (random weights). `gears`: compiled with one gear per past length the loop
+    and the fixed-length step reach, instead of the past length left dynamic."""
     gen, make = _sample_module("generate"), _sample_module("make_model")
     if layers or hidden:
         layers, hidden = layers or 2, hidden or 32
@@ -59,7 +72,10 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         layers, hidden = 2, 32
         model = (SAMPLE / "decoder.onnx").read_bytes()
     shape = {"layers": layers, "heads": heads, "head": hidden // heads}
-    graph = xgraph.compile(model, gen.cache_shape_option(layers, heads))
+    steps = len(PROMPT) + tokens - 1
+    options = gear_options(layers, heads, hidden // heads, range(max(steps, FLOOR_PAST + 1))) if gears \
+        else gen.cache_shape_option(layers, heads)
+    graph = xgraph.compile(model, options)
     names = [t.name for t in graph.get_output_tensors()]
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -101,10 +117,11 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
     return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected,
             "steps": len(PROMPT) + tokens - 1, "tokens": tokens, "subgraphs": subgraphs, "backends": backends,
-            "model": f"{layers} layers, hidden {hidden}", "floor": floor}
+            "model": f"{layers} layers, hidden {hidden}" + (f", {len(graph.get_gears())} past-length gears" if gears else
+                                                             ", past length dynamic"), "floor": floor}
 
 
-def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = 32, block: int = 10) -> dict:
+def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = FLOOR_PAST, block: int = 10) -> dict:
     """One decoding step at a fixed past length, each contender's fastest block of `block` steps (us).
 
     On a shared machine the loops above wander with the load; the fastest of many short blocks
@@ -165,8 +182,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--layers", type=int, default=0, help="a decoder of this many layers instead of the sample's")
     parser.add_argument("--hidden", type=int, default=0, help="... and of this width (a multiple of 4)")
+    parser.add_argument("--gears", action="store_true", help="compile one gear per past length (all on AI Core) "
+                        "instead of leaving the past length dynamic (its attention on AI CPU)")
     args = parser.parse_args(argv)
-    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden)
+    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears)
     print(report(r))
     return 0 if r["equal"] else 1
 
