@@ -35,3 +35,24 @@ def test_results_are_onnxruntimes_and_a_run_failure_names_the_subgraph_then_fall
     with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
         with pytest.raises(KernelError, match=r"subgraph .* onnxruntime failed: .*out of data bounds"):
             runner.run({"idx": np.array([0, 7])})
+
+
+def test_a_folded_transpose_of_a_weight_runs_on_onnxruntime_from_the_strided_view():
+    # the tied LM head of a GPT-2 export: MatMul(x, Transpose(wte)); folding leaves a strided view of wte
+    rng = np.random.default_rng(0)
+    wte = rng.standard_normal((64, 32)).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Transpose", ["wte"], ["wte_t"], name="tied", perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wte_t"], ["logits"], name="head")], "tied_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 64])],
+        initializer=[numpy_helper.from_array(wte, "wte")]), opset_imports=[helper.make_opsetid("", 17)])
+    graph = xgraph.compile(model)
+    folded = graph.get_tensor("wte_t").data
+    assert not folded.flags.c_contiguous  # the case: a view, not a copy
+    x = rng.standard_normal((1, 32)).astype(np.float32)
+    with xgraph.create_graph_runner(graph, kernels="auto") as runner:
+        (got,) = runner.run({"x": x})
+        assert [r.backend for r in runner.runners.values()] == ["onnxruntime"], \
+            [getattr(r, "backend_reason", "") for r in runner.runners.values()]
+    np.testing.assert_allclose(got, x @ wte.T, rtol=1e-5, atol=1e-5)

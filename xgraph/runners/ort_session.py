@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import onnx
 
 from xgraph.errors import ModelFileError
@@ -108,8 +109,11 @@ def add_weights(options, model: "onnx.ModelProto", subgraph: "Subgraph") -> list
                 entry = proto.external_data.add()
                 entry.key, entry.value = key, value
             continue
+        # onnxruntime takes only buffers it does not own: an OrtValue over a strided view (a folded
+        # Transpose of a weight) would be a copy it owns, so such a weight is made contiguous first
+        array = t.data if t.data.flags.c_contiguous else np.ascontiguousarray(t.data)
         names.append(t.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(t.data))
+        values.append(ort.OrtValue.ortvalue_from_numpy(array))
     if folder is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     if names:
