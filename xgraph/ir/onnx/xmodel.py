@@ -7,14 +7,13 @@ Layout:
 - numpy arrays found in attrs, as initializers named ``xgraph.attr/<n>`` (referenced from the
   JSON as ``["a", "<n>"]``).
 
-Attr values are tagged in the JSON (``["s", "text"]``, ``["i", 3]``, ``["l", [...]]``...) so
-loading restores exactly the Python types that were saved. Loading never unpickles and
+Attr values are tagged in the JSON (`xgraph.ir.onnx.attr_json`) so loading restores exactly the
+Python types that were saved. Loading never unpickles and
 never imports or executes anything named in the file; every field is type-checked and the
 tree must partition the ops, else a ModelFileError names the file and the problem.
 """
 from __future__ import annotations
 
-import base64
 import json
 import os
 from typing import Any
@@ -24,10 +23,10 @@ import onnx
 from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
-from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_with
 from xgraph.ir.graph_core import GraphCore
+from xgraph.ir.onnx.attr_json import ARRAY_PREFIX, MAX_JSON_DEPTH, Decoder, Encoder
 from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.gears_file import add_gears, read_gears
@@ -37,10 +36,8 @@ from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, si
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
-ARRAY_PREFIX = "xgraph.attr/"
 FORMAT = "xgraph.xmodel"
 VERSION = 1
-MAX_JSON_DEPTH = 64
 #: Weights adding up to more than this many bytes go to a side file (the `external_data_threshold` default).
 DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 #: Past this many bytes of weights the side file is used whatever the threshold: one protobuf
@@ -48,128 +45,7 @@ DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 INLINE_LIMIT = (1 << 31) - (1 << 26)
 
 
-class _Encoder:
-    """Tags Python attr values for JSON; collects arrays to store as initializers."""
-
-    def __init__(self) -> None:
-        self.arrays: list[onnx.TensorProto] = []
-        #: attrs of text values only (op annotations: device, reason, kernel) -> their encoding, shared: a
-        #: 100k-op graph repeats a few such dicts, and json.dumps writes a shared dict like separate ones
-        self._text_attrs: dict[tuple, dict[str, list]] = {}
-
-    def encode(self, v: Any) -> list:
-        kind = type(v)  # the exact builtin types, most attrs of a 100k-op graph, skip the isinstance chain
-        if kind is str:
-            return ["s", v]
-        if kind is bool:
-            return ["b", v]
-        if kind is int:
-            return ["i", v]
-        if kind is dict:
-            return ["d", {k: self.encode(x) for k, x in v.items()}]
-        if v is None:
-            return ["n", None]
-        if isinstance(v, (bool, np.bool_)):
-            return ["b", bool(v)]
-        if isinstance(v, (int, np.integer)):
-            return ["i", int(v)]
-        if isinstance(v, (float, np.floating)):
-            f = float(v)
-            return ["f", f if np.isfinite(f) else repr(f)]
-        if isinstance(v, str):
-            return ["s", v]
-        if isinstance(v, bytes):
-            return ["y", base64.b64encode(v).decode("ascii")]
-        if isinstance(v, np.ndarray):
-            key = f"{ARRAY_PREFIX}{len(self.arrays)}"
-            self.arrays.append(array_to_tensor(v, key))
-            return ["a", key]
-        if isinstance(v, tuple):
-            return ["t", [self.encode(x) for x in v]]
-        if isinstance(v, list):
-            return ["l", [self.encode(x) for x in v]]
-        if isinstance(v, dict):
-            return ["d", {k: self.encode(x) for k, x in v.items()}]
-        raise GraphError(f"cannot store a {type(v).__name__} attribute in an .xmodel")
-
-    def encode_attrs(self, attrs: dict[str, Any]) -> dict[str, list]:
-        for v in attrs.values():
-            if type(v) is not str:
-                return {k: self.encode(v) for k, v in attrs.items()}
-        key = tuple(attrs.items())
-        hit = self._text_attrs.get(key)
-        if hit is None:
-            hit = self._text_attrs[key] = {k: ["s", v] for k, v in key}
-        return hit
-
-
-#: tag -> does the JSON value fit it
-_TAG_CHECKS = {"n": lambda x: x is None, "b": lambda x: isinstance(x, bool),
-               "i": lambda x: isinstance(x, int) and not isinstance(x, bool),
-               "f": lambda x: isinstance(x, (int, float, str)) and not isinstance(x, bool),
-               "s": lambda x: isinstance(x, str), "y": lambda x: isinstance(x, str),
-               "a": lambda x: isinstance(x, str), "t": lambda x: isinstance(x, list),
-               "l": lambda x: isinstance(x, list), "d": lambda x: isinstance(x, dict)}
-
-
-class _Decoder:
-    """Checks and untags JSON attr values; arrays come from the reserved initializers."""
-
-    def __init__(self, arrays: dict[str, np.ndarray], label: str) -> None:
-        self.arrays = arrays
-        self.label = label
-
-    def fail(self, what: str) -> None:
-        raise ModelFileError(f"{self.label}: xgraph metadata is damaged: {what}")
-
-    def decode(self, v: Any, depth: int = 0) -> Any:
-        if type(v) is list and len(v) == 2 and depth <= MAX_JSON_DEPTH:  # json.loads makes exact builtin types: the common tags first
-            tag, x = v
-            kind = type(x)
-            if (tag == "s" and kind is str) or (tag == "i" and kind is int) or (tag == "b" and kind is bool):
-                return x
-            if tag == "d" and kind is dict and depth < MAX_JSON_DEPTH:
-                return {k: self.decode(e, depth + 1) for k, e in x.items()}
-        return self._decode_checked(v, depth)
-
-    def _decode_checked(self, v: Any, depth: int) -> Any:
-        if depth > MAX_JSON_DEPTH:
-            self.fail(f"attribute values nested more than {MAX_JSON_DEPTH} levels")
-        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)):
-            self.fail(f"attribute value {str(v)[:60]!r} is not a [tag, value] pair")
-        tag, x = v
-        check = _TAG_CHECKS.get(tag)
-        if check is None or not check(x):
-            self.fail(f"attribute value tagged {tag!r} holds {type(x).__name__}")
-        if tag == "f":
-            try:
-                return float(x)
-            except (ValueError, OverflowError):
-                self.fail(f"{str(x)[:60]!r} is not a float")
-        if tag == "y":
-            try:
-                return base64.b64decode(x, validate=True)
-            except ValueError:
-                self.fail("bytes attribute is not base64")
-        if tag == "a":
-            if x not in self.arrays:
-                self.fail(f"attribute refers to array {x!r}, which the file does not carry")
-            return self.arrays[x]
-        if tag == "t":
-            return tuple(self.decode(e, depth + 1) for e in x)
-        if tag == "l":
-            return [self.decode(e, depth + 1) for e in x]
-        if tag == "d":
-            return {k: self.decode(e, depth + 1) for k, e in x.items()}
-        return x
-
-    def attrs(self, d: Any, where: str) -> dict[str, Any]:
-        if not isinstance(d, dict):
-            self.fail(f"attrs of {where} are not an object")
-        return {k: self.decode(v) for k, v in d.items()}
-
-
-def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
+def _tree_to_json(sg: Subgraph, enc: Encoder) -> dict:
     node: dict[str, Any] = {"name": sg.name, "attrs": enc.encode_attrs(sg._attrs)}
     if sg._children:
         node["children"] = [_tree_to_json(c, enc) for c in sg.toposort_child_subgraph()]
@@ -178,7 +54,7 @@ def _tree_to_json(sg: Subgraph, enc: _Encoder) -> dict:
     return node
 
 
-def _op_annotations(graph: GraphCore, enc: _Encoder) -> dict[str, dict]:
+def _op_annotations(graph: GraphCore, enc: Encoder) -> dict[str, dict]:
     """op name -> its encoded annotations, for the ops that have any (in op order)."""
     out = {}
     for op in graph._ops.values():
@@ -207,7 +83,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         external = {t.name: side.add(t.name, t._data) for t in graph._tensors.values()
                     if t._data is not None and goes_external(t._data)}
     model = graph_to_onnx(graph, external=external)
-    enc = _Encoder()
+    enc = Encoder()
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -309,7 +185,7 @@ def _check_side_file(side: Any, arrays: dict[str, np.ndarray], label: str) -> No
                              "(its token differs): the pair is mismatched; save or compile the model again")
 
 
-def _restore_tree(build: GraphBuilder, node: dict, dec: _Decoder) -> None:
+def _restore_tree(build: GraphBuilder, node: dict, dec: Decoder) -> None:
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
@@ -373,7 +249,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
                 arrays[init.name] = onnx.numpy_helper.to_array(init) if mapped_array is None else mapped_array
             except Exception as e:  # malformed tensor data
                 raise ModelFileError(f"{label}: attribute array {init.name!r} cannot be read: {e}") from None
-    dec = _Decoder(arrays, label)
+    dec = Decoder(arrays, label)
     if "side_file" in meta:
         _check_side_file(meta["side_file"], arrays, label)
     if reserved:
