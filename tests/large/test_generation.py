@@ -78,6 +78,10 @@ def test_greedy_generation_of_16_tokens_equals_onnxruntime(sample, compiled, ker
             logits.append(out[0])
             return out
         got = gen.greedy(step, names, prompt, 16)
+        if kernels == "auto":  # every subgraph is standard ONNX: none fell back to xgraph's kernels
+            assert {name: r.backend for name, r in runner.runners.items()} == \
+                {name: "onnxruntime" for name in runner.runners}, \
+                {name: getattr(r, "backend_reason", "") for name, r in runner.runners.items()}
     assert got == expected and len(got) == 16
     assert len(set(got)) > 1  # not a degenerate model that repeats one token
     assert len(logits) == len(prompt) + 15
