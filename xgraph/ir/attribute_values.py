@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
+from xgraph.errors import GraphError
+
 A = AttributeProto
 
 
@@ -102,6 +104,15 @@ def infer_attribute_type(value: Any) -> int:
             if k in plural:
                 return plural[k]
     raise TypeError(f"cannot store {type(value).__name__} value {value!r:.80} as an ONNX attribute")
+
+
+def check_inferable(attrs: dict[str, Any], where: str) -> None:
+    """GraphError naming `where` when a value of `attrs` has no ONNX attribute type."""
+    for value in attrs.values():
+        try:
+            infer_attribute_type(value)
+        except TypeError as e:
+            raise GraphError(f"{where}: {e}") from None
 
 
 def python_to_attribute(name: str, value: Any, attr_type: int | None = None) -> onnx.AttributeProto:

@@ -8,7 +8,6 @@ All writes of tables, links and tree membership go through `xgraph.ir.builder`.
 """
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -20,8 +19,9 @@ from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
-from xgraph.ir.nested import outer_names
+from xgraph.ir.nested import implicit_reads
 from xgraph.ir.op import ANNOTATION, Op
+from xgraph.ir.op_order import dependency_digraph, reaches, topological_order
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
 from xgraph.ir.state_diff import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
@@ -123,11 +123,7 @@ class GraphCore(AttrsMixin):
         if taken:
             raise GraphError(f"op {name!r}: output tensor name(s) {taken} already exist in graph {self.name!r}")
         attrs = dict(attrs or {})
-        for k, v in attrs.items():
-            try:
-                attribute_values.infer_attribute_type(v)
-            except TypeError as e:
-                raise GraphError(f"op {name!r}: {e}") from None
+        attribute_values.check_inferable(attrs, f"op {name!r}")
         # plan done: nothing below can fail
         op = GraphBuilder(self).add_op(name, type, domain, in_tensors, outputs)
         for k, v in attrs.items():
@@ -300,61 +296,15 @@ class GraphCore(AttrsMixin):
         """Ops in a deterministic topological order (insertion order breaks ties). O((V+E) log V)."""
         order = self._cache.get("topo")
         if order is None:
-            order = self._cache["topo"] = self._kahn()
+            order = self._cache["topo"] = topological_order(list(self._ops.values()), self.name,
+                                                            bool(self._nested_ops))
         return list(order)
-
-    def _kahn(self) -> list[Op]:
-        in_order = self._ops_if_topological()
-        if in_order is not None:
-            return in_order
-        indeg = {op: len(op.get_input_ops()) for op in self._ops.values()}
-        heap = [op for op, n in indeg.items() if n == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            op = heapq.heappop(heap)
-            order.append(op)
-            for c in op.get_fanout_ops():
-                indeg[c] -= 1
-                if indeg[c] == 0:
-                    heapq.heappush(heap, c)
-        if len(order) != len(self._ops):
-            stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
-            raise GraphError(f"graph {self.name!r} has a cycle through ops {stuck}")
-        return order
-
-    def _ops_if_topological(self) -> "list[Op] | None":
-        """The ops in table order when that order is by creation and topological (then it is exactly what
-        Kahn's heap pops: the smallest ready op is always the next one); else None. O(V+E)."""
-        if self._nested_ops:
-            return None
-        ops = list(self._ops.values())
-        seen: set[Op] = set()
-        last = -1
-        for op in ops:
-            if op._seq <= last:
-                return None
-            last = op._seq
-            for t in op._inputs:
-                if t is not None and t._producer is not None and t._producer not in seen:
-                    return None
-            seen.add(op)
-        return ops
 
     def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
         """(op -> tensors its nested graphs read by name, tensor -> such readers), cached until a mutation."""
         index = self._cache.get("implicit")
         if index is None:
-            reads: dict[Op, list[Tensor]] = {}
-            readers: dict[Tensor, list[Op]] = {}
-            for op in sorted(self._nested_ops):
-                ts = [self._tensors[n] for n in outer_names(op._attrs.values()) if n in self._tensors]
-                own = set(op._outputs)
-                ts = [t for t in ts if t not in own]
-                reads[op] = ts
-                for t in ts:
-                    readers.setdefault(t, []).append(op)
-            index = self._cache["implicit"] = (reads, readers)
+            index = self._cache["implicit"] = implicit_reads(sorted(self._nested_ops), self._tensors)
         return index
 
     def _topo_index(self) -> dict[Op, int]:
@@ -365,29 +315,13 @@ class GraphCore(AttrsMixin):
 
     def _reaches(self, src: Op, dst: Op) -> bool:
         """True when a path leads from `src` to `dst` (src == dst counts)."""
-        if src is dst:
-            return True
-        index = self._topo_index()
-        limit = index[dst]
-        stack, seen = [src], {src}
-        while stack:
-            for c in stack.pop().get_fanout_ops():
-                if c is dst:
-                    return True
-                if c not in seen and index[c] < limit:
-                    seen.add(c)
-                    stack.append(c)
-        return False
+        return src is dst or reaches(src, dst, self._topo_index())
 
     def op_graph(self) -> "nx.DiGraph":
         """The op-to-op dependency graph as a networkx.DiGraph over Op objects (cached until a mutation)."""
         g = self._cache.get("nx")
         if g is None:
-            import networkx as nx
-            g = nx.DiGraph()
-            g.add_nodes_from(self._ops.values())
-            g.add_edges_from((p, op) for op in self._ops.values() for p in op.get_input_ops())
-            self._cache["nx"] = g
+            g = self._cache["nx"] = dependency_digraph(self._ops.values())
         return g
 
     def isomorphism(self, template: "GraphTemplate") -> list[dict[str, Op]]:
