@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 import xgraph
 from xgraph import Graph, XGraphError
 from xgraph.errors import ModelFileError, RunnerError
-from xgraph.ir.onnx import safe_reader as model_file
+from xgraph.ir.onnx import external_data, tensor_inventory
 from xgraph.ir.links import check_links
 from xgraph.ir.onnx.xmodel import ARRAY_PREFIX, META_KEY
 
@@ -177,7 +177,7 @@ def test_a_file_swapped_for_a_link_after_the_checks_is_refused(folders, monkeypa
     """The data is read through one descriptor opened without following links, then fstat-checked."""
     top, model = folders
     (model / "link.bin").symlink_to(top / "secret.bin")
-    monkeypatch.setattr(model_file, "_safe_external_path", lambda base, location, label, tensor: base / "link.bin")
+    monkeypatch.setattr(external_data, "_safe_external_path", lambda base, location, label, tensor: base / "link.bin")
     refused(save(add_model(external("w", "weights.bin")), model), "'w'", "cannot be opened")
 
 
@@ -330,7 +330,7 @@ def test_deeply_nested_graphs_are_refused(tmp_path):
     model = onnx.ModelProto(ir_version=8)
     model.opset_import.add(domain="", version=17)
     graph = model.graph  # built in place: no parse, so no protobuf depth limit applies
-    for _ in range(model_file.MAX_GRAPH_DEPTH + 2):
+    for _ in range(tensor_inventory.MAX_GRAPH_DEPTH + 2):
         a = graph.node.add(op_type="If").attribute.add(name="then_branch", type=onnx.AttributeProto.GRAPH)
         graph = a.g
     refused(model, "nested more than 64 levels")

@@ -13,7 +13,7 @@ import pytest
 
 import xgraph
 from xgraph.errors import ModelFileError
-from xgraph.ir.onnx import safe_reader
+from xgraph.ir.onnx import external_data
 
 from tests.security.test_hostile_files import add_model, external, save
 
@@ -71,7 +71,7 @@ def test_external_data_swapped_after_the_checks_is_refused(tmp_path, monkeypatch
     weights = model / "weights.bin"
     weights.write_bytes(np.arange(16, dtype=np.float32).tobytes())
     path = save(add_model(external("w", "weights.bin")), model)
-    checked = safe_reader._check_range
+    checked = external_data._check_range
     swapped = []
 
     def check_then_swap(*args):
@@ -86,7 +86,7 @@ def test_external_data_swapped_after_the_checks_is_refused(tmp_path, monkeypatch
                 os.mknod(weights, 0o666 | 0o020000, os.makedev(1, 5))  # a /dev/zero of our own
             swapped.append(swap)
         return result
-    monkeypatch.setattr(safe_reader, "_check_range", check_then_swap)
+    monkeypatch.setattr(external_data, "_check_range", check_then_swap)
     with pytest.raises(ModelFileError, match="not a regular file") as e:
         xgraph.Graph.from_onnx(path)
     assert "'w'" in str(e.value) and swapped

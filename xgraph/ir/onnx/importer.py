@@ -17,7 +17,8 @@ from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
-from xgraph.ir.onnx.safe_reader import Inventory, read_model_inventory, sparse_to_dense
+from xgraph.ir.onnx.safe_reader import read_model_inventory, sparse_to_dense
+from xgraph.ir.onnx.tensor_inventory import Inventory
 from xgraph.ir.onnx.shape_inference import DATA_PROP_MAX_DIM, infer_model
 from xgraph.ir.onnx.value_types import TYPE_CACHE, NotText, type_to_shape_dtype, value_types
 from xgraph.ir.op import Op

@@ -1,143 +1,22 @@
-"""Reading ONNX model bytes safely: protobuf parsing, external data inside the model's folder,
-and tensor sizes checked against the bytes they carry before anything is allocated."""
+"""Reading ONNX model bytes safely: protobuf parsing, external data inside the model's folder
+(`external_data.py`), and tensor sizes checked against the bytes they carry before anything is
+allocated (the walk over what a model holds: `tensor_inventory.py`)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.onnx.file_handles import MAX_MODEL_FILE_BYTES, open_regular, read_exactly, read_model_file
-from xgraph.ir.onnx.mapped import MappedFile, map_file, plain_dtype, tensors_to_map
-
-#: A tensor declaring more bytes than this is refused before any allocation (1 TiB).
-MAX_TENSOR_BYTES = 1 << 40
-#: Nested graphs (If/Loop/Scan bodies) deeper than this are refused.
-MAX_GRAPH_DEPTH = 64
-#: Sparse tensors are expanded to dense arrays, so a few bytes of indices could ask for gigabytes:
-#: the dense sizes of all sparse tensors in one model may add up to at most this (1 GiB).
-MAX_SPARSE_DENSE_BYTES = 1 << 30
-#: Arrays (numpy's limit) and so sparse tensors, which are expanded to arrays, have at most this many dims.
-MAX_RANK = 64
-
-_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
-if hasattr(TensorProto, "FLOAT4E2M1"):
-    _BITS[TensorProto.FLOAT4E2M1] = 4
-if hasattr(TensorProto, "INT2"):
-    _BITS[TensorProto.INT2] = 2
-    _BITS[TensorProto.UINT2] = 2
-
-
-def element_bits(elem_type: int) -> int | None:
-    """Bits per element of an ONNX tensor type (None for strings and unknown types)."""
-    if elem_type in _BITS:
-        return _BITS[elem_type]
-    if elem_type in (TensorProto.STRING, TensorProto.UNDEFINED):
-        return None
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize * 8
-    except Exception:  # onnx raises KeyError/ValueError for types it cannot map
-        return None
-
-
-class Inventory:
-    """Everything a model carries in nested places, found in one walk over its nodes.
-
-    Protobuf field access from Python is slow, and hostile-file checks need the graphs,
-    tensors and sparse tensors of every scope: one walk collects them all.
-    """
-
-    __slots__ = ("graphs", "tensors", "sparse")
-
-    def __init__(self) -> None:
-        self.graphs: list[onnx.GraphProto] = []
-        self.tensors: list[onnx.TensorProto] = []
-        self.sparse: list[onnx.SparseTensorProto] = []
-
-    def add_graph(self, graph: onnx.GraphProto, label: str, depth: int) -> None:
-        """Record `graph` (refusing absurd nesting), its initializers and everything in its nodes."""
-        if depth > MAX_GRAPH_DEPTH:
-            raise ModelFileError(f"{label}: graphs nested more than {MAX_GRAPH_DEPTH} levels deep (If/Loop/Scan bodies)")
-        self.graphs.append(graph)
-        self.tensors.extend(graph.initializer)
-        self.sparse.extend(graph.sparse_initializer)
-        self.add_nodes(graph.node, label, depth)
-
-    def add_nodes(self, nodes, label: str, depth: int) -> None:
-        """Record the attribute contents of `nodes`.
-
-        Fields are read whatever an attribute's declared type says: a graph or tensor hidden
-        behind a wrong type tag is still checked.
-        """
-        for node in nodes:
-            attributes = node.attribute
-            if not attributes:
-                continue
-            for a in attributes:
-                if a.HasField("t"):
-                    self.tensors.append(a.t)
-                self.tensors.extend(a.tensors)
-                if a.HasField("sparse_tensor"):
-                    self.sparse.append(a.sparse_tensor)
-                self.sparse.extend(a.sparse_tensors)
-                if a.HasField("g"):
-                    self.add_graph(a.g, label, depth + 1)
-                for g in a.graphs:
-                    self.add_graph(g, label, depth + 1)
-
-
-def inventory(model: onnx.ModelProto, label: str) -> Inventory:
-    """The graphs (main first), tensors and sparse tensors of the model, function bodies included."""
-    inv = Inventory()
-    inv.add_graph(model.graph, label, 0)
-    for f in model.functions:
-        inv.add_nodes(f.node, label, 1)
-    return inv
-
-
-def iter_graphs(graph: onnx.GraphProto, label: str) -> Iterator[onnx.GraphProto]:
-    """The graph and every graph nested in node attributes, refusing absurd nesting."""
-    inv = Inventory()
-    inv.add_graph(graph, label, 0)
-    yield from inv.graphs
-
-
-def iter_sparse_tensors(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> Iterator[onnx.SparseTensorProto]:
-    """Every SparseTensorProto: sparse initializers and sparse attribute values, in every scope."""
-    yield from (inv or inventory(model, label)).sparse
-
-
-def iter_tensors(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> Iterator[onnx.TensorProto]:
-    """Every TensorProto in the model: initializers, sparse tensors' parts and attribute tensors, in
-    the main graph, nested graphs and function bodies."""
-    inv = inv or inventory(model, label)
-    yield from inv.tensors
-    for s in inv.sparse:
-        yield s.values
-        yield s.indices
-
-
-def declared_bytes(t: onnx.TensorProto, label: str) -> int | None:
-    """Bytes the tensor's dims and type call for (None for strings); refuses negative or absurd dims."""
-    numel = 1
-    for d in t.dims:
-        if d < 0:
-            raise ModelFileError(f"{label}: tensor {t.name!r} has a negative dimension {d}")
-        numel *= d
-    bits = element_bits(t.data_type)
-    if bits is None:
-        return None
-    nbytes = (numel * bits + 7) // 8
-    if nbytes > MAX_TENSOR_BYTES:
-        raise ModelFileError(f"{label}: tensor {t.name!r} declares {nbytes} bytes (dims {list(t.dims)}), "
-                             f"over the {MAX_TENSOR_BYTES}-byte limit")
-    return nbytes
-
+from xgraph.ir.onnx.external_data import load_external_data
+from xgraph.ir.onnx.file_handles import read_model_file
+from xgraph.ir.onnx.tensor_inventory import (MAX_RANK, MAX_SPARSE_DENSE_BYTES, Inventory,
+                                             declared_bytes, element_bits, inventory, iter_sparse_tensors,
+                                             iter_tensors)
 
 _TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data")
 
@@ -244,129 +123,6 @@ def sparse_to_dense(s: onnx.SparseTensorProto, label: str) -> np.ndarray:
     dense = np.zeros(int(np.prod(shape, dtype=object)) if shape else 1, dtype=values.dtype)
     dense[flat] = values
     return dense.reshape(shape)
-
-
-def _safe_external_path(base_dir: Path, location: str, label: str, tensor: str) -> Path:
-    if not location:
-        raise ModelFileError(f"{label}: tensor {tensor!r} has external data with no location")
-    if "\0" in location:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} contains a NUL byte")
-    if os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} is absolute; "
-                             "external data must stay inside the model's folder")
-    parts = Path(location.replace("\\", "/")).parts
-    if ".." in parts:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} contains '..'; "
-                             "external data must stay inside the model's folder")
-    try:
-        root = base_dir.resolve()
-        resolved = (base_dir / location).resolve()
-        is_file = resolved.is_file()
-    except (OSError, RuntimeError) as e:  # name too long, symlink loop, unreadable folder
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data location {location!r} cannot be "
-                             f"resolved ({getattr(e, 'strerror', None) or e})") from None
-    if root != resolved and root not in resolved.parents:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data {location!r} resolves outside the "
-                             f"model's folder ({resolved}); symlinks out of the folder are refused")
-    if not is_file:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} does not exist "
-                             "or is not a regular file")
-    return resolved
-
-
-def _check_range(location: str, offset: int, length: int | None, nbytes: int, size: int,
-                 label: str, tensor: str) -> int:
-    """The number of bytes to read, after checking the range against the file size and the declared size."""
-    if length is None:
-        length = nbytes
-    if offset < 0 or length < 0 or offset + length > size:
-        raise ModelFileError(f"{label}: tensor {tensor!r} reads bytes {offset}..{offset + length} of "
-                             f"{location!r}, which has only {size}")
-    if length != nbytes:
-        raise ModelFileError(f"{label}: tensor {tensor!r} declares {nbytes} bytes but its external data is "
-                             f"{length} bytes")
-    return length
-
-
-def _read_external(path: Path, location: str, offset: int, length: int, nbytes: int, label: str, tensor: str) -> bytes:
-    """The checked byte range of an external data file, read through one descriptor.
-
-    The descriptor is opened without following a final symlink or blocking on a FIFO and checked
-    with fstat before anything is read, so a file swapped for a link, FIFO, folder or hard link
-    after the path checks is still refused.
-    """
-    fd, st = open_regular(path, f"{label}: tensor {tensor!r} external data {location!r}")
-    try:
-        if st.st_nlink > 1:
-            raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} has several hard "
-                                 "links; refusing a file that may alias one outside the model's folder")
-        _check_range(location, offset, length, nbytes, st.st_size, label, tensor)
-        data = read_exactly(fd, offset, length)
-    except OSError as e:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} cannot be read "
-                             f"({e.strerror or e})") from None
-    finally:
-        os.close(fd)
-    if len(data) != length:
-        raise ModelFileError(f"{label}: tensor {tensor!r} external data file {location!r} changed while being read")
-    return data
-
-
-def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str,
-                       mapped: dict[str, np.ndarray] | None = None) -> None:
-    """Pull external tensor data into the model after checking every location and length.
-
-    Everything is checked before the first byte is read. Byte ranges of one file may not
-    overlap: otherwise many tensors could read the same bytes and a small file on disk would
-    become far more memory.
-
-    With `mapped` (a dict to fill), large initializers of the main graph are not read: each
-    becomes a read-only view of its file's one memory map (`xgraph.ir.onnx.mapped`), stored
-    under its name, and its proto keeps its external reference (dims and type only).
-    """
-    plan = []
-    ranges: dict[Path, list[tuple[int, int, str]]] = {}
-    for t in iter_tensors(model, label):
-        if t.data_location != TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
-        if not all(type(k) is str and type(v) is str for k, v in info.items()):  # protobuf gives bytes for bad UTF-8
-            raise ModelFileError(f"{label}: tensor {t.name!r} has external data entries that are not valid UTF-8")
-        if base_dir is None:
-            raise ModelFileError(f"{label}: tensor {t.name!r} uses external data, which needs the model loaded from a path")
-        location = info.get("location", "")
-        path = _safe_external_path(base_dir, location, label, t.name)
-        try:
-            offset = int(info.get("offset", 0) or 0)
-            length = int(info["length"]) if info.get("length") not in (None, "") else None
-        except ValueError:
-            raise ModelFileError(f"{label}: tensor {t.name!r} has a non-integer external data offset/length") from None
-        nbytes = declared_bytes(t, label)
-        if nbytes is None:  # check_inline_tensor refuses these first; kept for direct callers
-            raise ModelFileError(f"{label}: tensor {t.name!r} has no fixed size and cannot use external data")
-        length = _check_range(location, offset, length, nbytes, path.stat().st_size, label, t.name)
-        if length:
-            ranges.setdefault(path, []).append((offset, offset + length, t.name))
-        plan.append((t, path, location, offset, length, nbytes))
-    for path, spans in ranges.items():
-        spans.sort()
-        for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
-            if start < end:
-                raise ModelFileError(f"{label}: tensors {first!r} and {second!r} read overlapping bytes of "
-                                     f"external data file {path.name!r}; each tensor needs its own bytes")
-    to_map = tensors_to_map(model, [(t, path, length) for t, path, _, _, length, _ in plan]) \
-        if mapped is not None else {}
-    files: dict[Path, MappedFile] = {}
-    for path in {to_map[name][1] for name in to_map}:
-        files[path] = map_file(path, f"{label}: external data file {path.name!r}",
-                               max(end for _, end, _ in ranges[path]))
-    for t, path, location, offset, length, nbytes in plan:
-        if t.name in to_map and to_map[t.name][0] is t:
-            mapped[t.name] = files[path].array(offset, length, plain_dtype(t), tuple(int(d) for d in t.dims))
-            continue
-        t.raw_data = _read_external(path, location, offset, length, nbytes, label, t.name)
-        del t.external_data[:]
-        t.data_location = TensorProto.DEFAULT
 
 
 def read_model(src, label: str | None = None, mapped: dict[str, np.ndarray] | None = None

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from xgraph.ir.onnx.safe_reader import Inventory, inventory
+from xgraph.ir.onnx.tensor_inventory import Inventory, inventory
 from xgraph.ir.onnx.value_types import type_to_shape_dtype, value_types
 from xgraph.ir.onnx.inference_budget import data_propagation_is_bounded, expanded_node_count
 
