@@ -20,7 +20,7 @@ import numpy as np
 
 from xgraph.errors import RunnerError
 from xgraph.ir.files import write_text
-from xgraph.runners.runner import check_inputs
+from xgraph.runners.io_checks import check_inputs
 
 if TYPE_CHECKING:
     from xgraph.runners.graph_runner import GraphRunner

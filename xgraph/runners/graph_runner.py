@@ -27,7 +27,8 @@ from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
-from xgraph.runners.runner import Runner, check_inputs, check_outputs, fill_outputs
+from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
+from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
 if TYPE_CHECKING:

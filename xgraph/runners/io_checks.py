@@ -1,0 +1,88 @@
+"""A runner's inputs and outputs checked against its declared tensors: the arrays a caller
+passes (a list in input order or a dict by name), the preallocated output buffers, and the
+copy of results into them. Each refusal is a RunnerError naming the tensor and the fix."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from xgraph.errors import RunnerError
+
+if TYPE_CHECKING:
+    from xgraph.ir import Tensor
+
+
+def _shape_ok(declared, actual: tuple) -> bool:
+    if declared is None:
+        return True
+    if len(declared) != len(actual):
+        return False
+    return all(not isinstance(d, int) or d == a for d, a in zip(declared, actual))
+
+
+def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | dict") -> list[np.ndarray]:
+    """`inputs` (a list in tensor order or a dict by name) as arrays checked against the declared tensors."""
+    names = [t.name for t in tensors]
+    if not isinstance(inputs, (dict, list, tuple)):
+        raise RunnerError(f"{owner}: inputs must be a list of arrays in input order ({', '.join(names)}) or a dict "
+                          f"name -> array, got {type(inputs).__name__}")
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise RunnerError(f"{owner}: unknown input {unknown[0]!r}; the inputs are: {', '.join(names)}")
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise RunnerError(f"{owner}: input {missing[0]!r} is missing; the inputs are: {', '.join(names)}")
+        inputs = [inputs[n] for n in names]
+    elif len(inputs) != len(tensors):
+        raise RunnerError(f"{owner}: expected {len(tensors)} inputs ({', '.join(names)}), got {len(inputs)}")
+    arrays = []
+    for t, x in zip(tensors, inputs):
+        if t.type_proto is not None:  # a sequence (list) or optional (None) value
+            arrays.append(x)
+            continue
+        if not isinstance(x, np.ndarray):
+            try:
+                x = np.asarray(x, dtype=t.dtype)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise RunnerError(f"{owner}: input {t.name!r} must be a numpy array (or convertible to "
+                                  f"{t.dtype}), got {type(x).__name__} {str(x)[:40]!r}: {e}") from None
+        if t.dtype is not None and x.dtype != t.dtype:
+            raise RunnerError(f"{owner}: input {t.name!r} must be {t.dtype}, got {x.dtype}; "
+                              f"convert it with .astype(np.{t.dtype})")
+        if not _shape_ok(t.shape, x.shape):
+            raise RunnerError(f"{owner}: input {t.name!r} must have shape {t.shape}, got {x.shape}")
+        arrays.append(x)
+    return arrays
+
+
+def check_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: Sequence) -> list[np.ndarray]:
+    """Preallocated output buffers checked against the declared output tensors (count, shape, dtype)."""
+    if not isinstance(outputs, (list, tuple)):
+        raise RunnerError(f"{owner}: outputs must be a list of preallocated numpy arrays, one per output "
+                          f"({', '.join(t.name for t in tensors)}), got {type(outputs).__name__}")
+    if len(outputs) != len(tensors):
+        names = ", ".join(t.name for t in tensors)
+        raise RunnerError(f"{owner}: expected {len(tensors)} preallocated outputs ({names}), got {len(outputs)}")
+    for t, out in zip(tensors, outputs):
+        if not isinstance(out, np.ndarray) or not out.flags.writeable:
+            raise RunnerError(f"{owner}: output {t.name!r} must be a writeable numpy array, got {type(out).__name__}")
+        if t.dtype is not None and out.dtype != t.dtype:
+            raise RunnerError(f"{owner}: output buffer for {t.name!r} must be {t.dtype}, got {out.dtype}")
+        if not _shape_ok(t.shape, out.shape):
+            raise RunnerError(f"{owner}: output buffer for {t.name!r} must have shape {t.shape}, got {out.shape}")
+    return list(outputs)
+
+
+def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarray], results: list) -> None:
+    """Copy `results` into the preallocated `outputs`, refusing a shape or dtype that does not fit."""
+    for t, out, r in zip(tensors, outputs, results):
+        if r.shape != out.shape:
+            raise RunnerError(f"{owner}: output {t.name!r} has shape {r.shape}, but its buffer has shape {out.shape}")
+        if r.dtype != out.dtype:
+            raise RunnerError(f"{owner}: output {t.name!r} came out as {r.dtype}, but its buffer is {out.dtype}")
+        np.copyto(out, r)
+
+
+__all__ = ["check_inputs", "check_outputs", "fill_outputs"]
