@@ -140,17 +140,19 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
         return _compile(graph_or_path, options, plugin_path, progress, registries)
 
 
+def _report_stage(progress: Progress | None, name: str) -> None:
+    """Tell `progress` that stage `name` of `STAGES` starts."""
+    if progress is not None:
+        progress(name, STAGES.index(name), len(STAGES))
+
+
 def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progress | None,
              registries: Registries) -> Graph:
-    def stage(name: str) -> None:
-        if progress is not None:
-            progress(name, STAGES.index(name), len(STAGES))
-
     devices = registries.devices
     opts = parse_options(options, devices)
     if isinstance(plugin_path, (str, Path)):
         plugin_path = [str(plugin_path)]
-    stage("load")
+    _report_stage(progress, "load")
     graph = load_for_compile(graph_or_path)
     if opts.gears:  # one static partition per gear, each through the stages below
         from xgraph.compiler.gear_compile import compile_gears
@@ -160,30 +162,26 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
 
 def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progress: Progress | None,
                     registries: Registries) -> Graph:
-    def stage(name: str) -> None:
-        if progress is not None:
-            progress(name, STAGES.index(name), len(STAGES))
-
     devices = registries.devices
-    stage("prepare")
+    _report_stage(progress, "prepare")
     with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
         summary = prepare(graph, opts)
         root = graph.get_root_subgraph()
         if root.is_leaf and graph.get_op_num():
             root.create_child_subgraph()
         bind_qdq_units(graph)  # a DQ -> op -> Q pattern is one child: plugins' filters and placement see one op
-    stage("plugins")  # plugin code runs with the collector on: it may make garbage of its own
+    _report_stage(progress, "plugins")  # plugin code runs with the collector on: it may make garbage of its own
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
         runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options)
         _annotate_plugin_ops(graph, runs)
     with collector_paused():
-        stage("placement")
+        _report_stage(progress, "placement")
         bind_nested_graph_inputs(graph)
         signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
         apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
-        stage("kernels")
+        _report_stage(progress, "kernels")
         annotate_kernels(graph, devices, registries.kernels, signatures=signatures)
         annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
