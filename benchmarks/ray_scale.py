@@ -39,7 +39,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import xgraph  # noqa: E402
 import xgraph.ray  # noqa: E402
-from xgraph.runners.testing import place, zoo_model  # noqa: E402
+from xgraph.runners.testing import in_flight_rate, place, zoo_model  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "classify"
 #: Rows per replica call: enough to spread Ray Data's per-batch cost over a small model's runs.
@@ -146,18 +146,6 @@ def alternating_ms(runners: dict, feeds, jobs: int, block: int = 5) -> dict[str,
                 runner.run(feeds)
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
-
-
-def in_flight_rate(runner, feeds, jobs: int, in_flight: int = 8) -> float:
-    start = time.perf_counter()
-    pending = []
-    for _ in range(jobs):
-        pending.append(runner.execute_async(feeds))
-        if len(pending) == in_flight:
-            runner.wait(pending.pop(0))
-    for job in pending:
-        runner.wait(job)
-    return jobs / (time.perf_counter() - start)
 
 
 def per_job(graph, feeds, jobs: int, kernels: str) -> dict[str, float]:

@@ -34,7 +34,7 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import place, zoo_model
+from xgraph.runners.testing import in_flight_rate, place, zoo_model
 
 
 def median_time(fn, runs: int) -> float:
@@ -175,15 +175,7 @@ def bench_throughput(name: str, kernels: str, jobs: int) -> dict[str, float]:
     for in_flight in (1, 4):
         with xgraph.create_graph_runner(graph, kernels=kernels, max_jobs_in_flight=in_flight) as runner:
             runner.run(feeds)
-            start = time.perf_counter()
-            pending = []
-            for _ in range(jobs):
-                pending.append(runner.execute_async(feeds))
-                if len(pending) == in_flight:
-                    runner.wait(pending.pop(0))
-            for job in pending:
-                runner.wait(job)
-            result[in_flight] = jobs / (time.perf_counter() - start)
+            result[in_flight] = in_flight_rate(runner, feeds, jobs, in_flight)
     return result
 
 

@@ -1,4 +1,5 @@
-"""Glue the runtime tests and benchmarks share: hand-made placement and zoo models with random weights.
+"""Glue the runtime tests and benchmarks share: hand-made placement, zoo models with random weights,
+and the jobs-in-flight loop the throughput benchmarks time.
 
 `place` builds what `xgraph.compile` produces (device subgraphs with "device" and "runner"
 attrs) from a plain op -> device function, so runtime behaviour can be tested without the
@@ -7,7 +8,7 @@ partitioner. `zoo_model` loads an ONNX model-zoo architecture from onnx's test d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -131,3 +132,18 @@ def kernel_annotation_mismatches(compiled: Graph, runner) -> list[str]:
         elif choice.source != saved:
             problems.append(f"op {op.name!r} ({op.type}): annotated {saved!r}, runs {choice.label} ({choice.reason})")
     return problems
+
+
+def in_flight_rate(runner: Any, feeds: Any, jobs: int, in_flight: int = 8) -> float:
+    """Jobs per second of `runner` (anything with execute_async/wait) running `jobs` jobs of `feeds`,
+    keeping `in_flight` of them submitted at a time (the oldest waited for first)."""
+    import time
+    start = time.perf_counter()
+    pending = []
+    for _ in range(jobs):
+        pending.append(runner.execute_async(feeds))
+        if len(pending) == in_flight:
+            runner.wait(pending.pop(0))
+    for job in pending:
+        runner.wait(job)
+    return jobs / (time.perf_counter() - start)
