@@ -73,14 +73,23 @@ def test_a_lost_node_fails_its_jobs_then_fails_fast_until_a_node_offers_the_devi
     graph = gates.chain_graph(["AICORE", "AICPU"])
     with xgraph.ray.create_graph_runner(graph, worker_setup=setup, resources=AICORE) as runner:
         assert float(runner.run({"x": x_of(1)})[0][0, 0]) == 1
+        # the AICPU actor needs no custom resource: Ray may place it on the AICORE node too, and then
+        # the held job may fail on either actor's loss, whichever Ray reports first
+        on_first = {device for device, actor in runner.get_stats()["ray"]["actors"].items()
+                    if actor["node_id"] == first.node_id}
+        assert "AICORE" in on_first
         held = runner.execute_async({"x": x_of(9)})  # waits on the AICORE node for a gate nobody opens
         cluster.remove_node(first)
         assert runner.wait(held, timeout=WAIT) == 1
         error = runner.get_error(held)
         assert isinstance(error, ActorLostError)
         message = str(error)
-        assert f"subgraph 'subgraph_op000' on AICORE: its Ray actor on node " in message
-        assert f"({first.node_id[:8]})" in message and "cannot be restarted" in message
+        assert f"({first.node_id[:8]})" in message
+        if "subgraph 'subgraph_op001' on AICPU" in message:  # lost with the node, restarted on the head
+            assert "AICPU" in on_first and "the runner restarted it" in message
+        else:
+            assert f"subgraph 'subgraph_op000' on AICORE: its Ray actor on node " in message
+            assert "cannot be restarted" in message
         print(f"\nnode lost: {message}")
         # no node offers AICORE now: jobs fail at once, saying so
         job = runner.execute_async({"x": x_of(2)})
