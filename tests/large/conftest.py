@@ -97,8 +97,17 @@ def _bert_like_encoder():
 _llm = _load("large_llm_exports", ROOT / "tests" / "large" / "llm_exports.py")  # Llama, T5, Whisper
 
 
+def onnxruntime_outputs(model: onnx.ModelProto, feeds) -> list:
+    """onnxruntime's outputs for `model` (the oracle the compiled runs are compared with)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so).run(None, feeds)
+
+
 @pytest.fixture
 def tmodels():
     return types.SimpleNamespace(gpt2_like=gpt2_like, vit_like=vit_like, unet_like=unet_like,
                                  bert_like_encoder=_bert_like_encoder(), llama_like=_llm.llama_like,
-                                 t5_like=_llm.t5_like, whisper_like=_llm.whisper_like)
+                                 t5_like=_llm.t5_like, whisper_like=_llm.whisper_like,
+                                 onnxruntime_outputs=onnxruntime_outputs)

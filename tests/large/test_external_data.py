@@ -3,7 +3,6 @@ compile, and .xmodel files that keep large weights in a side file (forced here w
 `external_data_threshold`, so the models stay tiny)."""
 from __future__ import annotations
 
-import mmap
 import os
 
 import numpy as np
