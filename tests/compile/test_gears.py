@@ -322,7 +322,7 @@ def test_inspect_shows_each_gear_with_its_shapes_and_devices(bert_xmodel, capsys
     loaded = xgraph.load(bert_xmodel)
     for i, gear in enumerate(loaded.get_gears()):
         report = xgraph.report(gear.graph)["devices"]
-        per_device = ", ".join(f"{d} {e['subgraphs']} subgraph{'s' * (e['subgraphs'] != 1)} {e['ops']} ops"
+        per_device = ", ".join(f"{d} {e['subgraphs']} subgraph{'s' * (e['subgraphs'] != 1)} {e['ops']} op{'s' * (e['ops'] != 1)}"
                                for d, e in sorted(report.items(), key=lambda kv: kv[0] != "AICPU"))
         assert lines[start + 2 + 2 * i].strip() == \
             f"{gear.graph.get_op_num()} ops, {sum(e['subgraphs'] for e in report.values())} subgraphs: {per_device}"

@@ -53,7 +53,21 @@ def test_shape_arithmetic_is_refused_by_ai_core_and_taken_by_ai_cpu(models):
         v = verdicts(models.one_op(op_type, [(F32, [1, 3, 8])]))
         assert v["AICORE"].reason == f"AICORE: {op_type} is not in its op-info library" and v["AICPU"].ok
     gather = verdicts(models.one_op("Gather", [(I64, [3]), np.array(0, np.int64)], {"axis": 0}))
-    assert gather["AICPU"].ok and not gather["AICORE"].ok
+    assert gather["AICPU"].ok
+    assert gather["AICORE"].reason == \
+        "AICORE: Gather with dtype int64 unsupported: takes float16, float32, int8"
+
+
+def test_embedding_gather_is_on_ai_core_whatever_the_index_width(models):
+    table = np.zeros((64, 32), np.float32)
+    for ids in (I64, np.int32):
+        v = verdicts(models.one_op("Gather", [table, (ids, [1, 16])], {"axis": 0}))
+        assert v["AICORE"] == ACCEPT  # the ids only address rows: no int64 arithmetic on the core
+    float_ids = verdicts(models.one_op("Gather", [table, (U8, [1, 16])], {"axis": 0}))["AICORE"]
+    assert float_ids.reason == ("AICORE: Gather with input 1 of dtype uint8 unsupported: "
+                                "AI Core gathers with int32 or int64 indices")
+    dynamic = verdicts(models.one_op("Gather", [table, (I64, [1, "seq"])], {"axis": 0}))
+    assert dynamic["AICORE"].reason.startswith("AICORE: Gather with dynamic shape") and dynamic["AICPU"].ok
 
 
 def test_constant_operand_requirements(models):
