@@ -27,7 +27,7 @@ from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
 from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
-from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
+from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -142,6 +142,7 @@ class GraphRunner:
         self.runners, self.plan = self._create_runners(graph, mode, kernels)
         self._inputs: list[Tensor] = graph.get_input_tensors()
         self._outputs: list[Tensor] = graph.get_output_tensors()
+        self._check_inputs = InputCheck(self._owner, self._inputs)
         self._jobs = JobTable(self._owner)
         self._slots = threading.Semaphore(max_jobs_in_flight)
         self._closed = False
@@ -210,14 +211,14 @@ class GraphRunner:
         """Check and submit a job; with `here`, run it on this thread when nothing else is in flight."""
         if self._closed:
             raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
-        feeds = check_inputs(self._owner, self._inputs, inputs)
+        feeds = self._check_inputs(inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
         acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
                      is_closed=lambda: self._closed, owner=self._owner)
         job = self._jobs.new(feeds, buffers, self.job_timeout)
         job.started = time.perf_counter()
         run_here = getattr(self._scheduler, "run_here", None) if here and self.job_timeout is None else None
-        if run_here is None or not run_here(job, feeds, self._job_done):
+        if run_here is None or not run_here(job, feeds, self._job_done, profile=self.profile):
             self._scheduler.submit(job, feeds, self._job_done)
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
@@ -286,12 +287,13 @@ class GraphRunner:
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
-        if task.kind != "copy" and not self.profile:
+        """A task ran: copies (one or a run of them, kind "copies") count in the stats; with profile, a span."""
+        if task.kind == "subgraph" and not self.profile:
             return  # subgraph runs are counted by their runners
         nbytes = sum(getattr(o, "nbytes", 0) for o in outs)
-        if task.kind == "copy":
+        if task.kind != "subgraph":
             with self._stats_lock:
-                self._copies["count"] += 1
+                self._copies["count"] += len(outs) if task.kind == "copies" else 1
                 self._copies["bytes"] += nbytes
                 self._copies["seconds"] += end - start
         if self.profile:

@@ -22,6 +22,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from numpy import ndarray
+
 if TYPE_CHECKING:
     import threading
 
@@ -44,10 +46,23 @@ def dependency_order(plan: "Plan") -> "list[Task]":
     return order
 
 
+class CopyRun:
+    """Consecutive copy tasks of one copy stream, run as one step: one lock, one clock pair, one report.
+
+    The observer sees it as one task of kind "copies" whose `outs` are every copied value; the
+    graph runner counts each value as a copy (its stats are what per-task copies would give)."""
+
+    __slots__ = ("tasks", "stream", "kind", "name")
+
+    def __init__(self, tasks: "list[Task]") -> None:
+        self.tasks, self.stream, self.kind = tuple(tasks), tasks[0].stream, "copies"
+        self.name = f"copy {', '.join(k[0] for t in tasks for k in t.inputs)} {self.stream}"
+
+
 class InlineSchedule:
     """The plan's tasks as flat steps over a list of value slots (built once, then read-only)."""
 
-    __slots__ = ("size", "constants", "feeds", "results", "steps")
+    __slots__ = ("size", "constants", "feeds", "results", "steps", "fused")
 
     def __init__(self, plan: "Plan") -> None:
         order = dependency_order(plan)
@@ -72,32 +87,71 @@ class InlineSchedule:
             frees.setdefault(i, []).append(slots[k])
         self.steps = tuple((task, tuple(slot(k) for k in task.inputs), tuple(slots[k] for k in task.outputs),
                             tuple(frees.get(i, ()))) for i, task in enumerate(order))
+        self.fused = _fuse_copies(self.steps)
         self.results = tuple(slot(k) for k in plan.results)
         self.size = len(slots)
 
     def run(self, job: "Job", feeds: list, locks: "Mapping[str, threading.Lock]",
-            observer: "Callable[[Job, Task, float, float, list], None] | None") -> list | None:
+            observer: "Callable[[Job, Task, float, float, list], None] | None", profile: bool = False) -> list | None:
         """Run every step for `job`; its results in plan order, or None when the job ended meanwhile
-        (cancelled or timed out: its record is final already). A task's exception propagates."""
+        (cancelled or timed out: its record is final already). A task's exception propagates.
+
+        The observer sees every copy; subgraph tasks only when `profile` (their runners keep
+        their own stats). With `profile` every task is its own step (one span per copy);
+        without, consecutive copies on one stream are one step (`CopyRun`)."""
         values: list = [None] * self.size
         for i, v in self.constants:
             values[i] = v
         for i, v in zip(self.feeds, feeds):
             values[i] = v
         clock = time.perf_counter
-        for task, reads, writes, frees in self.steps:
+        for task, reads, writes, frees in (self.steps if profile else self.fused):
             with locks[task.stream]:  # the stream still runs one task at a time
                 if job.done:
                     return None
                 start = clock()
-                outs = task.fn([values[i] for i in reads])
-                if observer is not None:
+                if task.kind == "copies":
+                    outs = []
+                    for t, r, w in zip(task.tasks, reads, writes):
+                        value = values[r]
+                        value = value.copy() if type(value) is ndarray else t.fn([value])[0]
+                        values[w] = value
+                        outs.append(value)
+                else:
+                    outs = task.fn([values[i] for i in reads])
+                    for i, v in zip(writes, outs):
+                        values[i] = v
+                if observer is not None and (profile or task.kind != "subgraph"):
                     observer(job, task, start, clock(), outs)
-            for i, v in zip(writes, outs):
-                values[i] = v
             for i in frees:
                 values[i] = None
         return [values[i] for i in self.results]
 
 
-__all__ = ["InlineSchedule", "dependency_order"]
+def _fuse_copies(steps: tuple) -> tuple:
+    """`steps` with each run of consecutive single-value copies on one stream as one `CopyRun` step."""
+    fused: list = []
+    run: list = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            fused.append(run[0])
+        elif run:
+            fused.append((CopyRun([s[0] for s in run]), tuple(s[1][0] for s in run), tuple(s[2][0] for s in run),
+                          tuple(i for s in run for i in s[3])))
+        run.clear()
+
+    for step in steps:
+        task, reads, writes = step[0], step[1], step[2]
+        single = task.kind == "copy" and len(reads) == 1 and len(writes) == 1
+        if not single or (run and run[0][0].stream != task.stream):
+            flush()
+        if single:
+            run.append(step)
+        else:
+            fused.append(step)
+    flush()
+    return tuple(fused)
+
+
+__all__ = ["CopyRun", "InlineSchedule", "dependency_order"]

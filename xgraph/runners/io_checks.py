@@ -57,6 +57,53 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
     return arrays
 
 
+class InputCheck:
+    """`check_inputs` for one runner's tensors, with what it checks worked out once.
+
+    The common call (a dict of exactly the input names, or a list in input order, of numpy
+    arrays of the declared dtypes and shapes) costs a dict lookup and two comparisons per input:
+    a decoding step calls it once per token. Anything else goes through `check_inputs`, which
+    converts what it can and names what is wrong."""
+
+    __slots__ = ("owner", "tensors", "names", "specs")
+
+    def __init__(self, owner: str, tensors: "Sequence[Tensor]") -> None:
+        self.owner, self.tensors = owner, list(tensors)
+        self.names = tuple(t.name for t in self.tensors)
+        #: per input: None for a sequence/optional value (passed as is), else (dtype or None, rank or
+        #: None, the declared shape when every dim is an int or None, the (index, dim) pairs that are)
+        self.specs = tuple(None if t.type_proto is not None else _spec(t) for t in self.tensors)
+
+    def __call__(self, inputs: "Sequence | dict") -> list[np.ndarray]:
+        kind = type(inputs)
+        if kind is dict and len(inputs) == len(self.names):
+            try:
+                values = [inputs[n] for n in self.names]
+            except KeyError:
+                return check_inputs(self.owner, self.tensors, inputs)
+        elif (kind is list or kind is tuple) and len(inputs) == len(self.names):
+            values = list(inputs)
+        else:
+            return check_inputs(self.owner, self.tensors, inputs)
+        for x, spec in zip(values, self.specs):
+            if spec is None:
+                continue
+            dtype, rank, exact, fixed = spec
+            if type(x) is not np.ndarray or (dtype is not None and x.dtype != dtype) or (rank is not None and (
+                    x.shape != exact if exact is not None else
+                    x.ndim != rank or any(x.shape[i] != d for i, d in fixed))):
+                return check_inputs(self.owner, self.tensors, inputs)
+        return values
+
+
+def _spec(t: "Tensor") -> tuple:
+    shape = t.shape
+    if shape is None:
+        return t.dtype, None, None, ()
+    fixed = tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int))
+    return t.dtype, len(shape), tuple(shape) if len(fixed) == len(shape) else None, fixed
+
+
 def check_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: Sequence) -> list[np.ndarray]:
     """Preallocated output buffers checked against the declared output tensors (count, shape, dtype)."""
     if not isinstance(outputs, (list, tuple)):
@@ -85,4 +132,4 @@ def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarr
         np.copyto(out, r)
 
 
-__all__ = ["check_inputs", "check_outputs", "fill_outputs"]
+__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs"]

@@ -151,7 +151,7 @@ class ThreadScheduler:
             self._queues[task.stream].put((run, task))
 
     def run_here(self, job: Job, feeds: list[np.ndarray],
-                 done: Callable[[Job, list | None, BaseException | None], None]) -> bool:
+                 done: Callable[[Job, list | None, BaseException | None], None], profile: bool = False) -> bool:
         """Run `job` to the end on the calling thread (`xgraph.runners.inline`), when no other job is
         in flight and every task may run on any thread; `done` is called as `submit` would call it.
         False (nothing done) otherwise."""
@@ -162,7 +162,7 @@ class ThreadScheduler:
                 return False  # other jobs use the streams: keep their pipeline order
             self._runs[job.id] = _InlineRun(job)
         try:
-            results = self._inline.run(job, feeds, self._busy, self._observer)
+            results = self._inline.run(job, feeds, self._busy, self._observer, profile)
         except BaseException as e:  # reported through the job, as on a stream
             self._forget_job(job)
             if isinstance(e, KeyboardInterrupt):  # the caller's own Ctrl-C: end the job, then let it through

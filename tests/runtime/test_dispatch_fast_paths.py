@@ -1,0 +1,135 @@
+"""The per-run fast paths of a synchronous `GraphRunner.run`: copies on one stream run as one step
+(`xgraph.runners.inline.CopyRun`) and inputs are checked by a precomputed `InputCheck`. Each gives
+what the general path gives: the same results, copy counts and bytes, spans and errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import xgraph
+from xgraph.errors import RunnerError
+from xgraph.runners.inline import CopyRun, InlineSchedule
+from xgraph.runners.io_checks import InputCheck, check_inputs
+
+
+def _adds(n_inputs: int = 6) -> onnx.ModelProto:
+    """y_i = x_i + x_{i+1}: n inputs and n - 1 outputs, all ops on AI Core (device memory)."""
+    ins = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 4]) for i in range(n_inputs)]
+    outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 4]) for i in range(n_inputs - 1)]
+    nodes = [helper.make_node("Add", [f"x{i}", f"x{i + 1}"], [f"y{i}"], name=f"add{i}") for i in range(n_inputs - 1)]
+    return helper.make_model(helper.make_graph(nodes, "adds", ins, outs), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(n: int = 6) -> dict[str, np.ndarray]:
+    return {f"x{i}": np.full((1, 4), i + 0.5, np.float32) for i in range(n)}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return xgraph.compile(_adds(), {})
+
+
+def test_consecutive_copies_are_one_step_and_count_as_one_copy_each(compiled):
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        schedule = runner._scheduler._inline
+        runs = [step[0] for step in schedule.fused if isinstance(step[0], CopyRun)]
+        assert [(r.stream, len(r.tasks)) for r in runs] == [("H2D", 6), ("D2H", 5)]
+        assert len(schedule.fused) == 3 and len(schedule.steps) == 12
+        feeds = _feeds()
+        got = runner.run(feeds)
+        stats = runner.get_stats()["copies"]
+    for i, y in enumerate(got):
+        np.testing.assert_array_equal(y, feeds[f"x{i}"] + feeds[f"x{i + 1}"])
+    assert stats["count"] == 11 and stats["bytes"] == 11 * 16
+
+
+def test_results_are_copies_the_caller_owns(compiled):
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        feeds = _feeds()
+        first = runner.run(feeds)
+        first[0][...] = -1  # the caller's array: changing it changes nothing the runner holds
+        feeds["x0"][...] = 100  # nor does changing an input after the run
+        second = runner.run(_feeds())
+    np.testing.assert_array_equal(second[0], np.full((1, 4), 2.0, np.float32))
+
+
+def test_profile_records_one_span_per_copy(compiled, tmp_path):
+    with xgraph.create_graph_runner(compiled, kernels="numpy", profile=True) as runner:
+        runner.run(_feeds())
+        runner.export_chrome_trace(tmp_path / "trace.json")
+        stats = runner.get_stats()["copies"]
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    copies = sorted(e["name"] for e in events if e.get("cat") == "copy")
+    assert copies == sorted([f"copy x{i} H2D" for i in range(6)] + [f"copy y{i} D2H" for i in range(5)])
+    assert stats["count"] == 11
+
+
+def test_a_cancelled_job_stops_before_its_next_copy_run(compiled):
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        scheduler = runner._scheduler
+        job = runner._jobs.new([], None)
+        job.status = type(job.status).CANCELLED  # ended before the run: nothing runs, no result
+        values = list(_feeds().values())
+        assert scheduler._inline.run(job, values, scheduler._busy, scheduler._observer) is None
+
+
+def _tensors(compiled):
+    return compiled.get_input_tensors()
+
+
+@pytest.mark.parametrize("bad", [
+    lambda f: {**f, "x0": f["x0"].astype(np.float64)},            # wrong dtype
+    lambda f: {**f, "x1": np.zeros((2, 4), np.float32)},           # wrong shape
+    lambda f: {**f, "extra": f["x0"]},                              # unknown name
+    lambda f: {k: v for k, v in f.items() if k != "x2"},            # missing name
+    lambda f: {**{k: v for k, v in f.items() if k != "x2"}, "z": f["x2"]},  # right count, wrong name
+    lambda f: list(f.values())[:-1],                                # too few in a list
+    lambda f: "not inputs",                                         # not a list or dict
+])
+def test_input_check_refuses_what_check_inputs_refuses_with_the_same_message(compiled, bad):
+    tensors = _tensors(compiled)
+    inputs = bad(_feeds())
+    with pytest.raises(RunnerError) as general:
+        check_inputs("runner", tensors, inputs)
+    with pytest.raises(RunnerError) as fast:
+        InputCheck("runner", tensors)(inputs)
+    assert str(fast.value) == str(general.value)
+
+
+def test_input_check_accepts_dicts_lists_and_convertible_values_as_check_inputs_does(compiled):
+    tensors, feeds = _tensors(compiled), _feeds()
+    check = InputCheck("runner", tensors)
+    assert all(a is b for a, b in zip(check(feeds), feeds.values()))
+    assert all(a is b for a, b in zip(check(tuple(feeds.values())), feeds.values()))
+    as_lists = {k: v.tolist() for k, v in feeds.items()}  # nested lists: converted, as check_inputs does
+    for got, want in zip(check(as_lists), check_inputs("runner", tensors, as_lists)):
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_input_check_honours_symbolic_dims():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    tensors = xgraph.Graph.from_onnx(model).get_input_tensors()
+    check = InputCheck("runner", tensors)
+    assert check({"x": np.zeros((3, 4), np.float32)})[0].shape == (3, 4)
+    with pytest.raises(RunnerError, match="must have shape"):
+        check({"x": np.zeros((3, 5), np.float32)})
+    with pytest.raises(RunnerError, match="must have shape"):
+        check({"x": np.zeros((4,), np.float32)})
+
+
+def test_inline_schedule_fuses_only_single_value_copies_of_one_stream(compiled):
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        plan = runner.plan
+    schedule = InlineSchedule(plan)
+    kinds = [getattr(step[0], "kind") for step in schedule.fused]
+    assert kinds == ["copies", "subgraph", "copies"]
+    fused_tasks = [t for step in schedule.fused for t in (step[0].tasks if step[0].kind == "copies" else (step[0],))]
+    assert fused_tasks == [step[0] for step in schedule.steps]  # same tasks, same order
