@@ -2,7 +2,7 @@
 
 The generate sample's decoder (samples/generate/decoder.onnx, GPT-2-style, 2 layers, past
 key/values in, presents out) is compiled as the sample does (one token per step, batch 1, past
-length dynamic: 6 device subgraphs, AI Core and AI CPU alternating per layer). Both loops decode
+length dynamic: 5 device subgraphs, AI Core and AI CPU alternating per layer). Both loops decode
 the same prompt, feeding each step's presents back as the next step's pasts:
 
   onnxruntime   one InferenceSession on the original model (default options), `session.run` per step
@@ -18,7 +18,7 @@ that: input checks, job records, scheduling, host<->device copies, result checks
     python benchmarks/generate.py [--tokens 48] [--rounds 15] [--kernels auto] [--layers 4 --hidden 256] [--gears]
 
 With --gears the decoder is compiled with one gear per past length (`dynamic_dims`), so every
-step is static and all but the embedding lookups run on AI Core.
+step is static and one AI Core subgraph.
 """
 from __future__ import annotations
 
@@ -50,13 +50,6 @@ def _execute_seconds(runner) -> float:
     return sum(s.get("total_s", 0.0) for s in runner.get_stats()["subgraphs"].values())
 
 
-def gear_options(layers: int, heads: int, head: int, past_lengths: range) -> dict[str, str]:
-    """Compile options with one gear per past length (every step static, its attention on AI Core)."""
-    pasts = ";".join(f"past_l{i}_{kv}:1,{heads},-1,{head}" for i in range(layers) for kv in "kv")
-    dims = ";".join(",".join([str(p)] * (2 * layers)) for p in past_lengths)
-    return {"input_shape": f"input_ids:1,1;position_ids:1,1;{pasts}", "dynamic_dims": dims}
-
-
 def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4,
             gears: bool = False) -> dict:
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
@@ -73,7 +66,7 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         model = (SAMPLE / "decoder.onnx").read_bytes()
     shape = {"layers": layers, "heads": heads, "head": hidden // heads}
     steps = len(PROMPT) + tokens - 1
-    options = gear_options(layers, heads, hidden // heads, range(max(steps, FLOOR_PAST + 1))) if gears \
+    options = gen.gear_options(range(max(steps, FLOOR_PAST + 1)), layers, heads, hidden // heads) if gears \
         else gen.cache_shape_option(layers, heads)
     graph = xgraph.compile(model, options)
     names = [t.name for t in graph.get_output_tensors()]

@@ -1,14 +1,16 @@
 """Greedy generation with a KV cache through a partitioned model, token for token against onnxruntime.
 
     python samples/generate/make_model.py      # once: the tiny random-weight decoder
-    python samples/generate/generate.py [--tokens 16] [--prompt 3,17,42]
+    python samples/generate/generate.py [--tokens 16] [--prompt 3,17,42] [--gears]
 
 The decoder is compiled once with one token per step and batch 1 fixed (`input_shape`); the past
 length stays dynamic (-1). Shapes resolve to a fixpoint, so every op whose shape is known (the
-QKV, output and MLP MatMuls, LayerNorms, GELU, LM head) goes to AI Core, and the attention over
-the cache (Concat with the past, QK^T, mask, Softmax, probs @ V), whose shapes grow with every
-step, goes to AI CPU, which shares device memory with AI Core (no host copies). The presents
-of one step are the next step's pasts; the prompt is fed one token per step too.
+embedding lookups, QKV, output and MLP MatMuls, LayerNorms, GELU, LM head) goes to AI Core, and
+the attention over the cache (Concat with the past, QK^T, mask, Softmax, probs @ V), whose shapes
+grow with every step, goes to AI CPU, which shares device memory with AI Core (no host copies).
+With --gears the past length is a gear instead (`dynamic_dims`, one static partition per past
+length the loop reaches), so every step is static and the whole step is one AI Core subgraph.
+The presents of one step are the next step's pasts; the prompt is fed one token per step too.
 """
 from __future__ import annotations
 
@@ -29,6 +31,13 @@ def cache_shape_option(layers: int = 2, heads: int = 4) -> dict[str, str]:
     """The compile options: one token per step, batch 1, past length dynamic."""
     pasts = ";".join(f"past_l{i}_{kv}:1,{heads},-1,-1" for i in range(layers) for kv in "kv")
     return {"input_shape": f"input_ids:1,1;position_ids:1,1;{pasts}"}
+
+
+def gear_options(past_lengths: Sequence[int], layers: int = 2, heads: int = 4, head: int = 8) -> dict[str, str]:
+    """The compile options with one gear per past length (ATC's `dynamic_dims`): every step static."""
+    pasts = ";".join(f"past_l{i}_{kv}:1,{heads},-1,{head}" for i in range(layers) for kv in "kv")
+    dims = ";".join(",".join([str(p)] * (2 * layers)) for p in past_lengths)
+    return {"input_shape": f"input_ids:1,1;position_ids:1,1;{pasts}", "dynamic_dims": dims}
 
 
 def greedy(step: Step, output_names: Sequence[str], prompt: Sequence[int], tokens: int, *, layers: int = 2,
@@ -56,14 +65,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", default=str(HERE / "decoder.onnx"))
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--prompt", default="3,17,42")
+    parser.add_argument("--gears", action="store_true", help="one gear per past length instead of a dynamic past")
     args = parser.parse_args(argv)
     prompt = [int(t) for t in args.prompt.split(",")]
     if not Path(args.model).exists():
         print(f"{args.model} is missing; run samples/generate/make_model.py first", file=sys.stderr)
         return 2
-    graph = xgraph.compile(args.model, cache_shape_option())
-    report = xgraph.report(graph)
-    print("placement:", {d: v["ops"] for d, v in report["devices"].items()}, "crossings:", report["crossings"])
+    steps = len(prompt) + args.tokens - 1
+    graph = xgraph.compile(args.model, gear_options(range(steps)) if args.gears else cache_shape_option())
+    gears = graph.get_gears()
+    report = xgraph.report(gears[-1].graph if gears else graph)
+    print(f"placement{f' (each of {len(gears)} gears)' if gears else ''}:",
+          {d: v["ops"] for d, v in report["devices"].items()}, "crossings:", report["crossings"])
     names = [t.name for t in graph.get_output_tensors()]
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -75,7 +88,6 @@ def main(argv: list[str]) -> int:
         start = time.perf_counter()
         got = greedy(runner.run, names, prompt, args.tokens)
         xg_s = time.perf_counter() - start
-    steps = len(prompt) + args.tokens - 1
     print("xgraph     :", got)
     print("onnxruntime:", expected)
     print(f"steps: {steps}; xgraph {steps / xg_s:.0f} tokens/s, onnxruntime {steps / ort_s:.0f} tokens/s "

@@ -100,11 +100,14 @@ def test_presents_grow_by_one_position_per_step(sample, compiled):
     assert shapes == [(1, 4, n, 8) for n in range(1, 5)]
 
 
-def test_the_sample_script_runs_and_agrees(sample, capsys):
+@pytest.mark.parametrize("gears", [[], ["--gears"]])
+def test_the_sample_script_runs_and_agrees(sample, capsys, gears):
     _, gen = sample
-    assert gen.main(["--tokens", "4"]) == 0
+    assert gen.main(["--tokens", "4", *gears]) == 0
     out = capsys.readouterr().out
     assert "xgraph     :" in out and "tokens/s" in out
+    if gears:  # one gear per past length the 6 steps reach, each one AI Core subgraph
+        assert "placement (each of 6 gears): {'AICORE': 79} crossings: 0" in out
 
 
 def test_bench_generate_reports_tokens_per_second_against_onnxruntime(sample, capsys):
