@@ -81,6 +81,33 @@ def test_encoder_with_an_actor_per_subgraph_equals_the_local_runner(cluster, mod
     assert sorted(actors) == subgraphs and all(actors[name]["subgraphs"] == [name] for name in subgraphs)
 
 
+def test_a_model_with_gears_runs_each_gear_in_its_own_actors_like_the_local_gear_runner(cluster, tmp_path):
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, ["batch", 2])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),  # AI Core, then TopK on AI CPU
+             helper.make_node("TopK", ["r", "two"], ["k_v", "k"], name="topk", axis=-1)]
+    two = helper.make_tensor("two", TensorProto.INT64, [1], [2])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [k], [two]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = xgraph.compile(model, {"input_shape": "x:-1,4", "dynamic_batch_size": "1,3"})
+    graph.serialize(tmp_path / "gears.xmodel")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((b, 4)).astype(np.float32)} for b in (1, 3, 3, 1)]
+    with xgraph.create_graph_runner(graph) as local:
+        expected = [local.run(f) for f in feeds]
+    for source in (graph, tmp_path / "gears.xmodel"):
+        with xgraph.ray.create_graph_runner(source) as runner:
+            assert [runner.select_gear(f).name for f in feeds] == ["gear0", "gear1", "gear1", "gear0"]
+            for f, want in zip(feeds, expected):
+                got = runner.run(f)
+                assert len(got) == 1 and np.array_equal(got[0], want[0])
+            with pytest.raises(RunnerError, match="match no gear"):
+                runner.run({"x": np.zeros((2, 4), np.float32)})
+            stats = runner.get_stats()
+        assert stats["jobs"]["OK"] == 4 and all("ray" in gear for gear in stats["gears"].values())
+
+
 def test_200_jobs_in_flight_each_get_their_own_results(encoder_runner, models, expected):
     runner = encoder_runner
     jobs = [runner.execute_async(models.encoder_feeds(seed)) for seed in range(200)]

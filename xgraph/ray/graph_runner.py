@@ -185,5 +185,18 @@ class RayGraphRunner(GraphRunner):
 
 def create_graph_runner(graph: "Graph | str | Path | bytes", mode: str = "run", kernels: str = "auto",
                         **options: Any) -> RayGraphRunner:
-    """A graph runner with each device's subgraphs in a Ray actor (options: see RayGraphRunner)."""
+    """A graph runner with each device's subgraphs in a Ray actor (options: see RayGraphRunner).
+
+    A model compiled with gears gets a `GearRunner` over one RayGraphRunner per gear (each gear
+    its own actors, as each gear has its own device runners locally), picking the gear by the
+    inputs' shapes as the local runner does."""
+    import xgraph
+    if not isinstance(graph, xgraph.Graph) and isinstance(graph, (str, Path, bytes)):
+        loaded = xgraph.load(model_bytes(graph))
+        if loaded.get_gears():
+            graph = loaded
+    if isinstance(graph, xgraph.Graph) and graph.get_gears():
+        from xgraph.runners.gear_runner import GearRunner
+        require_ray()
+        return GearRunner(graph, mode, kernels, runner_class=RayGraphRunner, **options)  # type: ignore[return-value]
     return RayGraphRunner(graph, mode, kernels, **options)

@@ -205,9 +205,9 @@ class GraphRunner:
     # -- jobs -----------------------------------------------------------------------------------
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
         """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place."""
-        return self._start(inputs, outputs, here=False)
+        return self._start(inputs, outputs, here=False).id, 0
 
-    def _start(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None, here: bool) -> tuple[int, int]:
+    def _start(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None, here: bool) -> Job:
         """Check and submit a job; with `here`, run it on this thread when nothing else is in flight."""
         if self._closed:
             raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
@@ -223,7 +223,7 @@ class GraphRunner:
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
-        return job.id, 0
+        return job
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._jobs.finish(job, status, error):
@@ -277,7 +277,7 @@ class GraphRunner:
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure."""
-        job = self._jobs.get(self._start(feeds, None, here=True)[0])  # on this thread when nothing else runs
+        job = self._start(feeds, None, here=True)  # on this thread when nothing else runs
         self._jobs.wait(job)
         results = job.results
         self._jobs.forget(job)

@@ -48,7 +48,10 @@ class JobStatus(enum.IntEnum):
 
 
 class Job:
-    """One submitted run: its buffers, its completion event and, once done, its status and error."""
+    """One submitted run: its buffers, its completion event and, once done, its status and error.
+
+    The event exists only once somebody waits for the job while it is pending: a job run to the
+    end on its caller's thread (a synchronous `run`) is final before anyone waits and never needs one."""
 
     __slots__ = ("id", "inputs", "outputs", "results", "status", "error", "event", "submitted",
                  "started", "finished", "deadline", "state", "__weakref__")
@@ -60,7 +63,7 @@ class Job:
         self.results: list | None = None
         self.status = JobStatus.PENDING
         self.error: BaseException | None = None
-        self.event = threading.Event()
+        self.event: threading.Event | None = None  # made by the first `wait` that finds the job pending
         self.submitted = time.perf_counter()
         self.started: float | None = None
         self.finished: float | None = None
@@ -116,7 +119,9 @@ class JobTable:
                         break
                     if old is not job and old.results is not None:
                         self._drop_results(old, dropped=True)
-        job.event.set()
+            event = job.event
+        if event is not None:
+            event.set()
         return True
 
     def _drop_results(self, job: Job, dropped: bool = False) -> None:
@@ -163,7 +168,13 @@ class JobTable:
         """Block until `job` is final or `timeout` seconds pass (RunnerError naming the job then)."""
         timeout = check_timeout(timeout, f"{self._owner}: wait timeout", allow_zero=True)
         record = self.get(job)
-        if not record.event.wait(timeout):
+        with self._lock:  # `finish` sets the event under the same lock: no wake-up is lost
+            if record.done:
+                return record
+            if record.event is None:
+                record.event = threading.Event()
+            event = record.event
+        if not event.wait(timeout):
             raise RunnerError(f"{self._owner}: job {record.id} did not finish within {timeout} s; it is still "
                               f"running (wait again, or close() the runner to cancel it)")
         return record
