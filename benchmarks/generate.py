@@ -51,18 +51,18 @@ def _execute_seconds(runner) -> float:
 
 
 def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4,
-            gears: bool = False) -> dict:
+            gears: bool = False, vocab: int = 0) -> dict:
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
 
-    layers/hidden 0: the sample's checked-in decoder; else a decoder of that size made by the
-    sample's builder (random weights). `gears`: compiled with one gear per past length the loop
+    layers/hidden/vocab 0: the sample's checked-in decoder; else a decoder of that size made by the
+    sample's builder (random weights; vocabulary 64 unless given). `gears`: compiled with one gear per past length the loop
     and the fixed-length step reach, instead of the past length left dynamic."""
     gen, make = _sample_module("generate"), _sample_module("make_model")
-    if layers or hidden:
-        layers, hidden = layers or 2, hidden or 32
-        model = make.gpt2_like(layers=layers, hidden=hidden, heads=heads, past=True).SerializeToString()
+    if layers or hidden or vocab:
+        layers, hidden, vocab = layers or 2, hidden or 32, vocab or 64
+        model = make.gpt2_like(layers=layers, hidden=hidden, heads=heads, vocab=vocab, past=True).SerializeToString()
     else:
-        layers, hidden = 2, 32
+        layers, hidden, vocab = 2, 32, 64
         model = (SAMPLE / "decoder.onnx").read_bytes()
     shape = {"layers": layers, "heads": heads, "head": hidden // heads}
     steps = len(PROMPT) + tokens - 1
@@ -108,10 +108,10 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
         floor = step_floor(runner, ort_step, gen, shape, rounds)
         subgraphs = len(runner.runners)
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
+    past = f", {len(graph.get_gears())} past-length gears" if gears else ", past length dynamic"
     return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected,
             "steps": len(PROMPT) + tokens - 1, "tokens": tokens, "subgraphs": subgraphs, "backends": backends,
-            "model": f"{layers} layers, hidden {hidden}" + (f", {len(graph.get_gears())} past-length gears" if gears else
-                                                             ", past length dynamic"), "floor": floor}
+            "model": f"{layers} layers, hidden {hidden}, vocabulary {vocab}{past}", "floor": floor}
 
 
 def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = FLOOR_PAST, block: int = 10) -> dict:
@@ -175,10 +175,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--layers", type=int, default=0, help="a decoder of this many layers instead of the sample's")
     parser.add_argument("--hidden", type=int, default=0, help="... and of this width (a multiple of 4)")
+    parser.add_argument("--vocab", type=int, default=0, help="... and of this vocabulary (default 64)")
     parser.add_argument("--gears", action="store_true", help="compile one gear per past length (all on AI Core) "
                         "instead of leaving the past length dynamic (its attention on AI CPU)")
     args = parser.parse_args(argv)
-    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears)
+    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab)
     print(report(r))
     return 0 if r["equal"] else 1
 
