@@ -55,8 +55,9 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
 
     layers/hidden/vocab 0: the sample's checked-in decoder; else a decoder of that size made by the
-    sample's builder (random weights; vocabulary 64 unless given). `gears`: compiled with one gear per past length the loop
-    and the fixed-length step reach, instead of the past length left dynamic."""
+    sample's builder (random weights; vocabulary 64 unless given). `gears`: compiled with one gear
+    per past length the loop and the fixed-length step reach, instead of the past length left
+    dynamic."""
     gen, make = _sample_module("generate"), _sample_module("make_model")
     if layers or hidden or vocab:
         layers, hidden, vocab = layers or 2, hidden or 32, vocab or 64
