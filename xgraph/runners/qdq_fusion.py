@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from xgraph.kernels.integer_products import input_bound, integer_conv, integer_matmul
+from xgraph.kernels.requantization import float32_multiplier, requantize_float32
 from xgraph.runners.fusion import _Readers, builtin_kernel
 from xgraph.runners.plan import ExecutionPlan, Step
 
@@ -176,7 +177,8 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
         w = w.T
     w = np.ascontiguousarray(w)
     channels = w.shape[0] if kind == "Conv" else w.shape[-1]
-    multiplier = xs * ws.astype(np.float64).reshape(-1) / ys
+    multiplier = xs * ws.astype(np.float64).reshape(-1) / ys  # the device's fixed point starts from the exact one
+    multiplier32 = float32_multiplier(xs, ws, ys)  # run: onnxruntime's float32 requantization
     conv_attrs = {k: attrs[k] for k in ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
                   if k in attrs}
     a_max = input_bound(x_dtype, 0 if xzp is None else xzp)
@@ -192,20 +194,15 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
             shape = (1, -1) + (1,) * (acc.ndim - 2)
         else:
             shape = (1,) * (acc.ndim - 1) + (-1,)
-        mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
+        per_channel = multiplier.size == channels and channels > 1
         if bias64 is not None:
             acc = np.add(acc, bias64.reshape(shape), dtype=np.float64)  # exact: |acc + b| < 2**53
         if device_numerics:
+            mult = multiplier.reshape(shape) if per_channel else multiplier.reshape(())
             return requantize_fixed_point(acc, mult, yzp, dtype)
-        if acc.dtype != np.float64:
-            return requantize(acc, mult, yzp, dtype)
-        np.multiply(acc, mult, out=acc)  # requantize's steps, in the fresh float64 sum itself
-        np.rint(acc, out=acc)
-        acc += yzp
-        np.clip(acc, info.min, info.max, out=acc)
-        return acc.astype(dtype)
+        return requantize_float32(acc, multiplier32.reshape(shape) if per_channel else multiplier32.reshape(()),
+                                  yzp, dtype)
 
-    info = np.iinfo(dtype)
     macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
     unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
     unit.compute_dtype = "int8"  # type: ignore[attr-defined]
