@@ -18,7 +18,6 @@ ort = pytest.importorskip("onnxruntime")
 import xgraph  # noqa: E402
 from xgraph.kernels.requantization import float32_multiplier, requantize_float32  # noqa: E402
 
-RNG = np.random.default_rng(23)
 M, SIDE = 64, 16  # output channels; SIDE x SIDE pixels hold every uint8 value once
 Y_ZP = 128
 
@@ -36,26 +35,27 @@ def float64_reading(acc: int, x_scale: float, w_scale: float, y_scale: float, ze
     return min(255, max(0, int(np.rint(value)) + zero_point))
 
 
-def unit_scale_ties() -> tuple[np.ndarray, np.ndarray, float, float]:
+def unit_scale_ties(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float, float]:
     """(accumulator per channel, w_scale, x_scale, y_scale) putting that accumulator on a near-tie.
 
     x_scale = y_scale = 1, so the multiplier is w_scale itself, chosen as float32((k + 0.5) / A)
     for an odd A: A * multiplier is k + 0.5 within float32 rounding, so the float32 product lands
     on the half exactly (then to even) and the float64 one just beside it."""
-    acc = (RNG.integers(20_000, 400_000, M) | 1).astype(np.int64)
-    k = RNG.integers(-100, 100, M)
+    acc = (rng.integers(20_000, 400_000, M) | 1).astype(np.int64)
+    k = rng.integers(-100, 100, M)
     return acc, ((k + 0.5) / acc).astype(np.float32), 1.0, 1.0
 
 
-def scaled_ties(x_scale: np.float32, y_scale: np.float32) -> tuple[np.ndarray, np.ndarray, float, float]:
+def scaled_ties(rng: np.random.Generator, x_scale: np.float32,
+                y_scale: np.float32) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The same with random w_scales whose float32 multiplier (float32(x_scale * w_scale) / y_scale) differs
     from the float64 one, and an accumulator that the two multipliers round to different integers."""
     acc, w_scale = [], []
     while len(w_scale) < M:
-        ws = np.float32(RNG.uniform(1e-4, 1e-3))
+        ws = np.float32(rng.uniform(1e-4, 1e-3))
         m32 = float(float32_multiplier(x_scale, ws, y_scale)[0])
         m64 = float(x_scale) * float(ws) / float(y_scale)
-        candidates = RNG.integers(20_000, 2_000_000, 4000)
+        candidates = rng.integers(20_000, 2_000_000, 4000)
         hits = candidates[(np.abs(candidates * m32) < 120) & (np.rint(candidates * m32) != np.rint(candidates * m64))]
         if m32 != m64 and hits.size:
             acc.append(int(hits[0]))
@@ -92,7 +92,8 @@ XQ = np.arange(SIDE * SIDE, dtype=np.uint8).reshape(1, 1, SIDE, SIDE)  # pixel p
 @pytest.fixture(scope="module")
 def tie_cases():
     """(accumulator, w_scale, x_scale, y_scale) cases; channel c meets its accumulator at pixel c (bias = acc - c)."""
-    return [unit_scale_ties(), scaled_ties(np.float32(0.0173), np.float32(0.0391))]
+    rng = np.random.default_rng(23)
+    return [unit_scale_ties(rng), scaled_ties(rng, np.float32(0.0173), np.float32(0.0391))]
 
 
 def _accumulators(target: np.ndarray) -> np.ndarray:
@@ -136,11 +137,12 @@ def test_run_gives_onnxruntimes_qlinearconv_integers_on_near_ties(tie_cases):
 def test_run_equals_onnxruntime_on_a_full_range_3x3_conv():
     """Random full-range uint8 activations with a zero point, 7-bit per-channel weights (exact in onnxruntime's
     u8s8 kernels), random scales: every output the same integer."""
+    rng = np.random.default_rng(29)
     c_in, m = 16, 24
     xs, ys = np.float32(0.0217), np.float32(0.0733)
-    w = RNG.integers(-63, 64, (m, c_in, 3, 3)).astype(np.int8)
-    w_scale = RNG.uniform(2e-3, 9e-3, m).astype(np.float32)
-    bias = RNG.integers(-20_000, 20_000, m).astype(np.int32)
+    w = rng.integers(-63, 64, (m, c_in, 3, 3)).astype(np.int8)
+    w_scale = rng.uniform(2e-3, 9e-3, m).astype(np.float32)
+    bias = rng.integers(-20_000, 20_000, m).astype(np.int32)
     inits = [numpy_helper.from_array(xs, "x_scale"), numpy_helper.from_array(np.uint8(119), "x_zp"),
              numpy_helper.from_array(w, "w"), numpy_helper.from_array(w_scale, "w_scale"),
              numpy_helper.from_array(np.zeros(m, np.int8), "w_zp"), numpy_helper.from_array(bias, "b"),
@@ -160,7 +162,7 @@ def test_run_equals_onnxruntime_on_a_full_range_3x3_conv():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # fuses to QLinearConv
     with xgraph.create_graph_runner(xgraph.compile(model), mode="run", kernels="numpy") as runner:
         for _ in range(3):
-            xq = RNG.integers(0, 256, (1, c_in, 28, 28)).astype(np.uint8)
+            xq = rng.integers(0, 256, (1, c_in, 28, 28)).astype(np.uint8)
             (ours,) = runner.run({"xq": xq})
             (theirs,) = session.run(None, {"xq": xq})
             assert len(np.unique(theirs)) > 100  # a spread of outputs, saturating at both ends too
