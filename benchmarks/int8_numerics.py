@@ -11,6 +11,8 @@ them into the Convs; a QDQ MobileNet-style net; a hand-built QOperator net; see
               what the unit itself gets wrong
   out steps   largest error of the float outputs, in steps of their final DequantizeLinear
   top-1       inputs on which the argmax of the first output agrees
+  first       the first integer tensor, in node order, that differs on some input: where the
+              engines part before a difference is carried on
 
 Modes: run (numpy integer units, requantized in float32 as onnxruntime's kernels), sim
 (fixed-point requantization), auto (onnxruntime sessions where they load; its run-wide int8
@@ -48,11 +50,11 @@ MODES = (("run", "numpy"), ("sim", "numpy"), ("auto", "auto"), ("ref", "auto"))
 ORACLES = (("onnxruntime", False), ("ort-integer", True))
 
 
-def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float) -> str:
+def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float, first=None) -> str:
     def cell(v):
         return "-" if v is None else str(v)
     return (f"{model:<14}{mode:<6}{oracle:<13}{cell(run_steps):>9}{cell(unit_steps):>10}"
-            f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s")
+            f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s  {cell(first)}")
 
 
 def _batches(feeds: list, size: int = 10):
@@ -107,10 +109,12 @@ def measure(name: str, inputs: int, ref_inputs: int, units: bool) -> list[str]:
                 unit = max(unit_errors(probe, first[oracle], xgraph.compile, "run" if mode == "auto" else mode,
                                        kernels).values(), default=0)
             errors = totals[(mode, oracle)]
-            rows.append(_row(name, mode, oracle, None if mode == "auto" else errors.max_int8_steps(), unit, errors,
-                             seconds[mode] + time.perf_counter() - start))
+            probed = mode != "auto"
+            rows.append(_row(name, mode, oracle, errors.max_int8_steps() if probed else None, unit, errors,
+                             seconds[mode] + time.perf_counter() - start, errors.first_difference(probe) if probed else None))
     errors = totals[("ref", "reference")]
-    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"]))
+    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"],
+                     errors.first_difference(probe)))
     return rows
 
 
@@ -124,7 +128,8 @@ def main() -> None:
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice to pre-process, per model
     print(f"{args.inputs} random inputs ({args.ref_inputs} for ref); errors in quantization steps; "
           "int8 unit on the first 3 inputs")
-    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")
+    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}"
+          f"{'':>9}first differing tensor")
     for name in args.models.split(","):
         for line in measure(name, args.inputs, args.ref_inputs, not args.no_units):
             print(line, flush=True)

@@ -153,3 +153,12 @@ def test_qdq_resnet50_every_int8_tensor_within_one_step_of_onnxruntimes_integer_
         assert errors.top1 == 2 and errors.max_output_steps() <= 4 + 1e-4, (mode, errors.output_steps)
         units = unit_errors(probe, expected[:1], xgraph.compile, mode, "numpy")
         assert len(units) == 126 and max(units.values()) <= 1, (mode, sorted(units.items(), key=lambda kv: -kv[1])[:3])
+
+
+def test_first_difference_is_the_earliest_differing_tensor_in_node_order():
+    from xgraph.runners.int8_numerics import Int8Errors
+    probe = with_quantized_outputs(qoperator_net())
+    errors = Int8Errors({"lq": 3, "c2": 1, "xq": 0, "int32:c3": 0}, {}, {}, 1, 1)
+    assert errors.first_difference(probe) == "c2"
+    assert Int8Errors({"int32:c3": 2, "lq": 1}, {}, {}, 1, 1).first_difference(probe) == "c3"
+    assert Int8Errors({"xq": 0}, {}, {}, 1, 1).first_difference(probe) is None

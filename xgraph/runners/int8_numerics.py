@@ -261,6 +261,15 @@ class Int8Errors:
         return Int8Errors(larger(self.tensor_steps, other.tensor_steps), larger(self.output_steps, other.output_steps),
                           larger(self.output_abs, other.output_abs), self.top1 + other.top1, self.runs + other.runs)
 
+    def first_difference(self, probe: "Probe") -> str | None:
+        """The first integer tensor, in the model's node order, that differs on some feed (None: all equal):
+        where two engines part, before the difference is carried on."""
+        for tap in probe.quantized:
+            tensor = tap[len(tap_name("")):]
+            if self.tensor_steps.get(tensor, 0) or self.tensor_steps.get(f"int32:{tensor}", 0):
+                return tensor
+        return None
+
     def worst(self, n: int = 5) -> list[tuple[str, int]]:
         """The `n` integer tensors with the largest errors, largest first."""
         return sorted(self.tensor_steps.items(), key=lambda kv: -kv[1])[:n]
