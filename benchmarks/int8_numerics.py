@@ -11,11 +11,20 @@ them into the Convs; a QDQ MobileNet-style net; a hand-built QOperator net; see
               what the unit itself gets wrong
   out steps   largest error of the float outputs, in steps of their final DequantizeLinear
   top-1       inputs on which the argmax of the first output agrees
+  first       the first integer tensor, in node order, that differs on some input: where the
+              engines part before a difference is carried on
 
-Modes: run (numpy integer units), sim (fixed-point requantization), auto (onnxruntime sessions
-where they load; its run-wide int8 column is blank because a probed tensor stops onnxruntime's
-fusion, see int8_numerics) against onnxruntime; ref against onnxruntime and against the
-reference evaluator (on --ref-inputs inputs: it is slow).
+Modes: run (numpy integer units, requantized in float32 as onnxruntime's kernels), sim
+(fixed-point requantization), auto (onnxruntime sessions where they load; its run-wide int8
+column is blank because a probed tensor stops onnxruntime's fusion, see int8_numerics), ref
+(float-simulated QDQ), each against two onnxruntime oracles:
+
+  onnxruntime   the model as onnxruntime optimizes it: on x86 some units stay float ops between a
+                DQ and a Q (QDQ ResNet50: 20 of 53 Convs, `xgraph.runners.int8_oracle` says why)
+  ort-integer   the same model with its int8 activations moved to uint8 (an exact rewrite), so
+                onnxruntime runs every unit as its integer kernel
+
+and ref also against the reference evaluator (on --ref-inputs inputs: it is slow).
 
     python benchmarks/int8_numerics.py [--models resnet50,resnet50-pre,mobilenet,qoperator] [--inputs 100]
                                        [--ref-inputs 10] [--no-units]
@@ -36,13 +45,16 @@ from xgraph.runners.int8_units import runs_with_feeds, unit_errors
 MODELS = {"resnet50": qdq_resnet50, "resnet50-pre": lambda: qdq_resnet50(pre_process=True),
           "mobilenet": qdq_mobilenet, "qoperator": qoperator_net}
 MODES = (("run", "numpy"), ("sim", "numpy"), ("auto", "auto"), ("ref", "auto"))
+#: (name, every_unit_integer): onnxruntime as it optimizes the model (QDQ ResNet50: 20 of 53 Convs in
+#: float), and with int8 activations moved to uint8 so that it runs every unit as an integer kernel.
+ORACLES = (("onnxruntime", False), ("ort-integer", True))
 
 
-def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float) -> str:
+def _row(model: str, mode: str, oracle: str, run_steps, unit_steps, errors, seconds: float, first=None) -> str:
     def cell(v):
         return "-" if v is None else str(v)
     return (f"{model:<14}{mode:<6}{oracle:<13}{cell(run_steps):>9}{cell(unit_steps):>10}"
-            f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s")
+            f"{errors.max_output_steps():>11.2f}{errors.top1:>6}/{errors.runs:<5}{seconds:>7.1f}s  {cell(first)}")
 
 
 def _batches(feeds: list, size: int = 10):
@@ -55,7 +67,7 @@ def _add(total: dict, key, errors: Int8Errors) -> None:
 
 
 def measure(name: str, inputs: int, ref_inputs: int, units: bool) -> list[str]:
-    """The table's rows for one model."""
+    """The table's rows for one model: each mode against both onnxruntime oracles, ref against the evaluator."""
     model = MODELS[name]()
     probe = with_quantized_outputs(model)
     plain = Probe(model, model, probe.outputs, (), probe.output_scales)
@@ -68,36 +80,41 @@ def measure(name: str, inputs: int, ref_inputs: int, units: bool) -> list[str]:
     seconds = dict.fromkeys([m for m, _ in MODES] + ["reference"], 0.0)
     done = 0
     for batch in _batches(feeds):
-        expected = onnxruntime_runs(probe, batch)
+        expected = {oracle: onnxruntime_runs(probe, batch, every_unit_integer=every) for oracle, every in ORACLES}
         for mode, kernels in MODES:
             if mode == "ref" and done >= ref_inputs:
                 continue
             part = batch if mode != "ref" else batch[:ref_inputs - done]
             start = time.perf_counter()
             which, graph = (plain, compiled["plain"]) if mode == "auto" else (probe, compiled["probe"])
-            got = graph_runner_runs(which, graph, part, "run" if mode == "auto" else mode, kernels)
-            _add(totals, mode, compare(which, expected[:len(part)], got))
+            got = list(graph_runner_runs(which, graph, part, "run" if mode == "auto" else mode, kernels))
             seconds[mode] += time.perf_counter() - start
+            for oracle, _ in ORACLES:
+                _add(totals, (mode, oracle), compare(which, expected[oracle][:len(part)], got))
         if done < ref_inputs:
             part = batch[:ref_inputs - done]
             start = time.perf_counter()
             got = graph_runner_runs(probe, compiled["probe"], part, "ref", "auto")
-            _add(totals, "reference", compare(probe, reference_runs(probe, part, new_ops), got))
+            _add(totals, ("ref", "reference"), compare(probe, reference_runs(probe, part, new_ops), got))
             seconds["reference"] += time.perf_counter() - start
         done += len(batch)
-    first = runs_with_feeds(onnxruntime_runs(probe, feeds[:3]), feeds[:3])  # the per-unit column's oracle
+    first = {oracle: runs_with_feeds(onnxruntime_runs(probe, feeds[:3], every_unit_integer=every), feeds[:3])
+             for oracle, every in ORACLES}  # the per-unit column's oracles
     rows = []
-    for mode, kernels in MODES:
-        start = time.perf_counter()
-        unit = None
-        if units:
-            unit = max(unit_errors(probe, first, xgraph.compile, "run" if mode == "auto" else mode, kernels).values(),
-                       default=0)
-        errors = totals[mode]
-        rows.append(_row(name, mode, "onnxruntime", None if mode == "auto" else errors.max_int8_steps(), unit, errors,
-                         seconds[mode] + time.perf_counter() - start))
-    errors = totals["reference"]
-    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"]))
+    for oracle, _ in ORACLES:
+        for mode, kernels in MODES:
+            start = time.perf_counter()
+            unit = None
+            if units:
+                unit = max(unit_errors(probe, first[oracle], xgraph.compile, "run" if mode == "auto" else mode,
+                                       kernels).values(), default=0)
+            errors = totals[(mode, oracle)]
+            probed = mode != "auto"
+            rows.append(_row(name, mode, oracle, errors.max_int8_steps() if probed else None, unit, errors,
+                             seconds[mode] + time.perf_counter() - start, errors.first_difference(probe) if probed else None))
+    errors = totals[("ref", "reference")]
+    rows.append(_row(name, "ref", "reference", errors.max_int8_steps(), None, errors, seconds["reference"],
+                     errors.first_difference(probe)))
     return rows
 
 
@@ -111,7 +128,8 @@ def main() -> None:
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice to pre-process, per model
     print(f"{args.inputs} random inputs ({args.ref_inputs} for ref); errors in quantization steps; "
           "int8 unit on the first 3 inputs")
-    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}")
+    print(f"{'model':<14}{'mode':<6}{'oracle':<13}{'int8 run':>9}{'int8 unit':>10}{'out steps':>11}{'top-1':>11}"
+          f"{'':>9}first differing tensor")
     for name in args.models.split(","):
         for line in measure(name, args.inputs, args.ref_inputs, not args.no_units):
             print(line, flush=True)

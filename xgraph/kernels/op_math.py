@@ -19,6 +19,7 @@ from xgraph.kernels.op_elementwise import (
 )
 from xgraph.kernels.parallel import chunks, run_parallel, split_count
 from xgraph.kernels.registry import builtin_kernel as kernel
+from xgraph.kernels.requantization import requantize_float32
 
 MATMUL_TYPES = FLOATS + (np.int32, np.int64, np.uint32, np.uint64)
 _FLOAT8 = frozenset(np.dtype(t) for t in FLOAT8)
@@ -186,6 +187,9 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     # The combined scale is formed in the scales' own type, as the ONNX reference does.
     multiplier = _per_row(a_scale, np.asarray(a)) * np.asarray(b_scale) / np.asarray(y_scale)
     y_zero_point = np.asarray(y_zero_point)
+    if multiplier.dtype == np.float32 and y_zero_point.dtype in (np.dtype(np.int8), np.dtype(np.uint8)):
+        # float32 scales to 8-bit integers: the product and rounding in float32 as onnxruntime's kernel
+        return requantize_float32(product, multiplier, int(y_zero_point.reshape(())), y_zero_point.dtype)
     return _saturate(product * widen(np.asarray(multiplier)).astype(np.float64), y_zero_point, y_zero_point.dtype)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from xgraph.errors import KernelError
 from xgraph.kernels.conv_lowering import activation_in_place, check_conv_shapes, conv_core
 from xgraph.kernels.registry import builtin_kernel as kernel
+from xgraph.kernels.requantization import float32_multiplier, requantize_float32
 from xgraph.kernels.windows import FLOAT_TYPES, INT8_TYPES, compute_dtype, per_axis_ints, window_geometry
 
 
@@ -182,24 +183,22 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET
 @kernel("QLinearConv", since=10, dtypes=INT8_TYPES)
 def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, b=None, *,
                  auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """ONNX QLinearConv-10: integer conv + int32 bias, requantized with round-half-even and saturation."""
+    """ONNX QLinearConv-10: integer conv + int32 bias, requantized with round-half-even and saturation
+    in float32 as onnxruntime does (`xgraph.kernels.requantization`)."""
     op = "QLinearConv"
     attrs = dict(group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
                  auto_pad=auto_pad)
     acc = _integer_conv(op, x, w, x_zero_point, w_zero_point, attrs)
     if b is not None:
         acc = acc + np.asarray(b).astype(np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    ws = np.asarray(w_scale, dtype=np.float64)
-    if ws.size > 1:
-        if ws.ndim != 1 or ws.size != w.shape[0]:
-            raise KernelError(f"{op}: w_scale has shape {ws.shape}; expected a scalar or {w.shape[0]} values")
-        ws = ws.reshape((1, -1) + (1,) * (acc.ndim - 2))
-    multiplier = np.float64(np.asarray(x_scale).reshape(())) * ws / np.float64(np.asarray(y_scale).reshape(()))
+    ws = np.asarray(w_scale, dtype=np.float32)
+    if ws.size > 1 and (ws.ndim != 1 or ws.size != w.shape[0]):
+        raise KernelError(f"{op}: w_scale has shape {ws.shape}; expected a scalar or {w.shape[0]} values")
+    multiplier = float32_multiplier(x_scale, ws, y_scale)  # onnxruntime's float32 requantization
+    multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2)) if ws.size > 1 else multiplier.reshape(())
     out_dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else x.dtype
-    zp = 0.0 if y_zero_point is None else np.float64(np.asarray(y_zero_point).reshape(()))
-    y = np.rint(acc * multiplier) + zp
-    info = np.iinfo(out_dtype)
-    return np.clip(y, info.min, info.max).astype(out_dtype)
+    zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
+    return requantize_float32(acc, multiplier, zp, np.dtype(out_dtype))
 
 
 # --------------------------------------------------------------------------- DeformConv

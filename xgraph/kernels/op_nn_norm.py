@@ -43,8 +43,16 @@ def batch_norm_scale_shift(scale, bias, mean, var, epsilon: float = 1e-5) -> tup
     """(a, b) in float64 with BatchNormalization(x) == a * x + b per channel.
 
     The inference kernel applies exactly this; a graph pass can fold it into a preceding Conv
-    (W * a per output channel, B * a + b) and drop the op.
+    (W * a per output channel, B * a + b) and drop the op. Float32 parameters give onnxruntime's
+    float32 values (a = scale * (1 / sqrt(var + epsilon)), b = bias - mean * a, each operation
+    rounded to float32), so a float BatchNormalization between two quantizers rounds as there.
     """
+    params = [np.asarray(v) for v in (scale, bias, mean, var)]
+    if all(v.dtype == np.float32 for v in params):
+        scale32, bias32, mean32, var32 = params
+        inv_std = np.float32(1) / np.sqrt(var32 + np.float32(epsilon))
+        a32 = inv_std * scale32
+        return a32.astype(np.float64), (bias32 - mean32 * a32).astype(np.float64)
     a = np.asarray(scale, dtype=np.float64) / np.sqrt(np.asarray(var, dtype=np.float64) + float(epsilon))
     return a, np.asarray(bias, dtype=np.float64) - np.asarray(mean, dtype=np.float64) * a
 

@@ -9,9 +9,11 @@ semantics (the `ref` mode keeps it); an int8 device, and onnxruntime, compute
 
 which may differ from the float path by one quantization step where a value lies near a
 rounding boundary. `fuse_qdq(plan)` replaces each such pattern in a numpy plan by one step
-computing exactly that (the requantization multiplier in float64, as ONNX's QLinearConv
-specifies), reading the quantized input and writing the quantized output; the graph is not
-changed. `requantize` is the rounding step; `fixed_point_multiplier` and
+computing exactly that, reading the quantized input and writing the quantized output; the
+graph is not changed. The multiplier and its product are formed in float32 as onnxruntime's
+kernels do (`xgraph.kernels.requantization`: ONNX leaves the precision open, and float64 rounds
+near-ties to the other integer). `requantize` is the same step read in float64 (ONNX's formula
+in exact arithmetic, kept for comparisons); `fixed_point_multiplier` and
 `requantize_fixed_point` are what an int8 device does instead of a float multiply (a 31-bit
 mantissa and a right shift, rounding half away from zero as gemmlowp and Ascend's
 requantizer do), used when `device_numerics` is asked for.
@@ -28,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from xgraph.kernels.integer_products import input_bound, integer_conv, integer_matmul
+from xgraph.kernels.requantization import float32_multiplier, requantize_float32
 from xgraph.runners.fusion import _Readers, builtin_kernel
 from xgraph.runners.plan import ExecutionPlan, Step
 
@@ -36,7 +39,10 @@ _CORES = ("Conv", "MatMul", "Gemm")
 
 
 def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point: int, dtype: np.dtype) -> np.ndarray:
-    """saturate(round_half_even(acc * multiplier) + zero_point) in `dtype` (ONNX's QLinearConv rounding)."""
+    """saturate(round_half_even(acc * multiplier) + zero_point) in `dtype`, the product in float64.
+
+    ONNX's QLinearConv formula in (nearly) exact arithmetic; the run mode uses
+    `xgraph.kernels.requantization.requantize_float32` instead, as onnxruntime."""
     info = np.iinfo(dtype)
     y = np.multiply(acc, multiplier, dtype=np.float64)  # an exact integer acc, widened before the product
     np.rint(y, out=y)
@@ -169,14 +175,16 @@ def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, li
 def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: float, yzp: int,
                 dtype: np.dtype, device_numerics: bool = False, x_dtype: np.dtype = np.dtype(np.int8)) -> Callable:
     """The integer unit: exact accumulation (float32 BLAS in exact chunks, `xgraph.kernels.integer_products`),
-    then the int32 bias and the requantization in float64."""
+    then the int32 bias (exact in float64) and the requantization in float32 as onnxruntime's (or in fixed
+    point, `device_numerics`)."""
     w = wq.astype(np.int64) - (0 if wzp is None else wzp.astype(np.int64).reshape(
         (-1,) + (1,) * (wq.ndim - 1) if kind == "Conv" or attrs.get("transB", 0) else (1, -1)))
     if kind == "Gemm" and attrs.get("transB", 0):
         w = w.T
     w = np.ascontiguousarray(w)
     channels = w.shape[0] if kind == "Conv" else w.shape[-1]
-    multiplier = xs * ws.astype(np.float64).reshape(-1) / ys
+    multiplier = xs * ws.astype(np.float64).reshape(-1) / ys  # the device's fixed point starts from the exact one
+    multiplier32 = float32_multiplier(xs, ws, ys)  # run: onnxruntime's float32 requantization
     conv_attrs = {k: attrs[k] for k in ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
                   if k in attrs}
     a_max = input_bound(x_dtype, 0 if xzp is None else xzp)
@@ -192,20 +200,15 @@ def _integer_fn(kind: str, attrs: dict, wq, ws, wzp, bias, xs: float, xzp, ys: f
             shape = (1, -1) + (1,) * (acc.ndim - 2)
         else:
             shape = (1,) * (acc.ndim - 1) + (-1,)
-        mult = multiplier.reshape(shape) if multiplier.size == channels and channels > 1 else multiplier.reshape(())
+        per_channel = multiplier.size == channels and channels > 1
         if bias64 is not None:
             acc = np.add(acc, bias64.reshape(shape), dtype=np.float64)  # exact: |acc + b| < 2**53
         if device_numerics:
+            mult = multiplier.reshape(shape) if per_channel else multiplier.reshape(())
             return requantize_fixed_point(acc, mult, yzp, dtype)
-        if acc.dtype != np.float64:
-            return requantize(acc, mult, yzp, dtype)
-        np.multiply(acc, mult, out=acc)  # requantize's steps, in the fresh float64 sum itself
-        np.rint(acc, out=acc)
-        acc += yzp
-        np.clip(acc, info.min, info.max, out=acc)
-        return acc.astype(dtype)
+        return requantize_float32(acc, multiplier32.reshape(shape) if per_channel else multiplier32.reshape(()),
+                                  yzp, dtype)
 
-    info = np.iinfo(dtype)
     macs_per_output = int(np.prod(w.shape[1:])) if kind == "Conv" else int(w.shape[0])
     unit.flops = lambda args, results: 2 * int(results[0].size) * macs_per_output  # type: ignore[attr-defined]
     unit.compute_dtype = "int8"  # type: ignore[attr-defined]
