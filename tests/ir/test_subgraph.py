@@ -177,3 +177,30 @@ def test_nested_graph_reads_are_implicit_inputs():
     out = ort.InferenceSession(sub.SerializeToString()).run(
         None, {"c": np.array(True), "h": np.array([1, 2], np.float32)})
     np.testing.assert_array_equal(out[0], [2, 3])
+
+
+def test_set_children_attrs_writes_each_child_its_own_copy():
+    g = random_dag(3, 6, 0.4)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    root.set_children_attrs(children[:4], {"device": "CPU", "runner": {"run": "cpu"}, "tags": [1, {"a": 2}]})
+    for c in children[:4]:
+        assert c.get_attrs() == {"device": "CPU", "runner": {"run": "cpu"}, "tags": [1, {"a": 2}]}
+    assert all(not c.get_attrs() for c in children[4:])
+    children[0].get_attr("runner")["run"] = "changed"
+    children[0].get_attr("tags")[1]["a"] = 3
+    assert children[1].get_attr("runner") == {"run": "cpu"} and children[1].get_attr("tags") == [1, {"a": 2}]
+    check_tree(g)
+
+
+def test_set_children_attrs_changes_nothing_on_bad_input():
+    g = random_dag(4, 5, 0.4)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    with pytest.raises(XGraphError, match="not a child of it"):
+        root.set_children_attrs([children[0], root], {"device": "CPU"})
+    with pytest.raises(XGraphError, match="unsupported type object"):
+        root.set_children_attrs(children, {"device": "CPU", "bad": object()})
+    assert all(not c.get_attrs() for c in children)
