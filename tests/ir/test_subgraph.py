@@ -204,3 +204,18 @@ def test_set_children_attrs_changes_nothing_on_bad_input():
     with pytest.raises(XGraphError, match="unsupported type object"):
         root.set_children_attrs(children, {"device": "CPU", "bad": object()})
     assert all(not c.get_attrs() for c in children)
+
+
+def test_set_op_annotations_refuses_foreign_ops_and_bad_values_changing_nothing():
+    g, other = random_dag(5, 4, 0.5), random_dag(6, 2, 0.5)
+    ops = g.get_ops()
+    with pytest.raises(XGraphError, match="not an op of it"):
+        g.set_op_annotations("device", {ops[0]: "CPU", other.get_ops()[0]: "CPU"})
+    with pytest.raises(XGraphError, match="not an op of it"):
+        g.set_op_annotations("device", {ops[0]: "CPU", "op001": "CPU"})
+    with pytest.raises(XGraphError, match="unsupported type object"):
+        g.set_op_annotations("device", {ops[0]: "CPU", ops[1]: object()})
+    assert not any(op.has_attr("device") for op in ops)
+    g.set_op_annotations("device", {ops[0]: "CPU", ops[1]: ["a", 1]})
+    assert ops[0].get_attr("device") == "CPU" and ops[1].get_attr("device") == ["a", 1]
+    assert ops[1].is_annotation("device")
