@@ -33,9 +33,8 @@ tracemalloc peak (MB, one extra untimed run each, since tracing slows Python dow
 `--quick` runs chain and transformer at 1k and 10k ops, named and unnamed, best of 1.
 Measured on this 2-core machine, a 1,000,000-op chain (`--sizes 1000000 --models chain
 --naming named --repeat 1`) is recorded in docs/devices.md ("Compile cost at scale"): it
-completes in 252 s of compile (wall clock, machine shared at a load average of about 14;
-onnx load + infer_shapes 49 s in the same run), serialize 73 s, deserialize 87 s, max RSS
-6.5 GB (onnx: 1.5 GB).
+completes in 148 s of compile (wall clock, machine shared; onnx load + infer_shapes 8.6 s in
+the same run), serialize 21 s, deserialize 32 s, max RSS 3.6 GB (onnx: 2.2 GB).
 """
 from __future__ import annotations
 
