@@ -177,3 +177,45 @@ def test_nested_graph_reads_are_implicit_inputs():
     out = ort.InferenceSession(sub.SerializeToString()).run(
         None, {"c": np.array(True), "h": np.array([1, 2], np.float32)})
     np.testing.assert_array_equal(out[0], [2, 3])
+
+
+def test_set_children_attrs_writes_each_child_its_own_copy():
+    g = random_dag(3, 6, 0.4)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    root.set_children_attrs(children[:4], {"device": "CPU", "runner": {"run": "cpu"}, "tags": [1, {"a": 2}]})
+    for c in children[:4]:
+        assert c.get_attrs() == {"device": "CPU", "runner": {"run": "cpu"}, "tags": [1, {"a": 2}]}
+    assert all(not c.get_attrs() for c in children[4:])
+    children[0].get_attr("runner")["run"] = "changed"
+    children[0].get_attr("tags")[1]["a"] = 3
+    assert children[1].get_attr("runner") == {"run": "cpu"} and children[1].get_attr("tags") == [1, {"a": 2}]
+    check_tree(g)
+
+
+def test_set_children_attrs_changes_nothing_on_bad_input():
+    g = random_dag(4, 5, 0.4)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    with pytest.raises(XGraphError, match="not a child of it"):
+        root.set_children_attrs([children[0], root], {"device": "CPU"})
+    with pytest.raises(XGraphError, match="unsupported type object"):
+        root.set_children_attrs(children, {"device": "CPU", "bad": object()})
+    assert all(not c.get_attrs() for c in children)
+
+
+def test_set_op_annotations_refuses_foreign_ops_and_bad_values_changing_nothing():
+    g, other = random_dag(5, 4, 0.5), random_dag(6, 2, 0.5)
+    ops = g.get_ops()
+    with pytest.raises(XGraphError, match="not an op of it"):
+        g.set_op_annotations("device", {ops[0]: "CPU", other.get_ops()[0]: "CPU"})
+    with pytest.raises(XGraphError, match="not an op of it"):
+        g.set_op_annotations("device", {ops[0]: "CPU", "op001": "CPU"})
+    with pytest.raises(XGraphError, match="unsupported type object"):
+        g.set_op_annotations("device", {ops[0]: "CPU", ops[1]: object()})
+    assert not any(op.has_attr("device") for op in ops)
+    g.set_op_annotations("device", {ops[0]: "CPU", ops[1]: ["a", 1]})
+    assert ops[0].get_attr("device") == "CPU" and ops[1].get_attr("device") == ["a", 1]
+    assert ops[1].is_annotation("device")

@@ -192,3 +192,32 @@ def test_models_larger_than_the_expansion_limit_load_when_nothing_expands():
     assert expanded_node_count(bomb, "m", limit=31) == 32
     with pytest.raises(ModelFileError, match="expand to more than 30 nodes"):
         expanded_node_count(bomb, "m", limit=30)
+
+
+def _nested_bomb():
+    """The product bomb inside an If branch: the budget must find it through the columns' attributes too."""
+    inner = data_prop_bomb(1 << 26, "product").graph
+    inner.ClearField("input")
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=inner, else_branch=inner)
+    graph = helper.make_graph([node], "nested", [vi("cond", TensorProto.BOOL, [])], [vi("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[OPSET])
+
+
+@pytest.mark.parametrize("case", ["constant", "value_ints", "product", "small", "nested", "functions"])
+def test_budget_from_the_importers_columns_equals_the_budget_from_the_protos(case):
+    """The importer hands its node columns to the budget checks; they must decide what the protos decide."""
+    from xgraph.ir.onnx.inference_budget import data_propagation_is_bounded, expanded_node_count
+    from xgraph.ir.onnx.nodes import Nodes
+    if case == "nested":
+        model = _nested_bomb()
+    elif case == "functions":
+        model = function_bomb(4)
+    elif case == "small":
+        model = data_prop_bomb(16, "product")
+    else:
+        model = data_prop_bomb(1 << 26, case)
+    columns = Nodes(model.graph.node, "m")
+    assert expanded_node_count(model, "m", top=columns) == expanded_node_count(model, "m")
+    for limit in (1 << 20, 8):
+        assert data_propagation_is_bounded(model, 1, limit, top=columns) == data_propagation_is_bounded(model, 1, limit)
+    assert data_propagation_is_bounded(model, 1, 1 << 20, top=columns) == (case in ("small", "functions"))

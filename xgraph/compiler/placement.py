@@ -261,10 +261,12 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
         labels[child] = device
     groups = plan_merge(root, labels)
     merged = root.merge_child_groups(groups, check_cycles=False)
+    by_device: dict[str, list["Subgraph"]] = {}
     for group, sg in zip(groups, merged):
-        spec = devices[labels[group[0]]]
-        sg.set_attr("device", spec.name)
-        sg.set_attr("runner", dict(spec.runner))
+        by_device.setdefault(labels[group[0]], []).append(sg)
+    for device, subgraphs in by_device.items():
+        spec = devices[device]
+        root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
     graph.set_op_annotations("device", {op: device for op, (device, _) in proposal.items()})
     graph.set_op_annotations("placement_reason", {op: reason for op, (_, reason) in proposal.items()})
     return merged

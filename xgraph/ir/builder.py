@@ -200,6 +200,15 @@ class GraphBuilder:
         else:
             obj._attrs.update(attrs)
 
+    @staticmethod
+    def set_op_annotation_column(key: str, ops: Sequence[Op], values: Sequence[Any], missing: Any) -> None:
+        """Annotation `key` read back from a file for many ops at once: `values[i]` on `ops[i]`, except where
+        it is `missing` (already checked by the reader)."""
+        for op, value in zip(ops, values):
+            if value is not missing:
+                op._attrs[key] = value
+                op._attr_types[key] = None
+
     # -- graph order and outputs -------------------------------------------------------------
     def set_outputs(self, tensors: Iterable[Tensor]) -> None:
         """The graph outputs, in order."""

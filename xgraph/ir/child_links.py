@@ -27,21 +27,31 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
     """
     graph = sg._graph
     child_of = sg._child_map()
-    ops = [op for op in graph._ops.values() if op in child_of]
+    ops = []
     number: dict["Subgraph", int] = {}
-    for op in ops:
-        number.setdefault(child_of[op], len(number))
-    index_of = {op: number[child] for op, child in child_of.items()}
+    index_of: dict["Op", int] = {}
+    for op in graph._ops.values():  # one pass in insertion order: the ops of sg, their children numbered
+        child = child_of.get(op)
+        if child is not None:
+            n = number.get(child)
+            if n is None:
+                n = number[child] = len(number)
+            index_of[op] = n
+            ops.append(op)
     preds: list[list[int]] = [[] for _ in number]
     nested = bool(graph._nested_ops)
     get = index_of.get
     for op in ops:
         v = index_of[op]
         sources = preds[v]
+        inputs = op._inputs
         if nested:
             producers = op.get_input_ops()
+        elif len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
+            t = inputs[0]
+            producers = () if t is None or t._producer is None else (t._producer,)
         else:
-            producers = dict.fromkeys(t._producer for t in op._inputs if t is not None and t._producer is not None)
+            producers = dict.fromkeys(t._producer for t in inputs if t is not None and t._producer is not None)
         for producer in producers:
             u = get(producer)
             if u is not None and u != v:

@@ -214,11 +214,11 @@ class GraphCore(AttrsMixin):
         An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
         Checks every op and value first, then writes: O(len(values)).
         """
-        for op, value in values.items():
-            if not isinstance(op, Op) or self._ops.get(op.name) is not op:
-                raise GraphError(f"graph {self.name!r}: set_op_annotations got {op!r}, which is not an op of it")
-            if type(value) is not str:
-                check_attr_value(f"op {op.name!r}", key, value)
+        if not all(map(self._leaf_of.__contains__, values)):  # every op of the graph has a leaf; checked in C
+            op = next(op for op in values if op not in self._leaf_of)
+            raise GraphError(f"graph {self.name!r}: set_op_annotations got {op!r}, which is not an op of it")
+        for op, value in (values.items() if not set(map(type, values.values())) <= {str} else ()):
+            check_attr_value(f"op {op.name!r}", key, value)  # the usual values (devices, reasons) are all str
         for op, value in values.items():
             if op._attr_types.get(key, ANNOTATION) is ANNOTATION:  # absent, or an annotation already
                 op._attrs[key] = value

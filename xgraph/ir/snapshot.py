@@ -14,12 +14,16 @@ pre-merge Subgraphs back, so references held elsewhere stay valid).
 `Graph.changes_since(state)` (`xgraph.ir.state_diff`) says what differs now, by kind; the
 plugin chain's before/after check (`xgraph.plugins.snapshot`) is built on it. Attr values are copied with their nested dicts and lists;
 arrays are shared, which is safe because weights and ONNX tensor attributes are stored
-read-only. Cost: O(ops + tensors + subgraphs) time and memory per capture.
+read-only. Cost: O(ops + tensors + subgraphs) time and memory per capture, kept small by capturing
+column-wise (a list per field, one shared empty mapping for every object without attrs): on a
+100k-op graph a capture is a few list comprehensions, not 300k records.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from functools import cached_property
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 import numpy as np
 import onnx
@@ -79,9 +83,56 @@ class ModelState(NamedTuple):
     function_bytes: tuple[bytes, ...]
 
 
+class OpColumns(NamedTuple):
+    """Every op as captured, one list per field, aligned with `ops` (lists: cheaper than a record per op)."""
+
+    ops: "list[Op]"
+    names: list[str]
+    types: list[str]
+    domains: list[str]
+    docs: list[str]
+    attrs: "list[Mapping[str, Any]]"
+    attr_kinds: "list[Mapping[str, int | None]]"
+    inputs: "list[tuple[Tensor | None, ...]]"
+    outputs: "list[tuple[Tensor, ...]]"
+
+
+class TensorColumns(NamedTuple):
+    """Every tensor as captured, one list per field, aligned with `tensors`."""
+
+    tensors: "list[Tensor]"
+    names: list[str]
+    shapes: "list[tuple | None]"
+    dtypes: "list[np.dtype | None]"
+    producers: "list[Op | None]"
+    consumers: "list[dict[Op, int]]"
+    data: "list[np.ndarray | None]"
+    attrs: "list[Mapping[str, Any]]"
+    type_protos: "list[bytes | None]"
+
+
+class SubgraphColumns(NamedTuple):
+    """Every subgraph in the tree as captured (breadth first from the root), one list per field."""
+
+    subgraphs: "list[Subgraph]"
+    names: list[str]
+    parents: "list[Subgraph | None]"
+    children: "list[tuple[Subgraph, ...]]"
+    attrs: "list[Mapping[str, Any]]"
+
+
+#: what an object without attrs captures: one shared, read-only empty mapping instead of a new dict each
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 @dataclass(frozen=True, eq=False)
 class GraphState:
-    """A graph's state at one moment (see the module docstring); read its fields, never write them."""
+    """A graph's state at one moment (see the module docstring); read its fields, never write them.
+
+    Ops, tensors and subgraphs are captured column-wise (`op_columns`, `tensor_columns`,
+    `subgraph_columns`); `op_states`, `tensor_states` and `subgraphs` are the same facts per
+    object, built on first read.
+    """
 
     graph: "GraphCore"
     #: bumped by every structural mutation (ops or tensors added, removed, rewired)
@@ -92,15 +143,50 @@ class GraphState:
     tensors: "dict[str, Tensor]"
     inputs: "tuple[Tensor, ...]"
     outputs: "tuple[Tensor, ...]"
-    op_states: "dict[Op, OpState]"
-    tensor_states: "dict[Tensor, TensorState]"
+    op_columns: OpColumns
+    tensor_columns: TensorColumns
     root: "Subgraph"
-    subgraphs: "dict[Subgraph, SubgraphState]"
+    subgraph_columns: SubgraphColumns
     leaf_of: "dict[Op, Subgraph]"
     model: ModelState
     seq: int
     #: ops with graph attributes (If/Loop/Scan bodies)
     nested_ops: "frozenset[Op]"
+
+    @cached_property
+    def op_states(self) -> "dict[Op, OpState]":
+        """Op -> its captured state."""
+        c = self.op_columns
+        return {op: OpState(*row) for op, *row in zip(*c)}
+
+    @cached_property
+    def tensor_states(self) -> "dict[Tensor, TensorState]":
+        """Tensor -> its captured state."""
+        c = self.tensor_columns
+        return {t: TensorState(*row) for t, *row in zip(*c)}
+
+    @cached_property
+    def subgraphs(self) -> "dict[Subgraph, SubgraphState]":
+        """Subgraph -> its captured state (the subgraphs in the tree when captured)."""
+        c = self.subgraph_columns
+        return {sg: SubgraphState(*row) for sg, *row in zip(*c)}
+
+    @cached_property
+    def subgraph_index(self) -> "dict[Subgraph, int]":
+        """Subgraph -> its position in `subgraph_columns`."""
+        return {sg: i for i, sg in enumerate(self.subgraph_columns.subgraphs)}
+
+    def subgraph_state(self, sg: "Subgraph") -> "SubgraphState | None":
+        """The captured state of `sg`, or None when it was not in the tree (no per-subgraph table is built)."""
+        i = self.subgraph_index.get(sg)
+        if i is None:
+            return None
+        c = self.subgraph_columns
+        return SubgraphState(c.names[i], c.parents[i], c.children[i], c.attrs[i])
+
+    def tensor_state(self, t: "Tensor") -> "TensorState | None":
+        """The captured state of `t`, or None when it was not in the graph."""
+        return self.tensor_states.get(t)
 
 
 def copy_value(value: Any) -> Any:
@@ -127,26 +213,31 @@ def type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
     return None if tp is None else tp.SerializeToString(deterministic=True)
 
 
+def _attrs_of(objects: list) -> "list[Mapping[str, Any]]":
+    return [copy_attrs(x._attrs) if x._attrs else EMPTY for x in objects]
+
+
 def capture_state(g: "GraphCore") -> GraphState:
     """The state of `g` now (`Graph.snapshot`)."""
-    new = tuple.__new__  # NamedTuple's own __new__ is a Python call: this is the C one, same result
     with collector_paused():
         functions = tuple(g.functions)
+        ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), list(g.iter_subgraphs())
+        op_columns = OpColumns(
+            ops, [op.name for op in ops], [op.type for op in ops], [op.domain for op in ops],
+            [op.doc_string for op in ops], _attrs_of(ops),
+            [op._attr_types.copy() if op._attr_types else EMPTY for op in ops],
+            [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
+        tensor_columns = TensorColumns(
+            tensors, [t.name for t in tensors], [t._shape for t in tensors], [t._dtype for t in tensors],
+            [t._producer for t in tensors], [t._consumers.copy() for t in tensors], [t._data for t in tensors],
+            _attrs_of(tensors), [None if t._type_proto is None else type_bytes(t._type_proto) for t in tensors])
+        subgraph_columns = SubgraphColumns(
+            subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
+            [tuple(sg._children) for sg in subgraphs], _attrs_of(subgraphs))
         return GraphState(
             graph=g, version=g._version, name=g.name, attrs=copy_attrs(g._attrs),
             ops=dict(g._ops), tensors=dict(g._tensors), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
-            op_states={op: new(OpState, (op.name, op.type, op.domain, op.doc_string,
-                                         copy_attrs(op._attrs) if op._attrs else {}, op._attr_types.copy(),
-                                         tuple(op._inputs), tuple(op._outputs)))
-                       for op in g._ops.values()},
-            tensor_states={t: new(TensorState, (t.name, t._shape, t._dtype, t._producer, t._consumers.copy(), t._data,
-                                                copy_attrs(t._attrs) if t._attrs else {},
-                                                None if t._type_proto is None else type_bytes(t._type_proto)))
-                           for t in g._tensors.values()},
-            root=g._root,
-            subgraphs={sg: new(SubgraphState, (sg._name, sg._parent, tuple(sg._children),
-                                               copy_attrs(sg._attrs) if sg._attrs else {}))
-                       for sg in g.iter_subgraphs()},
+            op_columns=op_columns, tensor_columns=tensor_columns, root=g._root, subgraph_columns=subgraph_columns,
             leaf_of=dict(g._leaf_of),
             model=ModelState(dict(g.opset_imports), g.ir_version, copy_value(g.model_info), functions,
                              tuple(f.SerializeToString(deterministic=True) for f in functions)),
@@ -163,20 +254,20 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
         g.name = state.name
         g._attrs = copy_attrs(state.attrs)
         g._root = state.root
-        for sg, s in state.subgraphs.items():
-            sg._name, sg._parent = s.name, s.parent
-            sg._children = dict.fromkeys(s.children)
-            sg._attrs = copy_attrs(s.attrs)
+        for sg, name, parent, children, attrs in zip(*state.subgraph_columns):
+            sg._name, sg._parent = name, parent
+            sg._children = dict.fromkeys(children)
+            sg._attrs = copy_attrs(attrs)
         g._leaf_of = dict(state.leaf_of)
-        for op, s in state.op_states.items():
-            op.name, op.type, op.domain, op.doc_string = s.name, s.type, s.domain, s.doc_string
-            op._attrs, op._attr_types = copy_attrs(s.attrs), s.attr_kinds.copy()
-            op._inputs, op._outputs = list(s.inputs), list(s.outputs)
-        for t, s in state.tensor_states.items():
-            t.name, t._shape, t._dtype, t._producer = s.name, s.shape, s.dtype, s.producer
-            t._consumers, t._data, t._attrs = s.consumers.copy(), s.data, copy_attrs(s.attrs)
-            if type_bytes(t._type_proto) != s.type_proto:
-                t._type_proto = None if s.type_proto is None else _parse_type(s.type_proto)
+        for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
+            op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
+            op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)
+            op._inputs, op._outputs = list(inputs), list(outputs)
+        for t, name, shape, dtype, producer, consumers, data, attrs, type_proto in zip(*state.tensor_columns):
+            t.name, t._shape, t._dtype, t._producer = name, shape, dtype, producer
+            t._consumers, t._data, t._attrs = consumers.copy(), data, copy_attrs(attrs)
+            if (t._type_proto is not None or type_proto is not None) and type_bytes(t._type_proto) != type_proto:
+                t._type_proto = None if type_proto is None else _parse_type(type_proto)
         m = state.model
         g.opset_imports, g.ir_version = dict(m.opset_imports), m.ir_version
         g.model_info, g.functions = copy_value(m.model_info), list(m.functions)
@@ -200,7 +291,7 @@ def _parse_type(data: bytes) -> "onnx.TypeProto":
 
 def _rebuild_op_sets(state: GraphState) -> None:
     """Recompute every subgraph's op set from each op's leaf (ops were added or removed)."""
-    for sg in state.subgraphs:
+    for sg in state.subgraph_columns.subgraphs:
         sg._ops = set()
     for op, leaf in state.leaf_of.items():
         s = leaf

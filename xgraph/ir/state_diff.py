@@ -7,6 +7,7 @@ is the caller's policy (the plugin chain's is in `xgraph.plugins.snapshot`).
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -114,47 +115,76 @@ def _tree_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
     root = g._root
     diff.root_replaced = root is not state.root
     diff.root_children = tuple(root._children)
-    captured = state.subgraphs
+    get = state.subgraph_index.get
+    cols = state.subgraph_columns
+    names, children, attrs = cols.names, cols.children, cols.attrs
     level = [root]
     while level:
         below = []
         for sg in level:
-            old = captured.get(sg)
-            if old is None:
-                diff.new_subgraphs[sg] = bool(sg._attrs or sg._children)
+            i = get(sg)
+            kids = sg._children
+            if i is None:
+                diff.new_subgraphs[sg] = bool(sg._attrs or kids)
             else:
-                keys = changed_keys(old.attrs, sg._attrs) if old.attrs or sg._attrs else []
-                if keys:
-                    diff.subgraph_attrs[sg] = keys
-                if old.name != sg._name or old.children != tuple(sg._children):
+                old_attrs = attrs[i]
+                if old_attrs or sg._attrs:
+                    keys = changed_keys(old_attrs, sg._attrs)
+                    if keys:
+                        diff.subgraph_attrs[sg] = keys
+                if names[i] != sg._name or ((kids or children[i]) and children[i] != tuple(kids)):
                     diff.subgraph_children.add(sg)
-            below.extend(sg._children)
+            if kids:
+                below.extend(kids)
         level = below
 
 
+def _same_columns(now: list, before: list) -> bool:
+    """list ==, in C (identical items compare equal at once); False when items refuse to compare (arrays)."""
+    try:
+        return bool(now == before)
+    except (TypeError, ValueError):
+        return False
+
+
 def _op_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
-    for op, old in state.op_states.items():
+    c = state.op_columns
+    ops = c.ops
+    if (_same_columns([op.name for op in ops], c.names) and _same_columns([op.type for op in ops], c.types)
+            and _same_columns([op.domain for op in ops], c.domains)
+            and _same_columns([op.doc_string for op in ops], c.docs)
+            and _same_columns([op._attrs for op in ops], c.attrs)):
+        return  # the usual case, compared column by column; else op by op, as below
+    for op, name, op_type, domain, doc, attrs in zip(ops, c.names, c.types, c.domains, c.docs, c.attrs):
         found = []
-        if op.name != old.name or op.type != old.type or op.domain != old.domain:
-            found.append(f"the name/type/domain of op {old.name!r}")
-        if op.doc_string != old.doc_string:
-            found.append(f"the doc string of op {old.name!r}")
-        if not _plainly_equal(old.attrs, op._attrs):
-            keys = changed_keys(old.attrs, op._attrs)
+        if op.name != name or op.type != op_type or op.domain != domain:
+            found.append(f"the name/type/domain of op {name!r}")
+        if op.doc_string != doc:
+            found.append(f"the doc string of op {name!r}")
+        if not _plainly_equal(attrs, op._attrs):
+            keys = changed_keys(attrs, op._attrs)
             if keys:
-                found.append(f"attrs {keys} of op {old.name!r}")
+                found.append(f"attrs {keys} of op {name!r}")
         if found:
             diff.ops[op] = found
 
 
 def _tensor_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
-    for t, old in state.tensor_states.items():
-        if t.name != old.name:
-            diff.tensors[t] = f"the name of tensor {old.name!r} (now {t.name!r})"
-        elif (old.attrs or t._attrs) and changed_keys(old.attrs, t._attrs):
-            diff.tensors[t] = f"attrs {changed_keys(old.attrs, t._attrs)} of tensor {old.name!r}"
-        elif old.shape != t._shape or old.dtype != t._dtype:
-            diff.tensors[t] = f"the shape or dtype of tensor {old.name!r}"
-        elif old.data is not t._data or (old.type_proto is not None or t._type_proto is not None) \
-                and old.type_proto != type_bytes(t._type_proto):
-            diff.tensors[t] = f"the weight or value type of tensor {old.name!r}"
+    c = state.tensor_columns
+    ts = c.tensors
+    if (_same_columns([t.name for t in ts], c.names) and _same_columns([t._attrs for t in ts], c.attrs)
+            and _same_columns([t._shape for t in ts], c.shapes) and _same_columns([t._dtype for t in ts], c.dtypes)
+            and all(map(operator.is_, [t._data for t in ts], c.data))
+            and all(t._type_proto is None for t in ts) and all(tp is None for tp in c.type_protos)):
+        return  # the usual case, compared column by column; else tensor by tensor, as below
+    for t, name, shape, dtype, data, attrs, type_proto in zip(ts, c.names, c.shapes, c.dtypes, c.data, c.attrs,
+                                                              c.type_protos):
+        if t.name != name:
+            diff.tensors[t] = f"the name of tensor {name!r} (now {t.name!r})"
+        elif (attrs or t._attrs) and changed_keys(attrs, t._attrs):
+            diff.tensors[t] = f"attrs {changed_keys(attrs, t._attrs)} of tensor {name!r}"
+        elif shape != t._shape or dtype != t._dtype:
+            diff.tensors[t] = f"the shape or dtype of tensor {name!r}"
+        elif data is not t._data or (type_proto is not None or t._type_proto is not None) \
+                and type_proto != type_bytes(t._type_proto):
+            diff.tensors[t] = f"the weight or value type of tensor {name!r}"

@@ -10,9 +10,10 @@ import heapq
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
-from xgraph.ir.attr_store import AttrsMixin
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.child_links import child_dependencies
 from xgraph.ir.quotient import merge_makes_cycle
+from xgraph.ir.snapshot import copy_value
 
 if TYPE_CHECKING:
     import onnx
@@ -94,6 +95,21 @@ class Subgraph(AttrsMixin):
     def is_child(self, other: "Subgraph") -> bool:
         """True when `other` is a direct child of this subgraph."""
         return other in self._children
+
+    def set_children_attrs(self, children: "Iterable[Subgraph]", attrs: "dict[str, Any]") -> None:
+        """Set the same `attrs` on many children of this subgraph, as `child.set_attr(k, v)` per key would:
+        checked once, then written (each child gets its own copy of dict and list values); all or nothing."""
+        children = list(children)
+        for c in children:
+            if not isinstance(c, Subgraph) or c._parent is not self:
+                raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
+        for k, v in attrs.items():
+            check_attr_value(f"the children of subgraph {self._name!r}", k, v)
+        containers = [k for k, v in attrs.items() if isinstance(v, (dict, list))]
+        for c in children:
+            c._attrs.update(attrs)
+            for k in containers:
+                c._attrs[k] = copy_value(attrs[k])
 
     def create_child_subgraph(self) -> None:
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""

@@ -373,8 +373,11 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
     for comp in _components(template):
         found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses,
                                  label)
-        partial = [dict(p, **f) for p in partial for f in found
-                   if not (set(p.values()) & set(f.values()))]
+        if partial == [{}]:  # the first component (the only one, usually): its matches as they are
+            partial = found
+        else:
+            partial = [dict(p, **f) for p in partial for f in found
+                       if not (set(p.values()) & set(f.values()))]
         if not partial:
             return []
     if template.filter is not None:
@@ -388,4 +391,7 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
                                              label)
         partial = kept
     order = {name: i for i, name in enumerate(template._ops)}
+    keys = list(order)
+    if all(list(m) == keys for m in partial):  # searched in template order (one component, usually): as they are
+        return partial
     return [dict(sorted(m.items(), key=lambda kv: order[kv[0]])) for m in partial]

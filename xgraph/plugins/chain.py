@@ -187,11 +187,8 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         if changed:
             raise call.error(f"compile() changed {'; '.join(changed)}; compile may only set attrs of the "
                              "subgraph it is given (and of that subgraph's ops and children)")
-        for sg in subgraphs:
-            sg.set_attr("device", device)
-            sg.set_attr("runner", dict(runner))
-            sg.set_attr("memory", memory)
-            sg.set_attr("plugin", name)
+        graph.get_root_subgraph().set_children_attrs(
+            subgraphs, {"device": device, "runner": dict(runner), "memory": memory, "plugin": name})
     except BaseException:
         before.restore()
         raise

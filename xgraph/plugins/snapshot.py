@@ -65,14 +65,15 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
     if diff.root_replaced:
         return ["the root subgraph was replaced"]
     children = diff.root_children
-    reference = before.subgraphs[before.root].children if expected is None else tuple(expected)
+    reference = before.subgraph_state(before.root).children if expected is None else tuple(expected)
     found: list[str] = []
     reference_set, now_set = set(reference), set(children)
     gone = [c for c in reference if c not in now_set]
     new = [c for c in children if c not in reference_set]
     if gone or new:
-        assigned = [f"{c.name!r} (device {before.subgraphs[c].attrs['device']!r})" for c in gone
-                    if c in before.subgraphs and "device" in before.subgraphs[c].attrs]
+        states = [(c, before.subgraph_state(c)) for c in gone]
+        assigned = [f"{c.name!r} (device {s.attrs['device']!r})" for c, s in states
+                    if s is not None and "device" in s.attrs]
         if not merges_allowed or expected is not None:
             found.append(f"the root's children (merged or split: {_names(gone + new)})")
         elif assigned:
@@ -80,7 +81,7 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
     for child in children:
         if child in free:
             continue
-        if child in before.subgraphs:
+        if child in before.subgraph_index:
             found += _subtree_changes(diff, child)
         elif diff.new_subgraphs.get(child):
             found.append(f"attrs or children of subgraph {child.name!r}, which it did not return")
@@ -108,7 +109,7 @@ def _op_changes(before: "GraphState", diff: "StateDiff", free_ops: set["Op"]) ->
         if op not in free_ops:
             found += changes
     for t, change in diff.tensors.items():
-        producer = before.tensor_states[t].producer
+        producer = before.tensor_state(t).producer
         if producer is None or producer not in free_ops or change.startswith("the name"):
             found.append(change)
     return found[:_MAX_FINDINGS]

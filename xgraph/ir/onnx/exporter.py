@@ -45,16 +45,22 @@ def _typed(t: "Tensor", types: Types | None) -> bool:
 
 def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
     """A ValueInfoProto for `t` (shape omitted when the rank is unknown); `types` overrides the graph's."""
+    vi = onnx.ValueInfoProto()
+    fill_value_info(vi, t, types)
+    return vi
+
+
+def fill_value_info(vi: onnx.ValueInfoProto, t: "Tensor", types: Types | None = None) -> None:
+    """Write `value_info(t, types)` into `vi` (a message already in place, e.g. from ``graph.value_info.add()``)."""
+    vi.name = t.name
     if t._type_proto is not None:
-        vi = onnx.ValueInfoProto(name=t.name)
         vi.type.CopyFrom(t._type_proto)
-        return vi
+        return
     shape, dtype = t._shape, t._dtype
     if types:
         shape, dtype = types.get(t.name, (shape, dtype))
-    if dtype is None:
-        return onnx.ValueInfoProto(name=t.name)  # type unknown: left for shape inference
-    return onnx.ValueInfoProto(name=t.name, type=_tensor_type(shape, dtype))
+    if dtype is not None:  # else the type is unknown: left for shape inference
+        vi.type.CopyFrom(_tensor_type(shape, dtype))
 
 
 #: (shape, dtype) -> its TypeProto: the tensors of a 100k-op graph share a few types, and building one
@@ -83,8 +89,9 @@ def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
     return ":unused:" in t.name and not t._consumers and t not in outputs
 
 
-def _node(op: "Op", outputs: set) -> onnx.NodeProto:
-    node = onnx.NodeProto(
+def _add_node(nodes, op: "Op", outputs: set) -> None:
+    """`op` as a NodeProto appended to `nodes` (a graph's repeated field: built in place, never copied)."""
+    node = nodes.add(
         op_type=op.type, domain=op.domain, name=op.name,
         input=["" if t is None else t.name for t in op._inputs],
         output=[t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
@@ -96,7 +103,6 @@ def _node(op: "Op", outputs: set) -> onnx.NodeProto:
             node.attribute.extend(op.attribute_protos())
         except TypeError as e:
             raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
-    return node
 
 
 def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"]:
@@ -123,29 +129,45 @@ def _opsets(graph: "Graph", ops: Iterable["Op"]) -> list[onnx.OperatorSetIdProto
 
 def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, types: Types | None,
            external: Mapping[str, onnx.TensorProto] | None = None) -> onnx.ModelProto:
+    """The model, built in place in one ModelProto (onnx.helper's make_graph/make_model copy every node twice:
+    on a 100k-op graph those copies were most of the peak memory of a save)."""
+    model = onnx.ModelProto()
+    g = model.graph
+    g.name = name
     out_set = set(outputs)
-    nodes = [_node(op, out_set) for op in ops]
+    nodes = g.node
+    for op in ops:
+        _add_node(nodes, op, out_set)
     io = set(inputs) | out_set
+    add = g.value_info.add
     if types:
-        value_infos = [value_info(t, types) for op in ops for t in op._outputs
-                       if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types)]
+        for op in ops:
+            for t in op._outputs:
+                if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
+                    fill_value_info(add(), t, types)
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        value_infos = [value_info(t) for op in ops for t in op._outputs
-                       if (t._dtype is not None or t._type_proto is not None) and t not in io
-                       and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set))]
+        for op in ops:
+            for t in op._outputs:
+                if (t._dtype is not None or t._type_proto is not None) and t not in io \
+                        and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set)):
+                    fill_value_info(add(), t)
     if external:  # weights stored elsewhere: their references, never their bytes
-        initializers = [external[t.name] if t.name in external else array_to_tensor(t._data, t.name) for t in consts]
+        for t in consts:
+            g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t._data, t.name))
     else:
-        initializers = [array_to_tensor(t._data, t.name) for t in consts]
-    graph_inputs = [value_info(t, types) for t in inputs]
+        for t in consts:
+            g.initializer.append(array_to_tensor(t._data, t.name))
+    for t in inputs:
+        fill_value_info(g.input.add(), t, types)
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
-        graph_inputs += [value_info(t) for t in consts]
-    g = helper.make_graph(nodes, name, graph_inputs, [value_info(t, types) for t in outputs],
-                          initializer=initializers, value_info=value_infos)
+        for t in consts:
+            fill_value_info(g.input.add(), t)
+    for t in outputs:
+        fill_value_info(g.output.add(), t, types)
     info = graph.model_info
     if info.get("graph_doc_string"):
         g.doc_string = info["graph_doc_string"]
-    model = helper.make_model(g, opset_imports=_opsets(graph, ops))
+    model.opset_import.extend(_opsets(graph, ops))
     model.ir_version = graph.ir_version
     model.producer_name = info.get("producer_name") or "xgraph"
     model.producer_version = info.get("producer_version", "")
@@ -267,4 +289,5 @@ def subgraph_to_onnx(sg: "Subgraph", *, external_weights: bool = False) -> onnx.
     return _model(graph, f"{graph.name}.{sg.name}", sg.toposort(), inputs, outputs, consts, types, external)
 
 
-__all__ = ["graph_to_onnx", "inferred_types", "subgraph_to_onnx", "value_info", "weight_references"]
+__all__ = ["fill_value_info", "graph_to_onnx", "inferred_types", "subgraph_to_onnx", "value_info",
+           "weight_references"]

@@ -109,8 +109,9 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
                  inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray]) -> GraphCore:
+    nodes = Nodes(model.graph.node, label)  # read once: the inference budget and the build both use the columns
     if infer_shapes:
-        model = infer_model(model, label, inv)
+        model = infer_model(model, label, inv, nodes)  # the inferred model has the same nodes, in the same order
     check_text(model, label)
     g = model.graph
     graph = graph_class(g.name or "graph")
@@ -169,7 +170,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
             raise ModelFileError(f"{label}: a graph input has no name")
         _set_tensor_type(build.add_input(vi.name), vi.type)
         input_names.add(vi.name)
-    _add_nodes(build, Nodes(g.node, label), types, label)
+    _add_nodes(build, nodes, types, label)
     outputs = []
     for vi in g.output:
         if vi.name not in tensors:

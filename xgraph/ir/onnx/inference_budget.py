@@ -21,12 +21,16 @@ other way round for the ops listed here.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from xgraph.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from xgraph.ir.onnx.nodes import Nodes
 
 #: A model whose local functions, expanded, add more nodes than this to its own is refused before inference.
 MAX_EXPANDED_NODES = 1 << 18
@@ -50,6 +54,18 @@ def _function_key(domain: str, name: str, overload: str = "") -> tuple[str, str,
     return (domain or "", name, overload or "")
 
 
+def _nested_node_lists(top: "Nodes"):
+    """The node lists of every graph nested in the attributes of the main graph's nodes, read through the
+    importer's columns (only nodes with attributes are looked at)."""
+    for attributes in top.attributes:
+        if attributes:
+            for a in attributes:
+                if a.HasField("g"):
+                    yield from _node_lists(a.g.node)
+                for g in a.graphs:
+                    yield from _node_lists(g.node)
+
+
 def _node_lists(nodes):
     """`nodes` and the nodes of every graph nested in their attributes."""
     stack = [nodes]
@@ -63,15 +79,19 @@ def _node_lists(nodes):
                 stack.extend(g.node for g in a.graphs)
 
 
-def expanded_node_count(model: onnx.ModelProto, label: str, limit: int = MAX_EXPANDED_NODES) -> int:
+def expanded_node_count(model: onnx.ModelProto, label: str, limit: int = MAX_EXPANDED_NODES,
+                        top: "Nodes | None" = None) -> int:
     """How many nodes the model has once every local function call is expanded.
 
     Refused (ModelFileError) when the expansion adds more than `limit` nodes to those the file
     itself holds: the file's own nodes were read already and cost what the file's size allows,
     so a 1,000,000-node model without functions loads, while a 2 KB function bomb does not.
+    `top`: the main graph's nodes already read into columns (the importer's), so they are not walked again.
     """
     functions = {_function_key(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     if not functions:  # nothing expands: the count is the file's own
+        if top is not None:
+            return len(top) + sum(len(group) for group in _nested_node_lists(top))
         return sum(len(group) for group in _node_lists(model.graph.node))
     sizes: dict[tuple, int] = {}
     visiting: set[tuple] = set()
@@ -176,24 +196,48 @@ def _constant_has_fraction(node: onnx.NodeProto) -> bool:
     return False
 
 
-def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit: int) -> bool:
+_CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
+
+
+def _relevant_nodes(model: onnx.ModelProto, top: "Nodes | None") -> list[tuple]:
+    """(op type, inputs, outputs, NodeProto or None) of every node data propagation reads values through.
+
+    With `top` (the importer's columns of the main graph) its nodes are read from the columns and
+    only Constant/ConstantOfShape keep their NodeProto (their attributes are read); nested graphs
+    and function bodies are read from the protos.
+    """
+    found = []
+    groups = [*(f.node for f in model.functions)]
+    if top is None:
+        groups.insert(0, model.graph.node)
+    else:
+        protos = model.graph.node
+        for i, (t, domain) in enumerate(zip(top.op_types, top.domains)):
+            if t in _RELEVANT and domain in ("", "ai.onnx"):
+                found.append((t, top.inputs[i], top.outputs[i], protos[i] if t in _CONSTANTS else None))
+        groups += [group for group in _nested_node_lists(top)]
+    nodes = [n for group in groups for nodes in _node_lists(group) for n in nodes
+             if n.op_type in _RELEVANT and n.domain in ("", "ai.onnx")]
+    return found + [(n.op_type, n.input[:], n.output[:], n) for n in nodes]  # protobuf fields read once
+
+
+def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit: int,
+                                top: "Nodes | None" = None) -> bool:
     """Whether no 1-D tensor that data propagation meets can be longer than `limit` elements.
 
     `largest_dim` is the largest dimension the model declares. Bounds are per tensor name,
     over every graph and function body (names of different scopes merge, which only makes
     the bound larger), iterated to a fixpoint: a tensor's values (constants, `Shape` of a
     tensor whose dims are bounded, arithmetic on them) and its largest dim (declared, or the
-    length an op makes from values).
+    length an op makes from values). `top`: the main graph's nodes already read into columns.
     """
-    groups = [model.graph.node, *(f.node for f in model.functions)]
-    nodes = [n for group in groups for nodes in _node_lists(group) for n in nodes
-             if n.op_type in _RELEVANT and n.domain in ("", "ai.onnx")]
-    if not any(n.op_type in _LENGTH_FROM_VALUES for n in nodes):
+    entries = _relevant_nodes(model, top)
+    if not any(t in _LENGTH_FROM_VALUES for t, _, _, _ in entries):
         return True
     values: dict[str, float] = {}
     tiny: set[str] = set()  # constants holding a fraction: a Range step that makes long outputs
     # Data propagation carries integers: a float value matters only where it becomes one (Cast, Range)
-    fields = [(n.op_type, n.input[:], n.output[:]) for n in nodes]  # protobuf fields read once
+    fields = [(t, inputs, outputs) for t, inputs, outputs, _ in entries]
     read_any = {x for t, inputs, _ in fields if t in _FLOAT_TO_INT for x in inputs}
     read = {x for _, inputs, _ in fields for x in inputs}
     for init in model.graph.initializer:
@@ -209,16 +253,17 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                 continue
             values[init.name] = _magnitude(array)
             tiny.update([init.name] if _has_fraction(array) else [])
-    for n in nodes:
-        if n.op_type == "Constant" and _constant_has_fraction(n):
-            tiny.update(n.output)
+    constants = [(i, t, outputs, n) for i, (t, _, outputs, n) in enumerate(entries) if t in _CONSTANTS]
+    for _, t, outputs, n in constants:
+        if t == "Constant" and _constant_has_fraction(n):
+            tiny.update(outputs)
     # read once, not per pass, and only for values some relevant op reads
-    attr_values = {id(n): (_constant_bound(n) if n.op_type == "Constant" else _attr_bound(n))
-                   if any(o in read_any or (o in read and _makes_ints(n)) for o in n.output) else 0.0
-                   for n in nodes if n.op_type in ("Constant", "ConstantOfShape")}
+    attr_values = {i: (_constant_bound(n) if t == "Constant" else _attr_bound(n))
+                   if any(o in read_any or (o in read and _makes_ints(n)) for o in outputs) else 0.0
+                   for i, t, outputs, n in constants}
     dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
     default_dim = float(max(largest_dim, 1))
-    rows = [(t, inputs, outputs, attr_values.get(id(n), 0.0)) for n, (t, inputs, outputs) in zip(nodes, fields)]
+    rows = [(t, inputs, outputs, attr_values.get(i, 0.0)) for i, (t, inputs, outputs) in enumerate(fields)]
     rows = [rows[i] for i in _length_cone(rows)]
     get_value, get_dim = values.get, dims.get
     for _ in range(8):

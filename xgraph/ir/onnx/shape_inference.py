@@ -5,7 +5,7 @@ leaves untyped, without changing the graph) and by `Graph.infer_shapes`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import onnx
@@ -13,6 +13,9 @@ import onnx
 from xgraph.ir.onnx.tensor_inventory import Inventory, inventory
 from xgraph.ir.onnx.value_types import type_to_shape_dtype, value_types
 from xgraph.ir.onnx.inference_budget import data_propagation_is_bounded, expanded_node_count
+
+if TYPE_CHECKING:
+    from xgraph.ir.onnx.nodes import Nodes
 
 
 #: onnx's data propagation (which resolves Shape -> Gather -> Reshape chains) spends time and
@@ -33,11 +36,16 @@ def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | N
     return largest
 
 
-def infer_model(model: onnx.ModelProto, label: str, inv: Inventory | None = None) -> onnx.ModelProto:
-    """`model` with inferred value types (data propagation off for models declaring huge dims); best-effort."""
-    expanded_node_count(model, label)  # refuses function-call bombs before onnx expands them
+def infer_model(model: onnx.ModelProto, label: str, inv: Inventory | None = None,
+                nodes: "Nodes | None" = None) -> onnx.ModelProto:
+    """`model` with inferred value types (data propagation off for models declaring huge dims); best-effort.
+
+    `nodes`: the main graph's nodes already read into columns (the importer's), so the budget checks
+    do not read the NodeProtos again."""
+    expanded_node_count(model, label, top=nodes)  # refuses function-call bombs before onnx expands them
     largest = _largest_declared_dim(model, label, inv)
-    data_prop = largest <= DATA_PROP_MAX_DIM and data_propagation_is_bounded(model, largest, DATA_PROP_MAX_DIM)
+    data_prop = largest <= DATA_PROP_MAX_DIM and data_propagation_is_bounded(model, largest, DATA_PROP_MAX_DIM,
+                                                                              top=nodes)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: custom ops or >2GB models keep declared shapes only

@@ -24,8 +24,10 @@ from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.builder import GraphBuilder
+from xgraph.ir.collector import collector_paused
 from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_with
 from xgraph.ir.graph_core import GraphCore
+from xgraph.ir.onnx.attr_columns import MISSING, DecodedValues, ValueTable, op_annotation_columns
 from xgraph.ir.onnx.attr_json import ARRAY_PREFIX, MAX_JSON_DEPTH, Decoder, Encoder
 from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
@@ -37,7 +39,10 @@ from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
 FORMAT = "xgraph.xmodel"
-VERSION = 1
+#: the format written: 2 stores attr values once in a table (`xgraph.ir.onnx.attr_columns`)
+VERSION = 2
+#: the formats read: 1 (a tagged record per op and subgraph) and 2
+READ_VERSIONS = (1, 2)
 #: Weights adding up to more than this many bytes go to a side file (the `external_data_threshold` default).
 DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 #: Past this many bytes of weights the side file is used whatever the threshold: one protobuf
@@ -45,24 +50,13 @@ DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 INLINE_LIMIT = (1 << 31) - (1 << 26)
 
 
-def _tree_to_json(sg: Subgraph, enc: Encoder) -> dict:
-    node: dict[str, Any] = {"name": sg.name, "attrs": enc.encode_attrs(sg._attrs)}
+def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
+    node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg._attrs)}
     if sg._children:
-        node["children"] = [_tree_to_json(c, enc) for c in sg.toposort_child_subgraph()]
+        node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
     elif not sg.is_root:
         node["ops"] = sorted(op.name for op in sg._ops)
     return node
-
-
-def _op_annotations(graph: GraphCore, enc: Encoder) -> dict[str, dict]:
-    """op name -> its encoded annotations, for the ops that have any (in op order)."""
-    out = {}
-    for op in graph._ops.values():
-        kinds = op._attr_types  # annotations are the attrs without an ONNX type
-        annotations = {k: v for k, v in op._attrs.items() if kinds.get(k) is None}
-        if annotations:
-            out[op.name] = enc.encode_attrs(annotations)
-    return out
 
 
 def _dump_json(meta: dict) -> str:
@@ -84,17 +78,21 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
                     if t._data is not None and goes_external(t._data)}
     model = graph_to_onnx(graph, external=external)
     enc = Encoder()
+    table = ValueTable(enc)
+    ops = list(graph._ops.values())
     meta = {
         "format": FORMAT,
         "version": VERSION,
         "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph._attrs)},
-        "op_order": [op.name for op in graph._ops.values()],
+        "op_order": [op.name for op in ops],
         "tensor_order": [t.name for t in graph._tensors.values() if ":unused:" not in t.name],
-        "op_annotations": _op_annotations(graph, enc),
+        "op_annotations": {},  # format 1's per-op records; format 2 writes the columns
+        "op_annotation_columns": op_annotation_columns(ops, table),
         "tensor_attrs": {t.name: enc.encode_attrs(t._attrs) for t in graph._tensors.values() if t._attrs},
         "inputs": [t.name for t in graph._inputs],
-        "tree": _tree_to_json(graph._root, enc),
+        "tree": _tree_to_json(graph._root, table),
     }
+    meta["values"] = table.entries
     model.graph.initializer.extend(enc.arrays)
     if side is not None:
         meta["side_file"] = {"location": side.location, "token": side.token.hex(), "bytes": side.size}
@@ -125,7 +123,8 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
         check_target(side_file, "side data file")
         side = SideLayout(side_file.name)
     try:
-        data = to_model_proto(graph, side).SerializeToString()
+        with collector_paused():  # one bulk build of 100k-op protos and JSON: the collector's passes would cost more
+            data = to_model_proto(graph, side).SerializeToString()
     except (ValueError, RuntimeError, EncodeError) as e:  # e.g. over protobuf's 2 GiB message limit
         raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e}); weights of "
                              "fixed-size types go to a side file above external_data_threshold, other data "
@@ -166,10 +165,15 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
         raise ModelFileError(f"{label}: xgraph metadata is not valid JSON ({str(e)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ModelFileError(f"{label}: xgraph metadata does not declare format {FORMAT!r}")
-    if meta.get("version") != VERSION:
-        raise ModelFileError(f"{label}: .xmodel version {meta.get('version')!r} is not supported (this xgraph reads {VERSION})")
-    for key, kind in (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
-                      ("inputs", list), ("tree", dict)):
+    version = meta.get("version")
+    if type(version) is not int or version not in READ_VERSIONS:
+        raise ModelFileError(f"{label}: .xmodel version {version!r} is not supported (this xgraph reads versions "
+                             f"{', '.join(map(str, READ_VERSIONS))}); compile the model again with this xgraph")
+    required = (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
+                ("inputs", list), ("tree", dict))
+    if version >= 2:
+        required += (("op_annotation_columns", dict), ("values", list))
+    for key, kind in required:
         if not isinstance(meta.get(key), kind):
             raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
     return meta
@@ -185,7 +189,8 @@ def _check_side_file(side: Any, arrays: dict[str, np.ndarray], label: str) -> No
                              "(its token differs): the pair is mismatched; save or compile the model again")
 
 
-def _restore_tree(build: GraphBuilder, node: dict, dec: Decoder) -> None:
+def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues") -> None:
+    """The subgraph tree; `dec` reads node attrs (format 1: a Decoder; format 2: the value table)."""
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
@@ -275,6 +280,11 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     if not isinstance(tensor_order, list) or not all(isinstance(n, str) and graph.has_tensor(n) for n in tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
+    values = DecodedValues(meta["values"], dec) if meta["version"] >= 2 else None
+    if values is not None:
+        op_list = list(graph._ops.values())  # in op_order now
+        for key, column in meta["op_annotation_columns"].items():
+            build.set_op_annotation_column(key, op_list, values.column(key, column, len(op_list)), MISSING)
     for name, attrs in meta["op_annotations"].items():
         if name not in ops:
             dec.fail(f"annotations for unknown op {name!r}")
@@ -285,7 +295,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
         build.set_annotations(graph.get_tensor(name), dec.attrs(attrs, f"tensor {name!r}"))
     if [t.name for t in graph.get_input_tensors()] != meta["inputs"]:
         dec.fail("graph inputs do not match the recorded inputs")
-    _restore_tree(build, meta["tree"], dec)
+    _restore_tree(build, meta["tree"], dec if values is None else values)
     build.finish()
     check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
     read_gears(model, graph, label, lambda gear, where: from_model_proto(gear, where, graph_class))
@@ -296,7 +306,8 @@ def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = G
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     mapped: dict[str, np.ndarray] = {}
     model, _, label = read_model(src, mapped=mapped)
-    return from_model_proto(model, label, graph_class, mapped)
+    with collector_paused():
+        return from_model_proto(model, label, graph_class, mapped)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -307,7 +318,8 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     mapped: dict[str, np.ndarray] = {}
     model, _, label = read_model(src, mapped=mapped)
     if any(p.key == META_KEY for p in model.metadata_props):
-        return from_model_proto(model, label, graph_class, mapped)
+        with collector_paused():
+            return from_model_proto(model, label, graph_class, mapped)
     return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped)
 
 

@@ -1,0 +1,157 @@
+"""Attr values of .xmodel format 2: one table of distinct values, referenced by index.
+
+A compiled 100k-op graph repeats a handful of annotation values (a device name, a kernel
+source, a few reasons) on every op, and a few attr dicts (device, runner, memory) on every
+subgraph. Format 1 wrote a tagged JSON record per op and per subgraph; format 2 writes each
+distinct value once, in ``"values"`` (tagged as in `xgraph.ir.onnx.attr_json`), and:
+
+- ``"op_annotation_columns"``: annotation key -> one int per op of ``"op_order"``: the index
+  of its value in ``"values"``, or -1 where the op has no such annotation;
+- in the subgraph tree, a node's ``"attrs"`` maps each key to an index into ``"values"`` (a
+  tagged value, as in format 1, is read too).
+
+Loading decodes each distinct value once and gives every owner its own copy of a dict or
+list (they are mutable: an edit on one subgraph's runner map must not reach another's).
+Values that cannot be compared for sharing (numpy arrays) get an entry of their own.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from xgraph.ir.onnx.attr_json import Decoder, Encoder
+
+#: the JSON index of "no value": the op has no annotation of this key
+ABSENT = -1
+#: what `DecodedValues.column` gives for an op without the annotation (any JSON value may be a real one)
+MISSING = object()
+
+_PLAIN = (str, int, bool, float)
+
+
+def _share_key(v: Any) -> Any:
+    """A hashable key equal only for values that encode alike, or None when `v` is not shared (arrays, ...)."""
+    kind = type(v)
+    if kind in _PLAIN or v is None:
+        return (kind, v)
+    if kind is dict:
+        items = []
+        for k, x in v.items():
+            key = _share_key(x)
+            if key is None:
+                return None
+            items.append((k, key))
+        return (dict, tuple(items))
+    if kind is list or kind is tuple:
+        keys = tuple(_share_key(x) for x in v)
+        return None if None in keys else (kind, keys)
+    return None
+
+
+class ValueTable:
+    """Encode side: each distinct value once; `index(v)` is its position in `entries`."""
+
+    def __init__(self, enc: Encoder) -> None:
+        self.enc = enc
+        self.entries: list[list] = []
+        self._text: dict[str, int] = {}  # the usual value: a str, looked up without building a key
+        self._keyed: dict[Any, int] = {}
+
+    def index(self, v: Any) -> int:
+        """The index of `v` in the table (added on first sight)."""
+        if type(v) is str:
+            i = self._text.get(v)
+            if i is None:
+                i = self._text[v] = len(self.entries)
+                self.entries.append(["s", v])
+            return i
+        key = _share_key(v)
+        i = self._keyed.get(key) if key is not None else None
+        if i is None:
+            i = len(self.entries)
+            self.entries.append(self.enc.encode(v))
+            if key is not None:
+                self._keyed[key] = i
+        return i
+
+    def attrs(self, attrs: dict[str, Any]) -> dict[str, int]:
+        """An attr dict as key -> index."""
+        return {k: self.index(v) for k, v in attrs.items()}
+
+
+def op_annotation_columns(ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
+    """Annotation key -> per op (in `ops` order) the index of its value, or `ABSENT`. O(ops * annotations)."""
+    columns: dict[str, list[int]] = {}
+    index = table.index
+    n = len(ops)
+    for i, op in enumerate(ops):
+        kinds = op._attr_types  # annotations are the attrs without an ONNX type
+        for k, v in op._attrs.items():
+            if kinds.get(k) is None:
+                column = columns.get(k)
+                if column is None:
+                    column = columns[k] = [ABSENT] * n
+                column[i] = index(v)
+    return columns
+
+
+def _fresh(v: Any) -> Any:
+    """A copy of the containers in `v` (dicts, lists, tuples of them); the rest is immutable or shared read-only."""
+    kind = type(v)
+    if kind is dict:
+        return {k: _fresh(x) for k, x in v.items()}
+    if kind is list:
+        return [_fresh(x) for x in v]
+    if kind is tuple:
+        return tuple(_fresh(x) for x in v)
+    return v
+
+
+class DecodedValues:
+    """Load side: the table's entries, each checked and decoded on first use; `get(i)` gives an owner its value."""
+
+    def __init__(self, entries: Any, dec: Decoder) -> None:
+        if not isinstance(entries, list):
+            dec.fail("'values' is not a list")
+        self._entries = entries
+        self._decoded: list[Any] = [None] * len(entries)
+        self._done = [False] * len(entries)
+        self._mutable = [False] * len(entries)
+        self.dec = dec
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def fail(self, what: str) -> None:
+        """ModelFileError: the metadata is damaged (`what`)."""
+        self.dec.fail(what)
+
+    def get(self, i: Any) -> Any:
+        """The value at index `i` (a fresh copy of containers); ModelFileError for an index not in the table."""
+        if type(i) is not int or not 0 <= i < len(self._entries):
+            self.dec.fail(f"attribute value index {str(i)[:40]} is not in the value table "
+                          f"({len(self._entries)} values)")
+        if not self._done[i]:
+            value = self._decoded[i] = self.dec.decode(self._entries[i])
+            self._mutable[i] = type(value) in (dict, list, tuple)
+            self._done[i] = True
+        value = self._decoded[i]
+        return _fresh(value) if self._mutable[i] else value
+
+    def attrs(self, d: Any, where: str) -> dict[str, Any]:
+        """A node's attrs: each key -> an index into the table, or a tagged value (format 1)."""
+        if not isinstance(d, dict):
+            self.dec.fail(f"attrs of {where} are not an object")
+        get, decode = self.get, self.dec.decode
+        return {k: get(v) if type(v) is int else decode(v) for k, v in d.items()}
+
+    def column(self, key: Any, column: Any, n: int) -> list[Any]:
+        """One annotation column, checked: per op the value, or `MISSING` where the op has none."""
+        if not isinstance(key, str) or not isinstance(column, list) or len(column) != n:
+            self.dec.fail(f"op annotation column {str(key)[:40]!r} is not a list of one index per op")
+        if not all(type(i) is int for i in column) or (column and min(column) < ABSENT):
+            self.dec.fail(f"op annotation column {key!r} holds something other than value indices")
+        get = self.get
+        return [MISSING if i == ABSENT else get(i) for i in column]
+
+
+__all__ = ["ABSENT", "MISSING", "DecodedValues", "ValueTable", "op_annotation_columns"]
