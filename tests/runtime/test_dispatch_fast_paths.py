@@ -133,3 +133,11 @@ def test_inline_schedule_fuses_only_single_value_copies_of_one_stream(compiled):
     assert kinds == ["copies", "subgraph", "copies"]
     fused_tasks = [t for step in schedule.fused for t in (step[0].tasks if step[0].kind == "copies" else (step[0],))]
     assert fused_tasks == [step[0] for step in schedule.steps]  # same tasks, same order
+
+
+def test_a_wrong_name_is_refused_without_a_chained_key_error(compiled):
+    feeds = _feeds()
+    feeds["z"] = feeds.pop("x3")
+    with pytest.raises(RunnerError) as caught:
+        InputCheck("runner", _tensors(compiled))(feeds)
+    assert caught.value.__context__ is None and "unknown input 'z'" in str(caught.value)

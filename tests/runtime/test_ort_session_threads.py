@@ -31,6 +31,18 @@ def test_a_whole_graph_subgraph_keeps_onnxruntimes_thread_defaults():
     assert options.intra_op_num_threads == 0  # onnxruntime's default: one thread per physical core
     with pytest.raises(RuntimeError):  # the spinning entry is not set: onnxruntime's default (spin)
         options.get_session_config_entry("session.intra_op.allow_spinning")
+    with pytest.raises(RuntimeError):  # and it keeps spinning between runs
+        options.get_session_config_entry("session.force_spinning_stop")
+
+
+def test_sessions_taking_turns_stop_spinning_at_the_end_of_each_run():
+    from xgraph.runners.ort_session import sessions_take_turns
+    with sessions_take_turns():
+        (session,) = _sessions(place(_graph(), {"relu": "AICORE", "softmax": "AICORE"}))
+    (after,) = _sessions(place(_graph(), {"relu": "AICORE", "softmax": "AICORE"}))
+    assert session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+    with pytest.raises(RuntimeError):  # outside the block: a lone session again
+        after.get_session_options().get_session_config_entry("session.force_spinning_stop")
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     e = np.exp(np.maximum(x, 0))
     np.testing.assert_allclose(session.run(None, {"x": x})[0], e / e.sum(1, keepdims=True), rtol=1e-6)
@@ -43,3 +55,17 @@ def test_sibling_subgraphs_share_the_cores():
         options = session.get_session_options()
         assert options.intra_op_num_threads == ORT_INTRA_OP_THREADS
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_the_gears_of_a_model_take_turns():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = xgraph.compile(model, {"input_shape": "x:-1,8", "dynamic_batch_size": "1,2"})
+    with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
+        sessions = [r._executor._backend._session for r in runner.runners.values()]
+        np.testing.assert_array_equal(runner.run({"x": -np.ones((2, 8), np.float32)})[0], np.zeros((2, 8)))
+    assert len(sessions) == 2
+    assert all(s.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+               for s in sessions)

@@ -21,6 +21,7 @@ import numpy as np
 from xgraph.errors import RunnerError
 from xgraph.ir.files import write_text
 from xgraph.runners.io_checks import check_inputs
+from xgraph.runners.ort_session import sessions_take_turns
 
 if TYPE_CHECKING:
     from xgraph.runners.graph_runner import GraphRunner
@@ -56,8 +57,9 @@ class GearRunner:
         self._owner = f"graph runner for {graph.name!r}"
         self.gear_runners: "dict[str, GraphRunner]" = {}
         try:
-            for gear in self.gears:
-                self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
+            with sessions_take_turns():  # gears run one after another: no pool spins after its gear's run
+                for gear in self.gears:
+                    self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
         except BaseException:
             for runner in self.gear_runners.values():
                 runner.close()

@@ -57,6 +57,9 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
     return arrays
 
 
+_MISSING = object()
+
+
 class InputCheck:
     """`check_inputs` for one runner's tensors, with what it checks worked out once.
 
@@ -77,9 +80,8 @@ class InputCheck:
     def __call__(self, inputs: "Sequence | dict") -> list[np.ndarray]:
         kind = type(inputs)
         if kind is dict and len(inputs) == len(self.names):
-            try:
-                values = [inputs[n] for n in self.names]
-            except KeyError:
+            values = [inputs.get(n, _MISSING) for n in self.names]
+            if any(v is _MISSING for v in values):
                 return check_inputs(self.owner, self.tensors, inputs)
         elif (kind is list or kind is tuple) and len(inputs) == len(self.names):
             values = list(inputs)
