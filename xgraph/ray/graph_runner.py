@@ -192,9 +192,9 @@ def create_graph_runner(graph: "Graph | str | Path | bytes", mode: str = "run", 
     inputs' shapes as the local runner does."""
     import xgraph
     if not isinstance(graph, xgraph.Graph) and isinstance(graph, (str, Path, bytes)):
-        loaded = xgraph.load(model_bytes(graph))
-        if loaded.get_gears():
-            graph = loaded
+        data = model_bytes(graph)  # read (or, with a side file, loaded and inlined) once
+        loaded = xgraph.load(data)
+        graph = loaded if loaded.get_gears() else data
     if isinstance(graph, xgraph.Graph) and graph.get_gears():
         from xgraph.runners.gear_runner import GearRunner
         require_ray()

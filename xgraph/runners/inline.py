@@ -52,11 +52,10 @@ class CopyRun:
     The observer sees it as one task of kind "copies" whose `outs` are every copied value; the
     graph runner counts each value as a copy (its stats are what per-task copies would give)."""
 
-    __slots__ = ("tasks", "stream", "kind", "name")
+    __slots__ = ("tasks", "stream", "kind")
 
     def __init__(self, tasks: "list[Task]") -> None:
         self.tasks, self.stream, self.kind = tuple(tasks), tasks[0].stream, "copies"
-        self.name = f"copy {', '.join(k[0] for t in tasks for k in t.inputs)} {self.stream}"
 
 
 class InlineSchedule:
