@@ -66,6 +66,26 @@ def test_the_gears_of_a_model_take_turns():
     with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
         sessions = [r._executor._backend._session for r in runner.runners.values()]
         np.testing.assert_array_equal(runner.run({"x": -np.ones((2, 8), np.float32)})[0], np.zeros((2, 8)))
-    assert len(sessions) == 2
+    assert len(sessions) == 2 and sessions[0] is sessions[1]  # one graph but for shapes: one session
     assert all(s.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
                for s in sessions)
+
+
+def test_gears_that_differ_by_more_than_shapes_keep_their_own_sessions():
+    """y = x + ramp, the ramp a Range over x's length: folded per gear, a different weight in each."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    nodes = [helper.make_node("Shape", ["x"], ["len"]),
+             helper.make_node("Squeeze", ["len"], ["n"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "nf", "one"], ["ramp"]),
+             helper.make_node("Add", ["x", "ramp"], ["y"])]
+    init = [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=init),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = xgraph.compile(model, {"input_shape": "x:-1", "dynamic_dims": "3;5;3000"})
+    with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
+        sessions = {id(r._executor._backend._session) for r in runner.runners.values()}
+        for n in (3, 5, 3000):
+            np.testing.assert_array_equal(runner.run({"x": np.ones(n, np.float32)})[0], np.arange(n) + 1.0)
+    assert len(sessions) == 3

@@ -9,6 +9,8 @@ evaluator (one node at a time, in topological order, so chains fold), and replac
 by weights of the same names. It skips nondeterministic ops (Random*, Bernoulli, Multinomial),
 ops with nested graphs, ops producing graph outputs or tensors a nested graph reads by name, and
 results larger than `MAX_FOLD_BYTES` or of a size not known before evaluating (`fold_sizes`).
+A `Where` whose condition folded to all true (or all false) becomes the input it selects
+(`select_fold`: a decoder's causal mask for one new token).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from xgraph.errors import OptionError, XGraphError
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.compiler.options import CompileOptions
+from xgraph.compiler.select_fold import fold_constant_selects
 from xgraph.compiler.shape_fixpoint import resolve_shapes
 
 #: Results larger than this stay computed at run time rather than becoming weights.
@@ -241,7 +244,8 @@ def _free_name(graph: Graph, base: str) -> str:
 
 
 def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
-    """Evaluate ops whose inputs are all weights and make their results weights. Returns ops folded."""
+    """Evaluate ops whose inputs are all weights and make their results weights, then drop the
+    `Where`s a weight condition decides (`select_fold`). Returns ops folded or dropped."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = 0
     kernels: dict = {}  # one reference evaluator per kind of node, for this fold
@@ -256,7 +260,7 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
             continue
         replace_by_weights(graph, op, arrays)
         folded += 1
-    return folded
+    return folded + fold_constant_selects(graph, keep)
 
 
 # ----------------------------------------------------------------------------- dead ops

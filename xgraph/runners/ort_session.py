@@ -56,18 +56,51 @@ def ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:
     return ""
 
 
-_TAKING_TURNS: ContextVar[bool] = ContextVar("xgraph_sessions_take_turns", default=False)
+#: The session pool of the `sessions_take_turns()` block being run (None outside one).
+_TAKING_TURNS: ContextVar["dict | None"] = ContextVar("xgraph_sessions_take_turns", default=None)
 
 
 @contextmanager
 def sessions_take_turns() -> Iterator[None]:
     """Sessions `ort_session` makes in this block run one after another (gears): their pools stop
-    spinning at the end of each run."""
-    token = _TAKING_TURNS.set(True)
+    spinning at the end of each run, and subgraphs that are the same graph but for their shapes
+    share one session (`shape_free_key`)."""
+    token = _TAKING_TURNS.set({})
     try:
         yield
     finally:
         _TAKING_TURNS.reset(token)
+
+
+def without_shapes(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """`model` with no shape written anywhere: no value_info, every input and output dim unknown.
+
+    The gears of a model are one graph specialised to different input shapes; what ONNX computes
+    does not depend on the shapes a graph declares, so one session over the graph without them
+    computes every gear's results."""
+    del model.graph.value_info[:]
+    for vi in (*model.graph.input, *model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            for dim in vi.type.tensor_type.shape.dim:
+                dim.Clear()
+    model.graph.name = ""
+    return model
+
+
+def shape_free_key(model: "onnx.ModelProto", subgraph: "Subgraph", config: tuple) -> tuple:
+    """What makes two subgraphs one session: their ONNX without shapes (`without_shapes`, weights
+    under 4 KiB included by value) and each external weight's memory (the gears' weights are
+    one shared array each, `xgraph.ir.gears.share_weights`), plus the session's options.
+
+    Weights are compared by address, not by value: equal weights in different arrays give two
+    sessions, never a session reading another gear's array after that gear changed it."""
+    external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    memory = []
+    for t in subgraph.get_const_tensors():
+        if t.name in external:
+            data = t.data
+            memory.append((t.name, data.__array_interface__["data"][0], data.shape, data.strides, data.dtype.str))
+    return model.SerializeToString(deterministic=True), tuple(sorted(memory)), config
 
 
 def ort_session(subgraph: "Subgraph"):
@@ -85,22 +118,43 @@ def ort_session(subgraph: "Subgraph"):
     core from the next step's gear (a decoding loop over past-length gears ran at half speed,
     and onnxruntime's own session beside it at a third). A lone whole-graph session keeps
     spinning between runs, which its next run gains from (SqueezeNet: 12 ms instead of 15).
+
+    Inside `sessions_take_turns()`, a subgraph that is another's graph but for its shapes gets
+    that subgraph's session (made over the graph without shapes): the past-length gears of a
+    decoder are then one warm session with one copy of onnxruntime's prepacked weights, not one
+    per gear (a gear's first run in a decoding loop was 2x its next; 50 gears of an 8-layer
+    decoder held 50 packed copies of its weights).
     """
     import onnxruntime as ort
+    pool = _TAKING_TURNS.get()
+    parent = subgraph.get_parent()
+    if parent is None or parent.get_children_num() > 1:
+        config: tuple = (("session.intra_op.allow_spinning", "0"),)
+    elif pool is not None:
+        config = (("session.force_spinning_stop", "1"),)
+    else:
+        config = ()
+    model = weights_as_constants(subgraph.to_onnx(external_weights=True))
+    key = None
+    if pool is not None:
+        model = without_shapes(model)
+        key = shape_free_key(model, subgraph, config)
+        shared = pool.get(key)
+        if shared is not None:
+            return shared
     options = ort.SessionOptions()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    parent = subgraph.get_parent()
-    if parent is None or parent.get_children_num() > 1:
+    if config and config[0][0] == "session.intra_op.allow_spinning":
         options.intra_op_num_threads = ORT_INTRA_OP_THREADS
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    elif _TAKING_TURNS.get():
-        options.add_session_config_entry("session.force_spinning_stop", "1")
-    model = weights_as_constants(subgraph.to_onnx(external_weights=True))
+    for entry, value in config:
+        options.add_session_config_entry(entry, value)
     kept = add_weights(options, model, subgraph)
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     check_files(kept)
     session.xgraph_weights = kept  # onnxruntime may read these buffers: they live as long as the session
+    if key is not None:
+        pool[key] = session
     return session
 
 
