@@ -80,6 +80,13 @@ class GearRunner:
 
     def select_gear(self, inputs: "Sequence | dict") -> "Gear":
         """The gear whose input shapes equal `inputs`'; RunnerError listing the gears when none does."""
+        if type(inputs) is dict and len(inputs) == len(self._names):  # the decoding loop's call: arrays by name
+            try:
+                gear = self._by_shapes.get(tuple([inputs[n].shape for n in self._names]))
+            except (KeyError, AttributeError):  # a name missing, a value that is no array: the checks below
+                gear = None
+            if gear is not None:
+                return gear
         if isinstance(inputs, dict):
             values = [inputs.get(n) for n in self._names]
             if set(inputs) != set(self._names):

@@ -26,7 +26,7 @@ from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
-from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, check_timeout
+from xgraph.runners.jobs import STATUS_NAMES, Job, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -228,7 +228,7 @@ class GraphRunner:
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._jobs.finish(job, status, error):
             with self._stats_lock:
-                self._job_counts[job.status.name] += 1
+                self._job_counts[STATUS_NAMES[job.status]] += 1
             self._slots.release()
         if status in (JobStatus.TIMED_OUT, JobStatus.CANCELLED):
             self._scheduler.abandon(job)  # free its feeds and values now, not when a stuck stream gets to them
@@ -288,14 +288,16 @@ class GraphRunner:
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
         """A task ran: copies (one or a run of them, kind "copies") count in the stats; with profile, a span."""
-        if task.kind == "subgraph" and not self.profile:
+        kind = task.kind
+        if kind == "subgraph" and not self.profile:
             return  # subgraph runs are counted by their runners
-        nbytes = sum(getattr(o, "nbytes", 0) for o in outs)
-        if task.kind != "subgraph":
+        nbytes = nbytes_of(outs)
+        if kind != "subgraph":
             with self._stats_lock:
-                self._copies["count"] += len(outs) if task.kind == "copies" else 1
-                self._copies["bytes"] += nbytes
-                self._copies["seconds"] += end - start
+                copies = self._copies
+                copies["count"] += len(outs) if kind == "copies" else 1
+                copies["bytes"] += nbytes
+                copies["seconds"] += end - start
         if self.profile:
             self._spans.append((task.name, task.kind, task.stream, start, end, job.id, nbytes))
 

@@ -27,11 +27,19 @@ _DROPPED = "results dropped"
 _COLLECTED = "results collected"
 
 
-def _nbytes(values: list) -> int:
+def nbytes_of(values: "list | tuple") -> int:
+    """Bytes of the arrays in `values` (a sequence value's arrays counted, None and others 0).
+
+    Called several times per job (stats, kept results), so the common case, arrays only, is
+    one list comprehension."""
+    try:
+        return sum([v.nbytes for v in values])
+    except AttributeError:  # a sequence (list of arrays), None, or a non-array value among them
+        pass
     total = 0
     for v in values:
         if isinstance(v, list):
-            total += _nbytes(v)
+            total += nbytes_of(v)
         else:
             total += getattr(v, "nbytes", 0)
     return total
@@ -76,6 +84,10 @@ class Job:
         return self.status is not JobStatus.PENDING
 
 
+#: status -> its name, for counters (an enum member's `.name` is a descriptor call)
+STATUS_NAMES = {s: s.name for s in JobStatus}
+
+
 class JobTable:
     """Thread-safe job ids and records; `finish` is idempotent (the first final status wins)."""
 
@@ -102,7 +114,7 @@ class JobTable:
         with self._lock:
             if job.status is not JobStatus.PENDING:
                 return False
-            job.status = JobStatus(status)
+            job.status = status if type(status) is JobStatus else JobStatus(status)
             job.error = error
             job.finished = time.perf_counter()
             job.inputs = None  # drop references to caller data as soon as possible
@@ -110,7 +122,7 @@ class JobTable:
             self._pending.pop(job.id, None)
             self._finished[job.id] = job
             if job.results is not None:
-                self._result_bytes += _nbytes(job.results)
+                self._result_bytes += nbytes_of(job.results)
             while len(self._finished) > self._keep:
                 self._drop_results(self._finished.popitem(last=False)[1])
             if self._result_bytes > self._keep_bytes:
@@ -127,7 +139,7 @@ class JobTable:
     def _drop_results(self, job: Job, dropped: bool = False) -> None:
         """Let go of a finished job's results (under the lock)."""
         if job.results is not None:
-            self._result_bytes -= _nbytes(job.results)
+            self._result_bytes -= nbytes_of(job.results)
             job.results = None
             if dropped:
                 job.state = _DROPPED

@@ -25,7 +25,7 @@ from xgraph.errors import RunnerError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported for existing importers
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot
+from xgraph.runners.jobs import Job, JobStatus, JobTable, acquire_slot, nbytes_of
 from xgraph.runners.result_check import ResultCheck
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 
@@ -237,8 +237,8 @@ class Runner:
             s["runs"] += 1
             s["total_s"] += elapsed
             s["last_s"] = elapsed
-            s["bytes_in"] += sum(getattr(x, "nbytes", 0) for x in inputs)
-            s["bytes_out"] += sum(getattr(r, "nbytes", 0) for r in results)
+            s["bytes_in"] += nbytes_of(inputs)
+            s["bytes_out"] += nbytes_of(results)
         return list(results)
 
     def _check_results(self, inputs: list, results: Any) -> None:
