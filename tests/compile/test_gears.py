@@ -505,6 +505,8 @@ def test_a_kv_cache_decoder_generates_on_past_length_gears_token_for_token_as_on
     assert len(set(expected)) > 1  # the random weights do not settle on one token: equality means something
     with xgraph.create_graph_runner(g) as runner:
         assert _greedy(runner.run, names) == expected
+        # one graph but for shapes (the one-token causal mask folded away): one onnxruntime session
+        assert len({id(r._executor._backend._session) for r in runner.runners.values()}) == 1
         with pytest.raises(RunnerError, match=r"match no gear.*gear15 \(input_ids:1,1; position_ids:1,1; "
                                               r"past_l0_k:1,4,15,8"):
             _greedy(runner.run, names, tokens=TOKENS + 1)  # one step past the last gear
