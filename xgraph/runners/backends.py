@@ -118,6 +118,10 @@ class NumpyBackend:
         self._frames.clear()
 
 
+def _released(*_args) -> None:
+    raise RunnerError("the onnxruntime session was released: the runner is closed")
+
+
 class OnnxruntimeBackend:
     """The whole subgraph as one onnxruntime session (`xgraph.runners.ort_session`)."""
 
@@ -148,8 +152,9 @@ class OnnxruntimeBackend:
         return {}
 
     def release(self) -> None:
-        """Drop the session."""
+        """Drop the session (and the bound run method, which would keep it alive)."""
         self._session = None
+        self._run = _released
 
 
 class ReferenceBackend:
