@@ -110,16 +110,15 @@ class InlineSchedule:
                     return None
                 start = clock()
                 if task.kind == "copies":
-                    outs = []
-                    for t, r, w in zip(task.tasks, reads, writes):
-                        value = values[r]
-                        value = value.copy() if type(value) is ndarray else t.fn([value])[0]
-                        values[w] = value
-                        outs.append(value)
+                    outs = [values[r] for r in reads]
+                    if all(type(v) is ndarray for v in outs):
+                        outs = [v.copy() for v in outs]
+                    else:  # a sequence or an empty optional among them: each copy task knows its value
+                        outs = [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(task.tasks, outs)]
                 else:
                     outs = task.fn([values[i] for i in reads])
-                    for i, v in zip(writes, outs):
-                        values[i] = v
+                for i, v in zip(writes, outs):
+                    values[i] = v
                 if observer is not None and (profile or task.kind != "subgraph"):
                     observer(job, task, start, clock(), outs)
             for i in frees:
