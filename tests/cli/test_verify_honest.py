@@ -74,3 +74,51 @@ def test_constant_zoo_weights_are_flagged_as_degenerate(capsys):
 def test_random_weights_are_not_flagged(tmp_path, capsys):
     assert main(["verify", str(conv_bn_relu(tmp_path / "m.onnx")), "--kernels", "numpy"]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def _external_data_model(folder: Path) -> Path:
+    """MatMul -> Relu -> MatMul with 64 KiB weights in a data file beside the model."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((128, 128)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((128, 64)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "ext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 128])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], inits)
+    path = folder / "ext.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path,
+              save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("kernels, reference", [("numpy", "onnxruntime"), ("auto", "ONNX reference evaluator")])
+def test_external_weights_reach_both_references_without_being_loaded(tmp_path, capsys, kernels, reference):
+    """The references read the weights from their data file (onnxruntime) or its memory map (the
+    evaluator, as extra inputs), so a model of several GB is verified without a copy of them."""
+    pytest.importorskip("onnxruntime")
+    from xgraph.cli.cmd_verify import reference_model
+    import xgraph
+    path = _external_data_model(tmp_path)
+    ref = reference_model(path, xgraph.compile(path))
+    assert set(ref.weights) == {"w1", "w2"} and ref.folder == tmp_path
+    assert all(t.data_location == TensorProto.EXTERNAL for t in ref.model.graph.initializer)
+    assert ref.model.ByteSize() < 4096  # the proto carries no weight bytes
+    assert main(["verify", str(path), "--kernels", kernels]) == 0
+    out = capsys.readouterr().out
+    assert f"vs reference {reference}" in out and "verify: PASS" in out
+
+
+def test_a_data_file_replaced_after_the_check_is_refused_by_the_onnxruntime_reference(tmp_path):
+    pytest.importorskip("onnxruntime")
+    import os
+    import xgraph
+    from xgraph.cli.cmd_verify import reference_model, run_reference
+    from xgraph.errors import ModelFileError
+    path = _external_data_model(tmp_path)
+    ref = reference_model(path, xgraph.compile(path))
+    data = tmp_path / "ext.onnx.data"
+    swapped = tmp_path / "other.data"
+    swapped.write_bytes(data.read_bytes())
+    os.replace(swapped, data)  # same bytes, another file: not the one the reader checked and mapped
+    with pytest.raises(ModelFileError, match="was replaced"):
+        run_reference(ref, {"x": np.zeros((2, 128), np.float32)}, ["y"], "m")

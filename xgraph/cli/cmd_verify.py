@@ -29,6 +29,8 @@ from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
 from xgraph.cli.cmd_run import (add_compile_arguments, add_input_argument, add_kernels_argument, complete_inputs,
                                 load_compiled, read_inputs)
 from xgraph.errors import XGraphError
+from xgraph.ir.onnx.mapped import origin
+from xgraph.runners.ort_session import check_files
 
 if TYPE_CHECKING:
     import onnx
@@ -112,27 +114,59 @@ def check_output(name: str, got: Any, ref: Any, rtol: float, atol: float) -> Out
     return OutputCheck(name, dtype, shape, err, mag, limit, err <= limit and (not note or err == 0.0), note)
 
 
-def reference_model(path: Path, graph: "Graph") -> "onnx.ModelProto":
+@dataclass
+class ReferenceModel:
+    """The original model for the references: `model` with its large external-data weights left
+    external, and those weights as read-only maps of their data file (`weights`, name -> array).
+
+    A model of several GB is then never copied into memory for the check: onnxruntime reads the
+    weights from their data file in `folder` itself (as when it opens the model by path), the
+    reference evaluator gets the maps as extra inputs."""
+
+    model: "onnx.ModelProto"
+    weights: dict[str, np.ndarray]
+    folder: Path | None = None
+
+
+def reference_model(path: Path, graph: "Graph") -> ReferenceModel:
     """The model as ONNX, asked for every output of the compiled graph (output_ops may cut elsewhere)."""
     from onnx import helper
-
-    if path.suffix.lower() == ".xmodel":
+    weights: dict[str, np.ndarray] = {}
+    folder = None
+    if path.suffix == ".xmodel":
         import xgraph
         loaded = xgraph.load(path)
         gear = loaded.find_gear({t.name: t.shape for t in graph.get_input_tensors()}) if loaded.get_gears() else None
         model = (loaded if gear is None else gear.graph).to_onnx()  # a geared file: the gear of `graph`'s shapes
     else:
         from xgraph.ir.onnx.safe_reader import read_model
-        model = read_model(path)[0]
+        model, folder = read_model(path, mapped=weights)[:2]  # the checked reader; large external weights stay mapped
     declared = {o.name for o in model.graph.output}
     for t in graph.get_output_tensors():
         if t.name not in declared and t.dtype is not None:
             code = helper.np_dtype_to_tensor_dtype(t.dtype)
             model.graph.output.append(helper.make_tensor_value_info(t.name, code, None))
+    return ReferenceModel(model, weights, folder)
+
+
+def _weights_as_inputs(ref: ReferenceModel) -> "onnx.ModelProto":
+    """A copy of the (small) model whose mapped weights are graph inputs instead of initializers."""
+    import onnx
+    from onnx import helper
+    model = onnx.ModelProto()
+    model.CopyFrom(ref.model)
+    kept = [t for t in model.graph.initializer if t.name not in ref.weights]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    listed = {i.name for i in model.graph.input}
+    for name, array in ref.weights.items():
+        if name not in listed:
+            model.graph.input.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
     return model
 
 
-def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequence[str],
+def run_reference(ref: ReferenceModel, feeds: dict[str, Any], names: Sequence[str],
                   label: str, allow_onnxruntime: bool = True) -> tuple[str, list[Any]]:
     """(which reference ran, its outputs): onnxruntime, else (or when it may not be used) the ONNX
     reference evaluator with xgraph's inference fixes."""
@@ -144,21 +178,28 @@ def run_reference(model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequen
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        if ref.weights:  # the data file the safe reader checked, opened by onnxruntime (OrtValues over
+            # the maps would make it keep a packed copy beside another of its own: 3x the weights)
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(ref.folder))
+        session = ort.InferenceSession(ref.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        check_files([found[0] for found in map(origin, ref.weights.values()) if found is not None])
         wanted = {i.name for i in session.get_inputs()}
         return "onnxruntime", session.run(list(names), {k: v for k, v in feeds.items() if k in wanted})
     except _NotAllowed:
         problems.append("onnxruntime: runs the path being checked")
     except ImportError:
         problems.append("onnxruntime: not installed")
+    except XGraphError:  # a data file replaced while checking: an error, not a reason to try another reference
+        raise
     except Exception as e:  # onnxruntime raises its own exception types for models it cannot run
         problems.append(f"onnxruntime: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
     try:
         from onnx.reference import ReferenceEvaluator
 
         from xgraph.kernels.reference_fixes import evaluator_fixes
+        model = _weights_as_inputs(ref) if ref.weights else ref.model
         evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
-        return "ONNX reference evaluator", evaluator.run(list(names), feeds)
+        return "ONNX reference evaluator", evaluator.run(list(names), {**feeds, **ref.weights})
     except Exception as e:  # the evaluator raises many types; all mean it cannot run this model
         problems.append(f"reference evaluator: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
     raise XGraphError(f"{label}: no reference can run this model, so it cannot be verified ({'; '.join(problems)})")
@@ -217,7 +258,7 @@ class References:
     """The independent references, each computed once: onnxruntime on the original model (when
     it can run it) and the corrected ONNX reference evaluator."""
 
-    def __init__(self, model: "onnx.ModelProto", feeds: dict[str, Any], names: Sequence[str], label: str):
+    def __init__(self, model: ReferenceModel, feeds: dict[str, Any], names: Sequence[str], label: str):
         self.model, self.feeds, self.names, self.label = model, feeds, names, label
         self._results: dict[bool, tuple[str, list[Any]]] = {}
 
