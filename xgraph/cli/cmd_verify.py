@@ -149,23 +149,6 @@ def reference_model(path: Path, graph: "Graph") -> ReferenceModel:
     return ReferenceModel(model, weights, folder)
 
 
-def _weights_as_inputs(ref: ReferenceModel) -> "onnx.ModelProto":
-    """A copy of the (small) model whose mapped weights are graph inputs instead of initializers."""
-    import onnx
-    from onnx import helper
-    model = onnx.ModelProto()
-    model.CopyFrom(ref.model)
-    kept = [t for t in model.graph.initializer if t.name not in ref.weights]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    listed = {i.name for i in model.graph.input}
-    for name, array in ref.weights.items():
-        if name not in listed:
-            model.graph.input.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
-    return model
-
-
 def run_reference(ref: ReferenceModel, feeds: dict[str, Any], names: Sequence[str],
                   label: str, allow_onnxruntime: bool = True) -> tuple[str, list[Any]]:
     """(which reference ran, its outputs): onnxruntime, else (or when it may not be used) the ONNX
@@ -196,8 +179,9 @@ def run_reference(ref: ReferenceModel, feeds: dict[str, Any], names: Sequence[st
     try:
         from onnx.reference import ReferenceEvaluator
 
+        from xgraph.kernels.reference import weights_as_inputs
         from xgraph.kernels.reference_fixes import evaluator_fixes
-        model = _weights_as_inputs(ref) if ref.weights else ref.model
+        model = weights_as_inputs(ref.model, ref.weights) if ref.weights else ref.model
         evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
         return "ONNX reference evaluator", evaluator.run(list(names), {**feeds, **ref.weights})
     except Exception as e:  # the evaluator raises many types; all mean it cannot run this model

@@ -266,3 +266,23 @@ def make_reference_kernel(op_type: str, domain: str, attributes: Sequence[onnx.A
     """
     return ReferenceKernel(op_type, domain, attributes, opset_imports, num_inputs, num_outputs, functions,
                            omitted_inputs, omitted_outputs, input_types, outer_types)
+
+
+def weights_as_inputs(model: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` in which the initializers named in `weights` are graph inputs instead.
+
+    The reference evaluator turns every initializer into a numpy copy of its bytes when it is
+    built; weights fed as inputs on each run are used as they are (a read-only memory map of a
+    data file, the graph's own arrays), so a model of several GB is evaluated without another
+    copy of its weights. `model` should leave those initializers external (no bytes to copy)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = [t for t in copy.graph.initializer if t.name not in weights]
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(kept)
+    listed = {i.name for i in copy.graph.input}
+    for name, array in weights.items():
+        if name not in listed:
+            copy.graph.input.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+    return copy

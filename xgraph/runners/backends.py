@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
+import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.kernels.blas import configure_blas_once
@@ -169,14 +170,19 @@ class ReferenceBackend:
     def __init__(self, plan: ExecutionPlan, kernels: "KernelRegistry") -> None:
         from onnx.reference import ReferenceEvaluator
 
-        from xgraph.kernels.reference import evaluator_fixes, registry_ops
+        from xgraph.kernels.reference import evaluator_fixes, registry_ops, weights_as_inputs
         self.plan = plan
         subgraph = plan.subgraph
         self._inputs = [t.name for t in subgraph.get_input_tensors()]
         self._outputs = [t.name for t in subgraph.get_output_tensors()]
         try:
             custom = registry_ops(((op.domain, op.type) for op in subgraph.get_ops()), kernels)
-            self._evaluator = ReferenceEvaluator(subgraph.to_onnx(), new_ops=evaluator_fixes() + custom)
+            model = subgraph.to_onnx(external_weights=True)  # weights of 4 KiB or more left out
+            external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+            #: the large weights, fed on every run as the graph's own arrays (no copy in the evaluator)
+            self._weights = {t.name: t.data for t in subgraph.get_const_tensors() if t.name in external}
+            self._evaluator = ReferenceEvaluator(weights_as_inputs(model, self._weights),
+                                                 new_ops=evaluator_fixes() + custom)
         except Exception as e:  # the evaluator raises many types; all mean "cannot run this model"
             raise RunnerError(f"{plan.where}: the ONNX reference evaluator cannot load it: {e}") from e
         self._lock = threading.Lock()
@@ -186,7 +192,7 @@ class ReferenceBackend:
         from xgraph.kernels.reference import plain_value
         with self._lock:
             try:
-                results = self._evaluator.run(self._outputs, dict(zip(self._inputs, inputs)))
+                results = self._evaluator.run(self._outputs, {**self._weights, **dict(zip(self._inputs, inputs))})
             except Exception as e:  # numpy and evaluator errors alike
                 raise KernelError(f"{self.plan.where}: reference evaluator failed: {type(e).__name__}: {e}") from e
         return [plain_value(r if isinstance(r, list) or r is None else np.asarray(r)) for r in results]
