@@ -415,15 +415,19 @@ def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
     compiled.serialize(tmp_path / "big.xmodel")
     assert (tmp_path / "big.xmodel").stat().st_size < 1 << 20
     assert (tmp_path / "big.xmodel.data").stat().st_size >= weight_bytes
+    from xgraph.cli.main import main  # verify: both kernels paths against references over the data file
+    assert main(["verify", str(tmp_path / "big.onnx")]) == 0
     (tmp_path / "big.onnx.data").rename(tmp_path / "original.data")  # the loaded pair must not need it
     loaded = xgraph.load(tmp_path / "big.xmodel")
     x = np.random.default_rng(1).standard_normal((1, n)).astype(np.float32)
     got = xgraph.create_graph_runner(loaded, mode="run", kernels="numpy").run({"x": x})[0]
+    reference = xgraph.create_graph_runner(loaded, mode="ref").run({"x": x})[0]  # the evaluator, weights as inputs
     original = np.memmap(tmp_path / "original.data", dtype=np.float32, mode="r", shape=(layers, n, n))
     want = x
     for i in range(layers):
         want = np.maximum(want @ original[i], 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(reference, want, rtol=1e-4, atol=1e-4)
 
 
 def test_ray_actors_get_the_weights_inline(compiled_pair, tmp_path):
