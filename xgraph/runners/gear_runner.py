@@ -57,7 +57,9 @@ class GearRunner:
         self._owner = f"graph runner for {graph.name!r}"
         self.gear_runners: "dict[str, GraphRunner]" = {}
         try:
-            with sessions_take_turns():  # gears run one after another: no pool spins after its gear's run
+            whole = [g.graph.get_root_subgraph() for g in self.gears]
+            whole = [r.toposort_child_subgraph()[0] if r.get_children_num() == 1 else None for r in whole]
+            with sessions_take_turns(whole):  # gears that are one graph but for shapes share a session
                 for gear in self.gears:
                     self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
         except BaseException:

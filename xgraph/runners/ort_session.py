@@ -56,18 +56,52 @@ def ort_unexchangeable(tensors: "Sequence[Tensor]") -> str:
     return ""
 
 
-#: The session pool of the `sessions_take_turns()` block being run (None outside one).
-_TAKING_TURNS: ContextVar["dict | None"] = ContextVar("xgraph_sessions_take_turns", default=None)
+class GearSessions:
+    """The onnxruntime sessions made inside one `sessions_take_turns()` block (the gears of a model).
+
+    Subgraphs that are one graph but for their shapes (`shape_free_key`) get one session, made over
+    the graph without shapes. Whether whole-graph sessions stop spinning at the end of each run
+    depends on what runs between two runs of one: when every gear is one subgraph and all of them
+    share one session, nothing else does (the session is as lone as a model without gears, and
+    keeps spinning like one); otherwise another session runs next and must get the cores.
+    """
+
+    def __init__(self, gears: "Sequence[Subgraph | None]" = ()) -> None:
+        #: per gear: its one device subgraph, or None for a gear of several (sibling sessions)
+        self._gears = list(gears)
+        self._exported: dict[int, tuple] = {}  # id(subgraph) -> (model without shapes, key)
+        self.sessions: dict[tuple, object] = {}  # (key, session config) -> session
+        self._turns: bool | None = None
+
+    def export(self, subgraph: "Subgraph") -> tuple:
+        """(the subgraph's ONNX without shapes, external weights left out; its `shape_free_key`), made once."""
+        found = self._exported.get(id(subgraph))
+        if found is None:
+            model = without_shapes(weights_as_constants(subgraph.to_onnx(external_weights=True)))
+            found = self._exported[id(subgraph)] = (model, shape_free_key(model, subgraph))
+        return found
+
+    def take_turns(self) -> bool:
+        """True unless every gear is one subgraph and they are all one session (unknown gears: True)."""
+        if self._turns is None:
+            gears = self._gears
+            self._turns = not gears or any(g is None for g in gears) or len({self.export(g)[1] for g in gears}) > 1
+        return self._turns
+
+
+_TAKING_TURNS: ContextVar["GearSessions | None"] = ContextVar("xgraph_sessions_take_turns", default=None)
 
 
 @contextmanager
-def sessions_take_turns() -> Iterator[None]:
-    """Sessions `ort_session` makes in this block run one after another (gears): their pools stop
-    spinning at the end of each run, and subgraphs that are the same graph but for their shapes
-    share one session (`shape_free_key`)."""
-    token = _TAKING_TURNS.set({})
+def sessions_take_turns(gears: "Sequence[Subgraph | None]" = ()) -> Iterator[GearSessions]:
+    """Sessions `ort_session` makes in this block belong to the gears of one model (`GearSessions`):
+    gears that are one graph but for their shapes share one session, and whole-graph sessions that
+    alternate stop spinning at the end of each run. `gears`: each gear's one device subgraph (None
+    for a gear of several); without them, sessions are assumed to alternate."""
+    pool = GearSessions(gears)
+    token = _TAKING_TURNS.set(pool)
     try:
-        yield
+        yield pool
     finally:
         _TAKING_TURNS.reset(token)
 
@@ -87,10 +121,10 @@ def without_shapes(model: "onnx.ModelProto") -> "onnx.ModelProto":
     return model
 
 
-def shape_free_key(model: "onnx.ModelProto", subgraph: "Subgraph", config: tuple) -> tuple:
+def shape_free_key(model: "onnx.ModelProto", subgraph: "Subgraph") -> tuple:
     """What makes two subgraphs one session: their ONNX without shapes (`without_shapes`, weights
     under 4 KiB included by value) and each external weight's memory (the gears' weights are
-    one shared array each, `xgraph.ir.gears.share_weights`), plus the session's options.
+    one shared array each, `xgraph.ir.gears.share_weights`).
 
     Weights are compared by address, not by value: equal weights in different arrays give two
     sessions, never a session reading another gear's array after that gear changed it."""
@@ -100,7 +134,7 @@ def shape_free_key(model: "onnx.ModelProto", subgraph: "Subgraph", config: tuple
         if t.name in external:
             data = t.data
             memory.append((t.name, data.__array_interface__["data"][0], data.shape, data.strides, data.dtype.str))
-    return model.SerializeToString(deterministic=True), tuple(sorted(memory)), config
+    return model.SerializeToString(deterministic=True), tuple(sorted(memory))
 
 
 def ort_session(subgraph: "Subgraph"):
@@ -112,12 +146,12 @@ def ort_session(subgraph: "Subgraph"):
     which saves a thread wake-up per op (DenseNet121: 47 ms instead of 51), and onnxruntime's
     own thread count (one per physical core): nothing runs beside it, and a fixed small pool
     would make the graph runner slower than onnxruntime itself on a machine with more cores.
-    Sessions made inside `sessions_take_turns()` (the gears of one model: whole-graph sessions
-    that run one after another) stop spinning at the end of each run
-    (`session.force_spinning_stop`): a pool still spinning after its gear's step would take a
-    core from the next step's gear (a decoding loop over past-length gears ran at half speed,
-    and onnxruntime's own session beside it at a third). A lone whole-graph session keeps
-    spinning between runs, which its next run gains from (SqueezeNet: 12 ms instead of 15).
+    Whole-graph sessions made inside `sessions_take_turns()` that alternate (gears that are not
+    one session) stop spinning at the end of each run (`session.force_spinning_stop`): a pool
+    still spinning after its gear's step would take a core from the next step's gear (a decoding
+    loop over past-length gears ran at half speed, and onnxruntime's own session beside it at a
+    third). A lone whole-graph session keeps spinning between runs, which its next run gains
+    from (SqueezeNet: 12 ms instead of 15), and so does one session shared by every gear.
 
     Inside `sessions_take_turns()`, a subgraph that is another's graph but for its shapes gets
     that subgraph's session (made over the graph without shapes): the past-length gears of a
@@ -130,18 +164,17 @@ def ort_session(subgraph: "Subgraph"):
     parent = subgraph.get_parent()
     if parent is None or parent.get_children_num() > 1:
         config: tuple = (("session.intra_op.allow_spinning", "0"),)
-    elif pool is not None:
+    elif pool is not None and pool.take_turns():
         config = (("session.force_spinning_stop", "1"),)
     else:
         config = ()
-    model = weights_as_constants(subgraph.to_onnx(external_weights=True))
-    key = None
     if pool is not None:
-        model = without_shapes(model)
-        key = shape_free_key(model, subgraph, config)
-        shared = pool.get(key)
+        model, key = pool.export(subgraph)
+        shared = pool.sessions.get((key, config))
         if shared is not None:
             return shared
+    else:
+        model = weights_as_constants(subgraph.to_onnx(external_weights=True))
     options = ort.SessionOptions()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
@@ -153,8 +186,8 @@ def ort_session(subgraph: "Subgraph"):
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     check_files(kept)
     session.xgraph_weights = kept  # onnxruntime may read these buffers: they live as long as the session
-    if key is not None:
-        pool[key] = session
+    if pool is not None:
+        pool.sessions[(key, config)] = session
     return session
 
 
