@@ -151,7 +151,11 @@ class DecodedValues:
         if not all(type(i) is int for i in column) or (column and min(column) < ABSENT):
             self.dec.fail(f"op annotation column {key!r} holds something other than value indices")
         get = self.get
-        return [MISSING if i == ABSENT else get(i) for i in column]
+        table = {i: get(i) for i in dict.fromkeys(column) if i != ABSENT}  # each distinct index checked, decoded once
+        if any(self._mutable[i] for i in table):
+            return [MISSING if i == ABSENT else get(i) for i in column]  # every owner its own container
+        table[ABSENT] = MISSING
+        return list(map(table.__getitem__, column))
 
 
 __all__ = ["ABSENT", "MISSING", "DecodedValues", "ValueTable", "op_annotation_columns"]
