@@ -250,7 +250,8 @@ def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
         node = node_of[v]
         label[node], level[node], first[node] = labels[v], levels[v], v
     # levels grow along every contracted edge, so sorting by level is a topological order
-    order = sorted(range(size), key=lambda node: (level[node], first[node]))
+    order = sorted(range(size), key=first.__getitem__)
+    order.sort(key=level.__getitem__)  # stable: by (level, first node), without a tuple per node
     position = [0] * size
     for i, node in enumerate(order):
         position[node] = i
