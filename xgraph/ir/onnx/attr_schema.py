@@ -142,19 +142,19 @@ def check_known_attrs(graph: Any, label: str) -> None:
                         seen.add(pair)
         stack.extend(sg.get_children())
     # 100k-op files repeat a handful of (key, value) pairs: each distinct pair is checked once
-    checked: set[tuple[str, Any]] = set()
+    checked: dict[str, set[str]] = {key: set() for key in OP_ANNOTATIONS}  # per key, the str values found good
     for op in graph.get_ops():
         attrs, kinds = op._attrs, op._attr_types  # xgraph/ir reads its own fields
         if not attrs:
             continue
-        for key in OP_ANNOTATIONS:
+        for key, good in checked.items():
             if key in attrs and kinds.get(key) is None:
                 value = attrs[key]
-                pair = (key, value) if isinstance(value, str) else None
-                if pair is None or pair not in checked:
-                    _check({key: value}, OP_ANNOTATIONS, f"op {op.name!r}", label)
-                    if pair is not None:
-                        checked.add(pair)
+                if isinstance(value, str) and value in good:
+                    continue
+                _check({key: value}, OP_ANNOTATIONS, f"op {op.name!r}", label)
+                if isinstance(value, str):
+                    good.add(value)
 
 
 __all__ = ["GRAPH_ATTRS", "OP_ANNOTATIONS", "SUBGRAPH_ATTRS", "check_known_attrs"]
