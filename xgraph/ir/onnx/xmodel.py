@@ -33,7 +33,7 @@ from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
-from xgraph.ir.onnx.safe_reader import read_model, read_model_inventory
+from xgraph.ir.onnx.safe_reader import read_model
 from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
 from xgraph.ir.subgraph import Subgraph
 
@@ -316,12 +316,13 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
     mapped: dict[str, np.ndarray] = {}
-    model, _, label, inv = read_model_inventory(src, mapped=mapped)
+    model, _, label = read_model(src, mapped=mapped)
     if any(p.key == META_KEY for p in model.metadata_props):
         with collector_paused():
             return from_model_proto(model, label, graph_class, mapped)
-    # the reader's walk of nested graphs and tensors serves the shape-inference budget too
-    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, inventory=inv)
+    # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+    # memory by a tenth (measured), which costs more than the budget's second walk saves
+    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
