@@ -315,23 +315,12 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
 
 
 def _producers_first(rows: list[tuple]) -> bool:
-    """Whether every tensor the rows make is made by one row, and read only by rows after it.
-
-    Then the rows are in a topological order of their own dependencies: one pass in order sees every input's
-    final bound before it reads it, so the fixpoint is reached in that pass.
-    """
-    made: dict[str, int] = {}
-    for k, (_, _, outputs, _) in enumerate(rows):
-        for o in outputs:
-            if o in made:
-                return False
-            made[o] = k
-    get = made.get
-    for k, (_, inputs, _, _) in enumerate(rows):
-        for x in inputs:
-            if get(x, -1) >= k:
-                return False
-    return True
+    """Whether each tensor the rows make is made by one row and read only by later rows: then one pass in
+    order sees every input's final bound before it reads it, and reaches the fixpoint."""
+    made = {o: k for k, (_, _, outputs, _) in enumerate(rows) for o in outputs}
+    if len(made) != sum(len(outputs) for _, _, outputs, _ in rows):
+        return False  # a tensor made twice
+    return all(made.get(x, -1) < k for k, (_, inputs, _, _) in enumerate(rows) for x in inputs)
 
 
 _VALUE_FROM_INPUT_VALUES = _SUM | _PRODUCT | _FIRST | _MAX | {"Range"}
