@@ -119,3 +119,24 @@ def test_changes_names_what_changed_outside_the_allowance():
     earlier.set_attr("device", "OTHER")
     assert f"attrs ['device'] of subgraph {earlier.name!r}" in snap.changes(free_ops=[op])
     assert snap.changes(free_ops=[op], free_subgraphs=[earlier]) == []
+
+
+def test_changes_below_a_child_are_found_however_deep_and_only_there():
+    """A change two levels down is reported under its own name; untouched children report nothing."""
+    g = random_graph(2, 8)
+    root = g.get_root_subgraph()
+    a, b = [c for c in root.get_children() if not c.has_attr("device")][:2]
+    merged = merge_subgraph({a, b})
+    assert len(merged) == 1
+    (child,) = merged
+    child.create_child_subgraph()
+    deep = min(child.get_children(), key=lambda sg: sg.name)
+    snap = GraphSnapshot(g)
+    deep.set_attr("k", 1)
+    assert snap.changes() == [f"attrs ['k'] of subgraph {deep.name!r}"]
+    assert snap.changes(free_subgraphs=[child]) == []
+    deep.del_attr("k")
+    deep.create_child_subgraph()  # a new grandchild, made outside what the step returned
+    (new,) = deep.get_children()
+    assert snap.changes() == [f"the children of subgraph {deep.name!r}", f"subgraph {new.name!r} (created)"]
+    assert snap.changes(free_subgraphs=[child]) == []

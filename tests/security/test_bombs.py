@@ -221,3 +221,40 @@ def test_budget_from_the_importers_columns_equals_the_budget_from_the_protos(cas
     for limit in (1 << 20, 8):
         assert data_propagation_is_bounded(model, 1, limit, top=columns) == data_propagation_is_bounded(model, 1, limit)
     assert data_propagation_is_bounded(model, 1, 1 << 20, top=columns) == (case in ("small", "functions"))
+
+
+def _doubling_chain(steps: int, reverse: bool):
+    """Constant [1] doubled `steps` times by Add, then ConstantOfShape -> Add: a length of 2**steps."""
+    nodes = [helper.make_node("Constant", [], ["v0"], value_ints=[1])]
+    nodes += [helper.make_node("Add", [f"v{i}", f"v{i}"], [f"v{i + 1}"]) for i in range(steps)]
+    nodes += [helper.make_node("ConstantOfShape", [f"v{steps}"], ["c"]), helper.make_node("Add", ["c", "c"], ["y"])]
+    graph = helper.make_graph(nodes[::-1] if reverse else nodes, "doubling", [], [vi("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[OPSET])
+
+
+@pytest.mark.parametrize("case", ["constant", "value_ints", "product", "small", "nested", "shapes", "doubling",
+                                  "doubling_reversed", "long_reversed"])
+def test_one_pass_over_rows_in_producer_order_decides_what_the_iterated_fixpoint_decides(case, monkeypatch):
+    """Rows whose producers all come first settle in one pass; the answer equals the up-to-8-pass iteration."""
+    from xgraph.ir.onnx import inference_budget
+    from xgraph.ir.onnx.nodes import Nodes
+    models = {"nested": _nested_bomb, "small": lambda: data_prop_bomb(16, "product"),
+              "doubling": lambda: _doubling_chain(12, False), "doubling_reversed": lambda: _doubling_chain(5, True),
+              "long_reversed": lambda: _doubling_chain(12, True)}
+    if case == "shapes":
+        nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Constant", [], ["k"], value_ints=[6]),
+                 helper.make_node("Mul", ["s", "k"], ["n"]), helper.make_node("Reshape", ["x", "n"], ["y"])]
+        graph = helper.make_graph(nodes, "shapes", [vi("x", TensorProto.FLOAT, [2, 3])], [vi("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[OPSET])
+    else:
+        model = models.get(case, lambda: data_prop_bomb(1 << 26, case))()
+    columns = Nodes(model.graph.node, "m")
+    decided = {limit: inference_budget.data_propagation_is_bounded(model, 3, limit, top=columns)
+               for limit in (1 << 20, 1 << 10, 8)}
+    monkeypatch.setattr(inference_budget, "_producers_first", lambda rows: False)
+    assert decided == {limit: inference_budget.data_propagation_is_bounded(model, 3, limit, top=columns)
+                       for limit in decided}
+    if case.startswith("doubling"):  # 2**12 = 4096 elements; the reversed 5-step chain settles within 8 passes
+        assert decided == {1 << 20: True, 1 << 10: case == "doubling_reversed", 8: False}
+    if case == "long_reversed":  # 12 steps in reverse file order need more than 8 passes: refused
+        assert decided == {1 << 20: False, 1 << 10: False, 8: False}

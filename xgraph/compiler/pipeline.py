@@ -30,7 +30,7 @@ from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
-from xgraph.ir.collector import collector_paused
+from xgraph.ir.collector import collector_paused, objects_frozen
 from xgraph.kernels import KernelRegistry
 from xgraph.kernels.resolution import PLUGIN, op_device, resolve_kernel
 from xgraph.registries import Registries, active, resolve
@@ -136,7 +136,7 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     compile starts, so extensions registered before it count.
     """
     registries = resolve(registries)
-    with active(registries):
+    with active(registries), objects_frozen():  # the collector stops re-walking the graph between stages
         return _compile(graph_or_path, options, plugin_path, progress, registries)
 
 

@@ -85,7 +85,8 @@ class _TensorKeys(dict):
     def __missing__(self, t: "Tensor | None") -> int:
         if t is None:
             return -1
-        number = self[t] = self._ids.setdefault(_tensor_key(t, self._outputs), len(self._ids))
+        ids = self._ids
+        number = self[t] = ids.setdefault(_tensor_key(t, self._outputs), len(ids))
         return number
 
 
@@ -98,7 +99,8 @@ def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tens
 def _signature(op: "Op", tensor_key: Callable[["Tensor | None"], Hashable], opsets: Mapping[str, int]) -> Hashable:
     attrs = op.get_onnx_attrs()
     attr_key = tuple(sorted((k, _freeze(v)) for k, v in attrs.items())) if attrs else ()
-    return (op.type, op.domain, opsets.get(op.domain), attr_key, tuple(map(tensor_key, op.get_input_tensors())),
+    domain = op.domain
+    return (op.type, domain, opsets.get(domain), attr_key, tuple(map(tensor_key, op.get_input_tensors())),
             tuple(map(tensor_key, op.get_output_tensors())))
 
 
@@ -124,8 +126,9 @@ class Signatures:
     def __call__(self, op: "Op") -> int:
         sig = self._by_op.get(op)
         if sig is None:
-            key = _signature(op, self._tensor_keys.__getitem__, self._opsets)
-            sig = self._by_op[op] = self._ids.setdefault(key, len(self._ids))
+            ids = self._ids
+            sig = self._by_op[op] = ids.setdefault(_signature(op, self._tensor_keys.__getitem__, self._opsets),
+                                                   len(ids))
         return sig
 
     def __len__(self) -> int:

@@ -91,6 +91,15 @@ class Op(AttrsMixin):
                     seen.setdefault(t._producer, None)
         return list(seen)
 
+    def _reads_from(self, producer: "Op") -> bool:
+        """`producer in self.get_input_ops()`, without building the list (the template matcher's edge test)."""
+        if self._graph._nested_ops:
+            return producer in self.get_input_ops()
+        for t in self._inputs:
+            if t is not None and t._producer is producer:
+                return True
+        return False
+
     def get_fanout_ops(self) -> "list[Op]":
         """Consumers of any output, without duplicates (ops reading it from nested graphs included)."""
         seen: dict[Op, None] = {}

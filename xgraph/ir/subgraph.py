@@ -189,10 +189,11 @@ class Subgraph(AttrsMixin):
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
         index = self._graph._topo_index()
-        first = {c: min(map(index.__getitem__, c._ops)) for c in self._children}
+        first = {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
+                 for c in self._children}
         child_of = self._child_map()
         by_first = sorted(self._children, key=first.__getitem__)
-        if self._edges_go_forward(by_first, child_of):
+        if self._edges_go_forward(first, child_of):
             return by_first  # what the heap below pops when the first-op order is already topological
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
@@ -223,23 +224,27 @@ class Subgraph(AttrsMixin):
         See `xgraph.ir.child_links`."""
         return child_dependencies(self)
 
-    def _edges_go_forward(self, order: "list[Subgraph]", child_of: "dict[Op, Subgraph]") -> bool:
-        """True when every dependency between children points from an earlier child of `order` to a later one.
+    def _edges_go_forward(self, rank: "dict[Subgraph, int]", child_of: "dict[Op, Subgraph]") -> bool:
+        """True when every dependency between children points from a child of smaller `rank` to one of larger
+        rank (ranks distinct: the order sorted by rank is then topological).
 
         O(V+E). With it, the usual tree (children already in dependency order by their first ops)
         is sorted without building the children graph.
         """
-        position = {c: i for i, c in enumerate(order)}
         nested = bool(self._graph._nested_ops)
-        get = child_of.get
-        for c in order:
-            here = position[c]
-            for op in c._ops:
-                for consumer in (op.get_fanout_ops() if nested else
-                                 (x for t in op._outputs for x in t._consumers)):
-                    d = get(consumer)
-                    if d is not None and position[d] < here:
-                        return False
+        rank_of_op = {op: rank[c] for op, c in child_of.items()}
+        get = rank_of_op.get
+        for op, here in rank_of_op.items():
+            if nested:
+                consumers = op.get_fanout_ops()
+            else:
+                outputs = op._outputs
+                consumers = outputs[0]._consumers if len(outputs) == 1 else \
+                    [x for t in outputs for x in t._consumers]
+            for consumer in consumers:
+                there = get(consumer)
+                if there is not None and there < here:
+                    return False
         return True
 
     def _child_map(self) -> "dict[Op, Subgraph]":

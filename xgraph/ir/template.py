@@ -290,14 +290,11 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
     def consistent(t: TemplateOp, op: "Op") -> bool:
         if op in used or not t.accepts(op):
             return False
-        producers = None
         for i in t.inputs:
-            if i in mapping:
-                producers = producers if producers is not None else set(op.get_input_ops())
-                if mapping[i] not in producers:
-                    return False
+            if i in mapping and not op._reads_from(mapping[i]):
+                return False
         for c in consumers[t]:
-            if c in mapping and op not in mapping[c].get_input_ops():
+            if c in mapping and not mapping[c]._reads_from(op):
                 return False
         return True
 

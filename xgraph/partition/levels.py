@@ -83,27 +83,20 @@ def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> li
     return _assign_levels(preds, labels, latest)
 
 
-def _lowest_level(v: int, sources: Sequence[int], labels: Sequence[int], level: Sequence[int]) -> int:
-    """The smallest level (1) allows node `v` once its predecessors `sources` have levels."""
-    label = labels[v]
-    lowest = 0
-    for u in sources:
-        # step(u, v) is 0 only between two nodes of one (non-FIXED) label
-        candidate = level[u] + (label == FIXED or labels[u] != label)
-        if candidate > lowest:
-            lowest = candidate
-    return lowest
-
-
 def _wave_levels(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
     """The smallest solution of (1): topological waves. Checks the numbering is topological. O(V+E)."""
     level = [0] * len(labels)
     for v, sources in enumerate(preds):
-        for u in sources:
+        label = labels[v]
+        lowest = 0
+        for u in sources:  # the smallest level (1) allows; step(u, v) is 0 only within one non-FIXED label
             if not 0 <= u < v:
                 raise PartitionError(f"level_partition: node {v} lists predecessor {u}; number the nodes in "
                                      "topological order (every predecessor index smaller than the node's)")
-        level[v] = _lowest_level(v, sources, labels, level)
+            candidate = level[u] + (label == FIXED or labels[u] != label)
+            if candidate > lowest:
+                lowest = candidate
+        level[v] = lowest
     return level
 
 
@@ -142,8 +135,12 @@ def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest
     level = [0] * len(labels)
     in_use: dict[int, list[int]] = {}
     for v, sources in enumerate(preds):
-        lowest = _lowest_level(v, sources, labels, level)
         label = labels[v]
+        lowest = 0
+        for u in sources:  # the smallest level (1) allows, as in `_wave_levels`
+            candidate = level[u] + (label == FIXED or labels[u] != label)
+            if candidate > lowest:
+                lowest = candidate
         if label == FIXED:
             level[v] = lowest
             continue
@@ -253,7 +250,8 @@ def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
         node = node_of[v]
         label[node], level[node], first[node] = labels[v], levels[v], v
     # levels grow along every contracted edge, so sorting by level is a topological order
-    order = sorted(range(size), key=lambda node: (level[node], first[node]))
+    order = sorted(range(size), key=first.__getitem__)
+    order.sort(key=level.__getitem__)  # stable: by (level, first node), without a tuple per node
     position = [0] * size
     for i, node in enumerate(order):
         position[node] = i

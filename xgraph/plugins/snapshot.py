@@ -78,14 +78,29 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
             found.append(f"the root's children (merged or split: {_names(gone + new)})")
         elif assigned:
             found.append(f"subgraphs assigned earlier were merged away: {', '.join(assigned[:5])}")
+    touched = _touched_children(diff, before.root)  # the root now too: it was not replaced
     for child in children:
         if child in free:
             continue
         if child in before.subgraph_index:
-            found += _subtree_changes(diff, child)
+            if child in touched:  # elsewhere `_subtree_changes` finds nothing
+                found += _subtree_changes(diff, child)
         elif diff.new_subgraphs.get(child):
             found.append(f"attrs or children of subgraph {child.name!r}, which it did not return")
     return found
+
+
+def _touched_children(diff: "StateDiff", root: "Subgraph") -> set["Subgraph"]:
+    """The root's children now holding (as themselves or below) a subgraph whose attrs or children changed or
+    that is new: the only ones where `_subtree_changes` can find something. O(changed subgraphs x depth)."""
+    touched: set["Subgraph"] = set()
+    for sg in (*diff.subgraph_attrs, *diff.subgraph_children, *diff.new_subgraphs):
+        parent = sg.get_parent()
+        while parent is not None and parent is not root:
+            sg, parent = parent, parent.get_parent()
+        if parent is root:
+            touched.add(sg)
+    return touched
 
 
 def _subtree_changes(diff: "StateDiff", sg: "Subgraph") -> list[str]:

@@ -81,7 +81,7 @@ class ValueTable:
 def op_annotation_columns(ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
     """Annotation key -> per op (in `ops` order) the index of its value, or `ABSENT`. O(ops * annotations)."""
     columns: dict[str, list[int]] = {}
-    index = table.index
+    index, text = table.index, table._text
     n = len(ops)
     for i, op in enumerate(ops):
         kinds = op._attr_types  # annotations are the attrs without an ONNX type
@@ -90,7 +90,8 @@ def op_annotation_columns(ops: Sequence[Any], table: ValueTable) -> dict[str, li
                 column = columns.get(k)
                 if column is None:
                     column = columns[k] = [ABSENT] * n
-                column[i] = index(v)
+                j = text.get(v) if type(v) is str else None  # a str seen before: `index` without the call
+                column[i] = index(v) if j is None else j
     return columns
 
 
@@ -151,7 +152,11 @@ class DecodedValues:
         if not all(type(i) is int for i in column) or (column and min(column) < ABSENT):
             self.dec.fail(f"op annotation column {key!r} holds something other than value indices")
         get = self.get
-        return [MISSING if i == ABSENT else get(i) for i in column]
+        table = {i: get(i) for i in dict.fromkeys(column) if i != ABSENT}  # each distinct index checked, decoded once
+        if any(self._mutable[i] for i in table):
+            return [MISSING if i == ABSENT else get(i) for i in column]  # every owner its own container
+        table[ABSENT] = MISSING
+        return list(map(table.__getitem__, column))
 
 
 __all__ = ["ABSENT", "MISSING", "DecodedValues", "ValueTable", "op_annotation_columns"]

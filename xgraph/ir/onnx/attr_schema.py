@@ -116,28 +116,45 @@ def _preview(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _pair(key: str, value: Any) -> "tuple | None":
+    """(key, a hashable form of value that tells apart what the checks tell apart), or None: check each time."""
+    if type(value) in (str, int, float):
+        return key, type(value), value
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return key, dict, tuple(value.items())
+    return None
+
+
 def check_known_attrs(graph: Any, label: str) -> None:
     """Refuse a loaded graph whose xgraph-owned attrs do not hold what xgraph writes (ModelFileError)."""
     _check(graph.get_attrs(), GRAPH_ATTRS, f"graph {graph.name!r}", label)
     stack = [graph.get_root_subgraph()]
+    seen: set[tuple[str, Any]] = set()  # (key, value) pairs already found good: a tree repeats a few
     while stack:
         sg = stack.pop()
-        _check(sg.get_attrs(), SUBGRAPH_ATTRS, f"subgraph {sg.name!r}", label)
+        attrs = sg._attrs  # xgraph/ir reads its own fields
+        for key in SUBGRAPH_ATTRS:  # one key at a time, in the table's order: the first problem is reported
+            if key in attrs:
+                pair = _pair(key, attrs[key])
+                if pair is None or pair not in seen:
+                    _check({key: attrs[key]}, SUBGRAPH_ATTRS, f"subgraph {sg.name!r}", label)
+                    if pair is not None:
+                        seen.add(pair)
         stack.extend(sg.get_children())
     # 100k-op files repeat a handful of (key, value) pairs: each distinct pair is checked once
-    checked: set[tuple[str, Any]] = set()
+    checked: dict[str, set[str]] = {key: set() for key in OP_ANNOTATIONS}  # per key, the str values found good
     for op in graph.get_ops():
         attrs, kinds = op._attrs, op._attr_types  # xgraph/ir reads its own fields
         if not attrs:
             continue
-        for key in OP_ANNOTATIONS:
+        for key, good in checked.items():
             if key in attrs and kinds.get(key) is None:
                 value = attrs[key]
-                pair = (key, value) if isinstance(value, str) else None
-                if pair is None or pair not in checked:
-                    _check({key: value}, OP_ANNOTATIONS, f"op {op.name!r}", label)
-                    if pair is not None:
-                        checked.add(pair)
+                if isinstance(value, str) and value in good:
+                    continue
+                _check({key: value}, OP_ANNOTATIONS, f"op {op.name!r}", label)
+                if isinstance(value, str):
+                    good.add(value)
 
 
 __all__ = ["GRAPH_ATTRS", "OP_ANNOTATIONS", "SUBGRAPH_ATTRS", "check_known_attrs"]

@@ -265,6 +265,7 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
     default_dim = float(max(largest_dim, 1))
     rows = [(t, inputs, outputs, attr_values.get(i, 0.0)) for i, (t, inputs, outputs) in enumerate(fields)]
     rows = [rows[i] for i in _length_cone(rows)]
+    settled = _producers_first(rows)  # then one pass reaches the fixpoint: a second would change nothing
     get_value, get_dim = values.get, dims.get
     for _ in range(8):
         changed = False
@@ -308,9 +309,18 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                 if get_dim(o, 0.0) < out_dim:
                     dims[o] = out_dim
                     changed = True
-        if not changed:
+        if not changed or settled:
             return True
     return False
+
+
+def _producers_first(rows: list[tuple]) -> bool:
+    """Whether each tensor the rows make is made by one row and read only by later rows: then one pass in
+    order sees every input's final bound before it reads it, and reaches the fixpoint."""
+    made = {o: k for k, (_, _, outputs, _) in enumerate(rows) for o in outputs}
+    if len(made) != sum(len(outputs) for _, _, outputs, _ in rows):
+        return False  # a tensor made twice
+    return all(made.get(x, -1) < k for k, (_, inputs, _, _) in enumerate(rows) for x in inputs)
 
 
 _VALUE_FROM_INPUT_VALUES = _SUM | _PRODUCT | _FIRST | _MAX | {"Range"}
