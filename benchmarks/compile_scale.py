@@ -39,12 +39,14 @@ s in the same runs), serialize 23 s, deserialize 36 s, max RSS 3.5 GB (onnx: 1.5
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -199,6 +201,8 @@ BLOCK_OPS = _block_ops()
 
 
 BUILDERS = {"chain": chain, "ladder": ladder, "transformer": transformer}
+#: the version of the builders in model file names: `--folder` never reuses a model an older version wrote
+GENERATOR = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8]
 
 
 # ----------------------------------------------------------------------------------- workers
@@ -296,8 +300,8 @@ def best_of(rows: list[dict]) -> dict:
 
 def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
     """One row per xgraph tree (the current one, and --before's when given), each with the baseline of the run."""
-    path = os.path.join(folder, f"{family}{n}_{'named' if named else 'unnamed'}.onnx")
-    if not os.path.exists(path):
+    path = os.path.join(folder, f"{family}{n}_{'named' if named else 'unnamed'}_{GENERATOR}.onnx")
+    if not os.path.exists(path):  # a model of another version of this script has another name
         onnx.save(BUILDERS[family](n, named), path)
     trees = {"after": None, "before": args.before} if args.before else {"": None}
     base_rows: list[dict] = []
