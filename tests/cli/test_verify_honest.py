@@ -122,3 +122,20 @@ def test_a_data_file_replaced_after_the_check_is_refused_by_the_onnxruntime_refe
     os.replace(swapped, data)  # same bytes, another file: not the one the reader checked and mapped
     with pytest.raises(ModelFileError, match="was replaced"):
         run_reference(ref, {"x": np.zeros((2, 128), np.float32)}, ["y"], "m")
+
+
+
+def test_an_xmodel_is_recognised_whatever_the_case_of_its_suffix(tmp_path):
+    """`M.XMODEL` is read as an .xmodel: the reference is the gear of the checked graph's shapes
+    (read as a plain .onnx it would be gear 0, of another batch size)."""
+    import xgraph
+    from xgraph.cli.cmd_verify import reference_model
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    compiled = xgraph.compile(model, {"input_shape": "x:-1,8", "dynamic_batch_size": "1,2"})
+    compiled.serialize(tmp_path / "M.XMODEL")
+    second = compiled.get_gears()[1].graph
+    ref = reference_model(tmp_path / "M.XMODEL", second)
+    assert [d.dim_value for d in ref.model.graph.input[0].type.tensor_type.shape.dim] == [2, 8]

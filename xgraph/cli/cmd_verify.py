@@ -133,7 +133,7 @@ def reference_model(path: Path, graph: "Graph") -> ReferenceModel:
     from onnx import helper
     weights: dict[str, np.ndarray] = {}
     folder = None
-    if path.suffix == ".xmodel":
+    if path.suffix.lower() == ".xmodel":
         import xgraph
         loaded = xgraph.load(path)
         gear = loaded.find_gear({t.name: t.shape for t in graph.get_input_tensors()}) if loaded.get_gears() else None
