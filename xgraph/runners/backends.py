@@ -11,12 +11,12 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
-import onnx
 
 from xgraph.errors import KernelError, RunnerError, XGraphError
 from xgraph.kernels.blas import configure_blas_once
 from xgraph.kernels.parallel import intra_op_threads
 from xgraph.runners.buffers import BufferFrames
+from xgraph.runners.ort_session import left_out_weights
 from xgraph.runners.plan import ExecutionPlan
 
 if TYPE_CHECKING:
@@ -178,9 +178,8 @@ class ReferenceBackend:
         try:
             custom = registry_ops(((op.domain, op.type) for op in subgraph.get_ops()), kernels)
             model = subgraph.to_onnx(external_weights=True)  # weights of 4 KiB or more left out
-            external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
             #: the large weights, fed on every run as the graph's own arrays (no copy in the evaluator)
-            self._weights = {t.name: t.data for t in subgraph.get_const_tensors() if t.name in external}
+            self._weights = left_out_weights(model, subgraph)
             self._evaluator = ReferenceEvaluator(weights_as_inputs(model, self._weights),
                                                  new_ops=evaluator_fixes() + custom)
         except Exception as e:  # the evaluator raises many types; all mean "cannot run this model"

@@ -128,13 +128,15 @@ def shape_free_key(model: "onnx.ModelProto", subgraph: "Subgraph") -> tuple:
 
     Weights are compared by address, not by value: equal weights in different arrays give two
     sessions, never a session reading another gear's array after that gear changed it."""
+    memory = sorted((name, data.__array_interface__["data"][0], data.shape, data.strides, data.dtype.str)
+                    for name, data in left_out_weights(model, subgraph).items())
+    return model.SerializeToString(deterministic=True), tuple(memory)
+
+
+def left_out_weights(model: "onnx.ModelProto", subgraph: "Subgraph") -> "dict[str, np.ndarray]":
+    """name -> array of the weights `subgraph.to_onnx(external_weights=True)` (`model`) left out."""
     external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-    memory = []
-    for t in subgraph.get_const_tensors():
-        if t.name in external:
-            data = t.data
-            memory.append((t.name, data.__array_interface__["data"][0], data.shape, data.strides, data.dtype.str))
-    return model.SerializeToString(deterministic=True), tuple(sorted(memory))
+    return {t.name: t.data for t in subgraph.get_const_tensors() if t.name in external}
 
 
 def ort_session(subgraph: "Subgraph"):
