@@ -268,6 +268,19 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     return row
 
 
+def byte_compile(before: str | None) -> None:
+    """Write the bytecode of the xgraph package(s) measured, as pip does for an installed package.
+
+    A source checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile every module it
+    imports lazily inside the timed stages, in every fresh worker."""
+    import compileall
+    import importlib.util
+    trees = [os.path.dirname(importlib.util.find_spec("xgraph").origin)]
+    trees += [os.path.join(os.path.abspath(before), "xgraph")] if before else []
+    for tree in trees:
+        compileall.compile_dir(tree, quiet=1)
+
+
 def run_worker(kind: str, path: str, plugin_dir: str, trace: bool, timeout: float,
                tree: str | None = None) -> dict | None:
     """One measurement in a fresh interpreter (importing xgraph from `tree` when given); None when it ran past
@@ -439,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "bench_template.py"), "w", encoding="utf-8") as f:
         f.write(PLUGIN)
+    byte_compile(args.before)
     print(f"compile_scale: python {sys.version.split()[0]}, onnx {onnx.__version__}, {os.cpu_count()} cores, "
           f"best of {args.repeat}, {args.clock} clock, {'with' if args.plugin else 'without'} the template plugin, "
           f"models in {folder}\n")
