@@ -12,6 +12,7 @@ this runner for a graph whose `get_gears()` is not empty.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -42,6 +43,8 @@ def _shape_of(value: Any) -> tuple[int, ...] | None:
         return tuple(np.shape(value))
     except (ValueError, TypeError):
         return None
+
+_SHAPE = operator.attrgetter("shape")
 
 
 class GearRunner:
@@ -84,7 +87,7 @@ class GearRunner:
         """The gear whose input shapes equal `inputs`'; RunnerError listing the gears when none does."""
         if type(inputs) is dict and len(inputs) == len(self._names):  # the decoding loop's call: arrays by name
             try:
-                gear = self._by_shapes.get(tuple([inputs[n].shape for n in self._names]))
+                gear = self._by_shapes.get(tuple(map(_SHAPE, map(inputs.__getitem__, self._names))))
             except (KeyError, AttributeError):  # a name missing, a value that is no array: the checks below
                 gear = None
             if gear is not None:

@@ -26,7 +26,7 @@ from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
-from xgraph.runners.jobs import STATUS_NAMES, Job, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
+from xgraph.runners.jobs import STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -144,7 +144,7 @@ class GraphRunner:
         self._outputs: list[Tensor] = graph.get_output_tensors()
         self._check_inputs = InputCheck(self._owner, self._inputs)
         self._jobs = JobTable(self._owner)
-        self._slots = threading.Semaphore(max_jobs_in_flight)
+        self._slots = JobSlots(max_jobs_in_flight)
         self._closed = False
         self._stats_lock = threading.Lock()
         self._copies = {"count": 0, "bytes": 0, "seconds": 0.0}
@@ -215,7 +215,7 @@ class GraphRunner:
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
         acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
                      is_closed=lambda: self._closed, owner=self._owner)
-        job = self._jobs.new(feeds, buffers, self.job_timeout)
+        job = self._jobs.new(feeds, buffers, self.job_timeout, collect=here)
         job.started = time.perf_counter()
         run_here = getattr(self._scheduler, "run_here", None) if here and self.job_timeout is None else None
         if run_here is None or not run_here(job, feeds, self._job_done, profile=self.profile):
@@ -278,9 +278,9 @@ class GraphRunner:
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure."""
         job = self._start(feeds, None, here=True)  # on this thread when nothing else runs
-        self._jobs.wait(job)
+        if not job.done:  # it ran on the streams (other jobs were in flight)
+            self._jobs.wait(job)
         results = job.results
-        self._jobs.forget(job)
         if job.status is not JobStatus.OK:
             raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
         return results

@@ -18,11 +18,19 @@ submits jobs meanwhile.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from numpy import ndarray
+
+_ONLY_ARRAYS = {ndarray}
+_NONES = itertools.repeat(None)
+
+
+#: runs an iterator to its end in C (a zero-length deque keeps nothing)
+_consume = deque(maxlen=0).extend
 
 if TYPE_CHECKING:
     import threading
@@ -61,7 +69,8 @@ class CopyRun:
 class InlineSchedule:
     """The plan's tasks as flat steps over a list of value slots (built once, then read-only)."""
 
-    __slots__ = ("size", "constants", "feeds", "results", "steps", "fused")
+    __slots__ = ("size", "constants", "constant_slots", "constant_values", "feeds", "results", "steps", "fused",
+                 "all_copies")
 
     def __init__(self, plan: "Plan") -> None:
         order = dependency_order(plan)
@@ -71,6 +80,8 @@ class InlineSchedule:
             return slots.setdefault(key, len(slots))
 
         self.constants = tuple((slot(k), v) for k, v in plan.constants.items())
+        self.constant_slots = tuple(i for i, _ in self.constants)
+        self.constant_values = tuple(v for _, v in self.constants)
         self.feeds = tuple(slot(k) for k in plan.feeds)
         for task in order:
             for k in task.outputs:
@@ -89,6 +100,8 @@ class InlineSchedule:
         self.fused = _fuse_copies(self.steps)
         self.results = tuple(slot(k) for k in plan.results)
         self.size = len(slots)
+        copy_tasks = [t for t in order if t.kind != "subgraph"]
+        self.all_copies = CopyRun(copy_tasks) if copy_tasks else None
 
     def run(self, job: "Job", feeds: list, locks: "Mapping[str, threading.Lock]",
             observer: "Callable[[Job, Task, float, float, list], None] | None", profile: bool = False) -> list | None:
@@ -96,34 +109,43 @@ class InlineSchedule:
         (cancelled or timed out: its record is final already). A task's exception propagates.
 
         The observer sees every copy; subgraph tasks only when `profile` (their runners keep
-        their own stats). With `profile` every task is its own step (one span per copy);
-        without, consecutive copies on one stream are one step (`CopyRun`)."""
+        their own stats). With `profile` every task is its own step, reported as it ends (one
+        span per copy); without, consecutive copies on one stream are one step (`CopyRun`) and
+        all the copies of the run are reported once, as it ends (also when it fails): the task
+        is `all_copies`, `outs` every copied value and end - start their total time."""
         values: list = [None] * self.size
-        for i, v in self.constants:
-            values[i] = v
-        for i, v in zip(self.feeds, feeds):
-            values[i] = v
+        put, take = values.__setitem__, values.__getitem__
+        _consume(map(put, self.constant_slots, self.constant_values))
+        _consume(map(put, self.feeds, feeds))
         clock = time.perf_counter
-        for task, reads, writes, frees in (self.steps if profile else self.fused):
-            with locks[task.stream]:  # the stream still runs one task at a time
-                if job.done:
-                    return None
-                start = clock()
-                if task.kind == "copies":
-                    outs = [values[r] for r in reads]
-                    if all(type(v) is ndarray for v in outs):
-                        outs = [v.copy() for v in outs]
-                    else:  # a sequence or an empty optional among them: each copy task knows its value
-                        outs = [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(task.tasks, outs)]
-                else:
-                    outs = task.fn([values[i] for i in reads])
-                for i, v in zip(writes, outs):
-                    values[i] = v
-                if observer is not None and (profile or task.kind != "subgraph"):
-                    observer(job, task, start, clock(), outs)
-            for i in frees:
-                values[i] = None
-        return [values[i] for i in self.results]
+        copied: list = []  # without profile, the copies are reported once, when the run ends
+        copy_seconds = 0.0
+        try:
+            for task, reads, writes, frees in (self.steps if profile else self.fused):
+                with locks[task.stream]:  # the stream still runs one task at a time
+                    if job.done:
+                        return None
+                    start = clock()
+                    outs = list(map(take, reads))
+                    if task.kind == "copies":
+                        if {*map(type, outs)} == _ONLY_ARRAYS:
+                            outs = list(map(ndarray.copy, outs))
+                        else:  # a sequence or an empty optional among them: each copy task knows its value
+                            outs = [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(task.tasks, outs)]
+                    else:
+                        outs = task.fn(outs)
+                    _consume(map(put, writes, outs))
+                    if observer is not None and (profile or task.kind != "subgraph"):
+                        if profile:
+                            observer(job, task, start, clock(), outs)
+                        else:
+                            copy_seconds += clock() - start
+                            copied += outs
+                _consume(map(put, frees, _NONES))
+            return list(map(take, self.results))
+        finally:
+            if copied:
+                observer(job, self.all_copies, 0.0, copy_seconds, copied)
 
 
 def _fuse_copies(steps: tuple) -> tuple:

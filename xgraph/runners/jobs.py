@@ -9,9 +9,12 @@ up to `MAX_KEPT_RESULT_BYTES` in all, oldest dropped first.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import math
 import numbers
+import operator
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -27,13 +30,16 @@ _DROPPED = "results dropped"
 _COLLECTED = "results collected"
 
 
+_NBYTES = operator.attrgetter("nbytes")
+
+
 def nbytes_of(values: "list | tuple") -> int:
     """Bytes of the arrays in `values` (a sequence value's arrays counted, None and others 0).
 
-    Called several times per job (stats, kept results), so the common case, arrays only, is
-    one list comprehension."""
+    Called several times per job (stats, kept results), so the common case, arrays only, runs
+    in C (no Python bytecode per value)."""
     try:
-        return sum([v.nbytes for v in values])
+        return sum(map(_NBYTES, values))
     except AttributeError:  # a sequence (list of arrays), None, or a non-array value among them
         pass
     total = 0
@@ -62,9 +68,10 @@ class Job:
     end on its caller's thread (a synchronous `run`) is final before anyone waits and never needs one."""
 
     __slots__ = ("id", "inputs", "outputs", "results", "status", "error", "event", "submitted",
-                 "started", "finished", "deadline", "state", "__weakref__")
+                 "started", "finished", "deadline", "state", "collect", "__weakref__")
 
-    def __init__(self, job_id: int, inputs: list, outputs: list | None, deadline: float | None = None):
+    def __init__(self, job_id: int, inputs: list, outputs: list | None, deadline: float | None = None,
+                 collect: bool = False):
         self.id = job_id
         self.inputs = inputs
         self.outputs = outputs
@@ -77,6 +84,9 @@ class Job:
         self.finished: float | None = None
         self.deadline = deadline
         self.state: Any = None  # scheduler-private bookkeeping
+        #: the submitter takes the results from the record itself (a synchronous run): the table
+        #: forgets the job once it is final instead of keeping it for get_error/get_outputs
+        self.collect = collect
 
     @property
     def done(self) -> bool:
@@ -101,11 +111,11 @@ class JobTable:
         self._finished: OrderedDict[int, Job] = OrderedDict()
         self._keep = keep_finished
 
-    def new(self, inputs: list, outputs: list | None, timeout: float | None = None) -> Job:
-        """Create and record a pending job (its deadline is now + `timeout` when given)."""
+    def new(self, inputs: list, outputs: list | None, timeout: float | None = None, collect: bool = False) -> Job:
+        """Create and record a pending job (its deadline is now + `timeout` when given); see `Job.collect`."""
         deadline = None if timeout is None else time.perf_counter() + timeout
         with self._lock:
-            job = Job(next(self._ids), inputs, outputs, deadline)
+            job = Job(next(self._ids), inputs, outputs, deadline, collect)
             self._pending[job.id] = job
         return job
 
@@ -120,6 +130,11 @@ class JobTable:
             job.inputs = None  # drop references to caller data as soon as possible
             job.outputs = None  # the caller's buffers are filled; the record need not keep them alive
             self._pending.pop(job.id, None)
+            if job.collect:  # the submitter holds the record and takes its results: nothing to keep
+                event = job.event
+                if event is not None:
+                    event.set()
+                return True
             self._finished[job.id] = job
             if job.results is not None:
                 self._result_bytes += nbytes_of(job.results)
@@ -233,13 +248,39 @@ def job_error_message(job: Job) -> str:
     return str(job.error) if job.error is not None else job.status.name.lower()
 
 
-def acquire_slot(slots: threading.Semaphore, *, limit: int, block: bool, is_closed, owner: str) -> None:
+class JobSlots:
+    """`limit` job slots (a runner's jobs in flight): taken by `acquire_slot`, given back by `release()`.
+
+    A queue of tokens rather than a `threading.Semaphore`: taking and giving back a free slot
+    are single C calls (a Semaphore is Python code around a Condition), and a synchronous run
+    takes and gives back one per call."""
+
+    __slots__ = ("limit", "take_nowait", "take", "release")
+
+    def __init__(self, limit: int) -> None:
+        tokens: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(limit):
+            tokens.put(None)
+        self.limit = limit
+        self.take_nowait = tokens.get_nowait  # raises queue.Empty when every slot is taken
+        self.take = tokens.get  # (timeout=...) raises queue.Empty when none came free in time
+        self.release = functools.partial(tokens.put, None)
+
+
+def acquire_slot(slots: JobSlots, *, limit: int, block: bool, is_closed, owner: str) -> None:
     """Take one of `limit` job slots: wait (re-checking `is_closed()` every 0.1 s) or refuse at once."""
-    if slots.acquire(blocking=False):
+    try:
+        slots.take_nowait()
         return
+    except queue.Empty:
+        pass
     if not block:
         raise RunnerError(f"{owner}: {limit} jobs are already in flight; wait for one before submitting more, "
                           f"or raise max_jobs_in_flight")
-    while not slots.acquire(timeout=0.1):
-        if is_closed():
-            raise RunnerError(f"{owner}: the runner was closed while waiting for a free job slot")
+    while True:
+        try:
+            slots.take(timeout=0.1)
+            return
+        except queue.Empty:
+            if is_closed():
+                raise RunnerError(f"{owner}: the runner was closed while waiting for a free job slot") from None

@@ -18,11 +18,15 @@ output (about 0.5 us each; `benchmarks/result_check.py` measures it).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 import numpy as np
 
 from xgraph.errors import RunnerError
+
+_ONLY_ARRAYS = {np.ndarray}
+_DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
 
 #: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
 Signature = tuple[str, "np.dtype | None", "tuple | None"]
@@ -55,15 +59,21 @@ class _Output:
 class ResultCheck:
     """The output signature of one runner, and the check of one run's results against it."""
 
-    __slots__ = ("owner", "outputs", "inputs", "_symbolic")
+    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "_exact")
 
     def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
         self.owner = owner
         self.outputs = tuple(None if sig is None else _Output(*sig) for sig in outputs)
+        self.size = len(self.outputs)
         #: (input index, rank, ((position, dim name), ...)) of the inputs with symbolic dims
         self.inputs = tuple((i, len(shape), tuple((k, d) for k, d in enumerate(shape) if isinstance(d, str)))
                             for i, (_, _, shape) in enumerate(inputs) if shape and any(isinstance(d, str) for d in shape))
         self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
+        #: every output a tensor of known dtype and static shape: [(dtype, shape), ...], checked as one
+        #: comparison of lists built in C (the general loop below runs only to name a mismatch)
+        self._exact = ([(out.dtype, out.static) for out in self.outputs]
+                       if all(out is not None and out.dtype is not None and out.static is not None
+                              for out in self.outputs) else None)
 
     @classmethod
     def of(cls, owner: str, outputs: Sequence, inputs: Sequence) -> "ResultCheck":
@@ -76,6 +86,10 @@ class ResultCheck:
 
     def __call__(self, inputs: Sequence, results: Sequence) -> None:
         """Raise RunnerError naming the first output that does not match its tensor."""
+        exact = self._exact
+        if exact is not None and len(results) == len(exact) and {*map(type, results)} == _ONLY_ARRAYS \
+                and list(map(_DTYPE_SHAPE, results)) == exact:
+            return
         bound: dict[str, int] | None = self._bind_inputs(inputs) if self._symbolic else None
         for out, value in zip(self.outputs, results):
             if out is None:
