@@ -173,3 +173,29 @@ def test_inline_schedule_orders_by_dependencies_and_frees_each_value_after_its_l
     assert schedule.run(job, [x], {"S": lock}, None) == [(x + 10 + x) + (x + 10)]
     job.done = True
     assert schedule.run(job, [x], {"S": lock}, None) is None  # a job that ended meanwhile runs nothing
+
+
+def test_synchronous_runs_leave_no_job_records_and_count_their_jobs(make, scale_runner):
+    with xgraph.create_graph_runner(_chain(make, DEVICES)) as runner:
+        for i in range(50):
+            np.testing.assert_array_equal(runner.run({"x": _x(i)})[0], _x(i * 2 ** 4))
+        kept = dict(runner._jobs._finished), dict(runner._jobs._pending), runner._jobs._result_bytes
+        stats = runner.get_stats()
+    assert kept == ({}, {}, 0)  # run() hands the results over itself; nothing waits in the table
+    assert stats["jobs"]["OK"] == 50 and stats["copies"]["count"] == 4 * 50
+
+
+def test_the_copies_a_failed_run_made_are_counted(make, scale_runner):
+    calls = []
+
+    def hook(runner):
+        calls.append(runner.subgraph.name)
+        if len(calls) == 2:
+            raise ValueError("broken device")
+    scale_runner.on_execute = hook
+    with xgraph.create_graph_runner(_chain(make, DEVICES)) as runner:
+        with pytest.raises(RunnerError, match="broken device"):
+            runner.run({"x": _x(1)})
+        copies = runner.get_stats()["copies"]
+    # x H2D before AICORE, nothing between AICORE and AICPU (both device memory): one copy, then the failure
+    assert copies["count"] == 1 and copies["bytes"] == _x(0).nbytes

@@ -153,6 +153,7 @@ class GraphRunner:
         self._spans: list[tuple] = []
         self._epoch = time.perf_counter()
         self._scheduler = self._create_scheduler()
+        self._run_here = getattr(self._scheduler, "run_here", None)  # synchronous runs on the caller's thread
         self._watchdog_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         if job_timeout is not None:
@@ -214,16 +215,19 @@ class GraphRunner:
         feeds = self._check_inputs(inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
         acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
-                     is_closed=lambda: self._closed, owner=self._owner)
+                     is_closed=self._is_closed, owner=self._owner)
         job = self._jobs.new(feeds, buffers, self.job_timeout, collect=here)
         job.started = time.perf_counter()
-        run_here = getattr(self._scheduler, "run_here", None) if here and self.job_timeout is None else None
-        if run_here is None or not run_here(job, feeds, self._job_done, profile=self.profile):
+        run_here = self._run_here if here and self.job_timeout is None else None
+        if run_here is None or not run_here(job, feeds, self._job_done, self.profile):
             self._scheduler.submit(job, feeds, self._job_done)
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
         return job
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._jobs.finish(job, status, error):

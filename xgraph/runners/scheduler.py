@@ -111,12 +111,15 @@ Observer = Callable[[Job, Task, float, float, list], None]
 
 
 class _InlineRun:
-    """What `abandon` finds for a job running on its caller's thread: nothing to free but the record."""
+    """What `abandon` finds for a job running on its caller's thread: nothing to free (one shared instance)."""
 
-    __slots__ = ("job", "values", "readers", "lock")
+    __slots__ = ("values", "readers", "lock")
 
-    def __init__(self, job: Job) -> None:
-        self.job, self.values, self.readers, self.lock = job, {}, {}, threading.Lock()
+    def __init__(self) -> None:
+        self.values, self.readers, self.lock = {}, {}, threading.Lock()
+
+
+_INLINE_RUN = _InlineRun()
 
 
 class ThreadScheduler:
@@ -160,7 +163,7 @@ class ThreadScheduler:
         with self._runs_lock:
             if self._runs:
                 return False  # other jobs use the streams: keep their pipeline order
-            self._runs[job.id] = _InlineRun(job)
+            self._runs[job.id] = _INLINE_RUN
         try:
             results = self._inline.run(job, feeds, self._busy, self._observer, profile)
         except BaseException as e:  # reported through the job, as on a stream
