@@ -141,3 +141,32 @@ def test_a_wrong_name_is_refused_without_a_chained_key_error(compiled):
     with pytest.raises(RunnerError) as caught:
         InputCheck("runner", _tensors(compiled))(feeds)
     assert caught.value.__context__ is None and "unknown input 'z'" in str(caught.value)
+
+
+def test_a_remembered_signature_never_lets_another_one_through():
+    """The input check remembers signatures that passed, the result check the results that passed per input
+    signature; a value of another dtype or shape after those is still refused with the general message."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["past", 4])
+    graph = xgraph.Graph.from_onnx(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["past", 4])]), opset_imports=[helper.make_opsetid("", 17)]))
+    tensors = graph.get_input_tensors()
+    check = InputCheck("runner", tensors)
+    for past in (1, 2, 1, 2):  # the second round hits the remembered signatures
+        assert check({"x": np.zeros((past, 4), np.float32)})[0].shape == (past, 4)
+    for bad in ({"x": np.zeros((2, 4), np.float64)}, {"x": np.zeros((2, 5), np.float32)}, {"x": np.zeros(4, np.float32)}):
+        with pytest.raises(RunnerError) as fast:
+            check(bad)
+        with pytest.raises(RunnerError) as general:
+            check_inputs("runner", tensors, bad)
+        assert str(fast.value) == str(general.value)
+
+    from xgraph.runners.result_check import ResultCheck
+    results = ResultCheck.of("runner R", graph.get_output_tensors(), tensors)
+    inputs = [np.zeros((3, 4), np.float32)]
+    for _ in range(2):
+        results(inputs, [np.zeros((3, 4), np.float32)])  # passes, then passes from the memo
+    for wrong in ([np.zeros((2, 4), np.float32)], [np.zeros((3, 4), np.float64)], [np.zeros((3, 4), np.float32).tolist()]):
+        with pytest.raises(RunnerError, match="output 'y'"):
+            results(inputs, wrong)
+    results(inputs, [np.zeros((3, 4), np.float32)])  # what passed still passes

@@ -59,6 +59,8 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
 
 
 _MISSING = object()
+#: input signatures remembered per check (a gear per shape, a dynamic dim's values seen so far)
+MAX_ACCEPTED = 256
 _ONLY_ARRAYS = {np.ndarray}
 #: (dtype, shape) of an array, read in C
 DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
@@ -68,11 +70,12 @@ class InputCheck:
     """`check_inputs` for one runner's tensors, with what it checks worked out once.
 
     The common call (a dict of exactly the input names, or a list in input order, of numpy
-    arrays of the declared dtypes and shapes) costs a dict lookup and two comparisons per input:
-    a decoding step calls it once per token. Anything else goes through `check_inputs`, which
-    converts what it can and names what is wrong."""
+    arrays whose dtypes and shapes passed before) is a few C calls and one set lookup: a
+    decoding step calls it once per token. A new signature is checked input by input (and
+    remembered when it passes); anything else goes through `check_inputs`, which converts what
+    it can and names what is wrong."""
 
-    __slots__ = ("owner", "tensors", "names", "specs", "name_set", "exact")
+    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted")
 
     def __init__(self, owner: str, tensors: "Sequence[Tensor]") -> None:
         self.owner, self.tensors = owner, list(tensors)
@@ -80,22 +83,19 @@ class InputCheck:
         #: per input: None for a sequence/optional value (passed as is), else (dtype or None, rank or
         #: None, the declared shape when every dim is an int or None, the (index, dim) pairs that are)
         self.specs = tuple(None if t.type_proto is not None else _spec(t) for t in self.tensors)
-        self.name_set = frozenset(self.names)
-        #: every input a tensor of known dtype and static shape: [(dtype, shape), ...] in input order
-        #: (the whole check is then one comparison of lists built in C), else None
-        self.exact = ([(s[0], s[2]) for s in self.specs]
-                      if self.names and len(self.name_set) == len(self.names)
-                      and all(s is not None and s[0] is not None and s[2] is not None for s in self.specs) else None)
+        #: a dict of exactly these names is read in input order with one C call
+        self.by_keys = frozenset(self.names) if len(set(self.names)) == len(self.names) else None
+        #: every input a tensor: the ((dtype, shape), ...) of inputs that passed, so the same signature
+        #: again (a decoding loop's next step) is one set lookup of a key built in C; None otherwise
+        self.accepted: "set | None" = set() if all(s is not None for s in self.specs) else None
+        if self.accepted is not None and all(s[0] is not None and s[2] is not None for s in self.specs):
+            self.accepted.add(tuple((s[0], s[2]) for s in self.specs))  # fully static: known before any call
 
     def __call__(self, inputs: "Sequence | dict") -> list[np.ndarray]:
         kind = type(inputs)
-        exact = self.exact
-        if exact is not None and kind is dict and inputs.keys() == self.name_set:
+        if kind is dict and inputs.keys() == self.by_keys:
             values = list(map(inputs.__getitem__, self.names))
-            if {*map(type, values)} == _ONLY_ARRAYS and list(map(DTYPE_SHAPE, values)) == exact:
-                return values
-            return check_inputs(self.owner, self.tensors, inputs)
-        if kind is dict and len(inputs) == len(self.names):
+        elif kind is dict and len(inputs) == len(self.names):
             values = [inputs.get(n, _MISSING) for n in self.names]
             if any(v is _MISSING for v in values):
                 return check_inputs(self.owner, self.tensors, inputs)
@@ -103,6 +103,22 @@ class InputCheck:
             values = list(inputs)
         else:
             return check_inputs(self.owner, self.tensors, inputs)
+        accepted = self.accepted
+        if accepted is not None and {*map(type, values)} == _ONLY_ARRAYS:
+            key = tuple(map(DTYPE_SHAPE, values))
+            if key in accepted:
+                return values
+            if self._fits(values):
+                if len(accepted) >= MAX_ACCEPTED:
+                    accepted.clear()
+                accepted.add(key)
+                return values
+        elif self._fits(values):
+            return values
+        return check_inputs(self.owner, self.tensors, inputs)
+
+    def _fits(self, values: list) -> bool:
+        """Every value a numpy array of its input's dtype, rank and fixed dims (sequence inputs: anything)."""
         for x, spec in zip(values, self.specs):
             if spec is None:
                 continue
@@ -110,8 +126,8 @@ class InputCheck:
             if type(x) is not np.ndarray or (dtype is not None and x.dtype != dtype) or (rank is not None and (
                     x.shape != exact if exact is not None else
                     x.ndim != rank or any(x.shape[i] != d for i, d in fixed))):
-                return check_inputs(self.owner, self.tensors, inputs)
-        return values
+                return False
+        return True
 
 
 def _spec(t: "Tensor") -> tuple:
