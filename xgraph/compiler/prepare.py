@@ -25,6 +25,7 @@ from xgraph.errors import OptionError, XGraphError
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.ir.weight_edits import (nested_read_tensors, reads_only_weights, remove_unused_weights,
                                     replace_op_by_weights, unread_op_positions, weight_fed_positions)
+from xgraph.compiler.fold_memo import fold_key, values_key
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
@@ -182,7 +183,7 @@ def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
                tuple(sorted(graph.opset_imports.items())), len(inputs), len(op.get_output_tensors()),
                tuple(omitted), id(graph.functions), len(graph.functions))
         values = [None if t is None else t.data for t in inputs]
-        seen = ("outputs", key, _values_key(values)) if kernels is not None else None
+        seen = ("outputs", key, values_key(values)) if kernels is not None else None
         if seen is not None and seen[2] is not None and seen in kernels:
             return kernels[seen]  # the same node on the same small values: the same results
         kernel = kernels.get(key) if kernels is not None else None
@@ -203,30 +204,25 @@ def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
     return arrays
 
 
-#: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
-_SMALL_VALUES = 4096
-
-
-def _values_key(values: list) -> tuple | None:
-    """The inputs of a fold as a hashable key (dtype, shape, bytes), or None when they are large or objects."""
-    key, total = [], 0
-    for v in values:
-        if v is None:
-            key.append(None)
-            continue
-        if not isinstance(v, np.ndarray) or v.dtype == object:
-            return None
-        total += v.nbytes
-        if total > _SMALL_VALUES:
-            return None
-        key.append((v.dtype.str, v.shape, v.tobytes()))
-    return tuple(key)
-
-
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     """Turn `op`'s outputs into weights of the same names, one array per output (one IR edit:
     `xgraph.ir.weight_edits.replace_op_by_weights`)."""
     replace_op_by_weights(graph, op, arrays)
+
+
+_UNSEEN = object()
+
+
+def _fold_values(op: Op, kernels: dict, max_bytes: int) -> list[np.ndarray] | None:
+    """The arrays `op` folds to, or None when it does not fold (size unknown or too large, or the
+    evaluator cannot run it)."""
+    estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
+    if estimate is None or estimate > max_bytes:
+        return None
+    arrays = _evaluate(op, kernels)
+    if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
+        return None
+    return arrays
 
 
 def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
@@ -239,6 +235,7 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = 0
     kernels: dict = {}  # one reference evaluator per kind of node, for this fold
+    memo: dict = {}  # fold_key -> the arrays, or None when that fold is refused
     order = graph.toposort()
     ready = weight_fed_positions(order)  # ascending: already a heap
     queued = set(ready)
@@ -247,11 +244,13 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
         op = order[heapq.heappop(ready)]
         if not _foldable(op, keep):
             continue
-        estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
-        if estimate is None or estimate > max_bytes:
-            continue
-        arrays = _evaluate(op, kernels)
-        if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
+        key = fold_key(op, [None if t is None else t.data for t in op.get_input_tensors()])
+        arrays = memo.get(key, _UNSEEN) if key is not None else _UNSEEN
+        if arrays is _UNSEEN:
+            arrays = _fold_values(op, kernels, max_bytes)
+            if key is not None:
+                memo[key] = arrays
+        if arrays is None:
             continue
         made = replace_op_by_weights(graph, op, arrays)
         folded += 1

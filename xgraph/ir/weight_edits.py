@@ -89,7 +89,7 @@ def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.nda
                     unlink_input(c, i)
                     link_input(c, i, weight)
         made.append(weight)
-    graph._touch()
+    graph._touch(keeps_order=True)  # an op and its outputs gone, weights (no producer) added
     return made
 
 
@@ -104,7 +104,7 @@ def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> 
         builder = GraphBuilder(graph)
         for t in unused:
             builder.remove_tensor(t)
-        graph._touch()
+        graph._touch(keeps_order=True)
     return len(unused)
 
 
