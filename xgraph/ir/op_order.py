@@ -19,16 +19,15 @@ if TYPE_CHECKING:
 def table_order_if_topological(ops: "Sequence[Op]") -> "list[Op] | None":
     """`ops` as they are when that order is by creation and topological (then it is exactly what
     Kahn's heap pops: the smallest ready op is always the next one); else None. O(V+E)."""
-    seen: set = set()
     last = -1
     for op in ops:
-        if op._seq <= last:
+        seq = op._seq
+        if seq <= last:
             return None
-        last = op._seq
-        for t in op._inputs:
-            if t is not None and t._producer is not None and t._producer not in seen:
+        last = seq
+        for t in op._inputs:  # with creation numbers rising along the table, "earlier" is "smaller number"
+            if t is not None and t._producer is not None and t._producer._seq >= seq:
                 return None
-        seen.add(op)
     return list(ops)
 
 

@@ -68,24 +68,24 @@ def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.nda
     if len(arrays) != len(outputs):
         raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
                          "to replace them; give one array per output")
-    implicit = graph._implicit_index()[1] if graph._nested_ops else {}
     exposed = graph._output_set()
-    kept = [t.name for t in outputs if t in exposed or t in implicit]
-    if kept:
-        raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs or "
-                         "read by a nested graph")
-    arrays = [np.asarray(a) for a in arrays]
+    implicit = graph._implicit_index()[1] if graph._nested_ops else exposed
+    for t in outputs:
+        if t in exposed or t in implicit:
+            kept = [t.name for t in outputs if t in exposed or t in implicit]
+            raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs "
+                             "or read by a nested graph")
     # checks done: nothing below can fail
     moved = [(t, list(t._consumers), a) for t, a in zip(outputs, arrays) if t._consumers]
     builder = GraphBuilder(graph)
     builder.remove_op(op)
     made = []
     for old, readers, array in moved:
-        weight = builder.add_const(old.name, array)
+        weight = builder.add_const(old.name, np.asarray(array))
         for c in readers:
             inputs = c._inputs
-            for i in range(len(inputs)):
-                if inputs[i] is old:
+            for i, t in enumerate(inputs):
+                if t is old:
                     unlink_input(c, i)
                     link_input(c, i, weight)
         made.append(weight)
