@@ -124,3 +124,40 @@ def test_child_toposort_and_dependencies_match_oracles(seed, rewire):
         reads = {index[child_of[p]] for op in c.get_ops() for p in op.get_input_ops()} - {index[c]}
         assert set(sources) == reads
         assert index[c] not in sources
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_toposort_stays_kahns_order_through_edits_that_keep_and_break_the_table_order(seed):
+    """Edits that keep a topological table order so (weights added, ops and tensors removed, ops
+    folded into weights) let `toposort` skip its check; every other edit makes it check again."""
+    import numpy as np
+    from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
+    rng = random.Random(seed + 7)
+    g = _random_graph(seed, rewire=False)
+    for step in range(30):
+        g.toposort()  # cached (and the table order known topological) before each edit
+        ops = g.get_ops()
+        kind = rng.choice(["const", "remove", "fold", "rewire", "create", "weights"])
+        if kind == "const":
+            g.create_const(f"c{step}", np.ones(1, np.float32))
+        elif kind == "remove":
+            dead = [op for op in ops if not any(t.consumers for t in op.get_output_tensors())]
+            if dead:
+                g.remove_op(rng.choice(dead))
+        elif kind == "fold" and ops:
+            replace_op_by_weights(g, rng.choice(ops), [np.zeros(1, np.float32)])
+        elif kind == "rewire" and len(ops) > 2:
+            i = rng.randrange(0, len(ops) - 1)
+            j = rng.randrange(i + 1, len(ops))
+            if ops[i].get_input_num() and not _reaches(ops[i], ops[j]):
+                ops[i].set_input(0, ops[j].get_output_tensor())
+        elif kind == "create":
+            tensors = [t for t in g.get_tensors()]
+            g.create_op(f"new{step}", "Relu", inputs=[rng.choice(tensors)])
+        elif kind == "weights":
+            remove_unused_weights(g)
+        ops = g.get_ops()
+        insertion = {op: i for i, op in enumerate(ops)}
+        expected = _kahn(ops, {op: op.get_input_ops() for op in ops}, insertion.__getitem__)
+        assert [op.name for op in g.toposort()] == [op.name for op in expected], (step, kind)
+    check_links(g)

@@ -15,6 +15,7 @@ A `Where` whose condition folded to all true (or all false) becomes the input it
 from __future__ import annotations
 
 import difflib
+import heapq
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -22,6 +23,9 @@ import onnx
 
 from xgraph.errors import OptionError, XGraphError
 from xgraph.ir import Graph, Op, Tensor
+from xgraph.ir.weight_edits import (nested_read_tensors, reads_only_weights, remove_unused_weights,
+                                    replace_op_by_weights, unread_op_positions, weight_fed_positions)
+from xgraph.compiler.fold_memo import fold_key, values_key
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
@@ -53,7 +57,7 @@ def outer_scope_inputs(op: Op) -> list[Tensor]:
 
 
 def _read_by_nested_graphs(graph: Graph) -> set[Tensor]:
-    return {t for op in graph.get_ops() for t in outer_scope_inputs(op)}
+    return nested_read_tensors(graph)
 
 
 # ----------------------------------------------------------------------------- input shape
@@ -154,7 +158,7 @@ def _unused_placeholder(t: Tensor) -> bool:
 _KEEP_QUANTIZED = frozenset({"DequantizeLinear"})
 
 def _foldable(op: Op, keep: set[Tensor]) -> bool:
-    if not all(t is None or t.is_const for t in op.get_input_tensors()):
+    if not reads_only_weights(op):
         return False  # the common case, and the cheapest test: asked first
     if op.type.startswith("Random") or op.type in _NONDETERMINISTIC or _nested_graphs(op):
         return False
@@ -179,7 +183,7 @@ def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
                tuple(sorted(graph.opset_imports.items())), len(inputs), len(op.get_output_tensors()),
                tuple(omitted), id(graph.functions), len(graph.functions))
         values = [None if t is None else t.data for t in inputs]
-        seen = ("outputs", key, _values_key(values)) if kernels is not None else None
+        seen = ("outputs", key, values_key(values)) if kernels is not None else None
         if seen is not None and seen[2] is not None and seen in kernels:
             return kernels[seen]  # the same node on the same small values: the same results
         kernel = kernels.get(key) if kernels is not None else None
@@ -200,66 +204,64 @@ def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
     return arrays
 
 
-#: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
-_SMALL_VALUES = 4096
-
-
-def _values_key(values: list) -> tuple | None:
-    """The inputs of a fold as a hashable key (dtype, shape, bytes), or None when they are large or objects."""
-    key, total = [], 0
-    for v in values:
-        if v is None:
-            key.append(None)
-            continue
-        if not isinstance(v, np.ndarray) or v.dtype == object:
-            return None
-        total += v.nbytes
-        if total > _SMALL_VALUES:
-            return None
-        key.append((v.dtype.str, v.shape, v.tobytes()))
-    return tuple(key)
-
-
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
-    """Turn `op`'s outputs into weights of the same names (through the public IR API only)."""
-    staged = []
-    for t, a in zip(op.get_output_tensors(), arrays):
-        if not t.consumers:
-            continue
-        temp = graph.create_const(_free_name(graph, f"{t.name}__folded"), a)
-        graph.replace_uses(t, temp)
-        staged.append((t.name, temp, a))
-    graph.remove_op(op)
-    for name, temp, a in staged:
-        graph.replace_uses(temp, graph.create_const(name, a))
-        graph.remove_tensor(temp)
+    """Turn `op`'s outputs into weights of the same names, one array per output (one IR edit:
+    `xgraph.ir.weight_edits.replace_op_by_weights`)."""
+    replace_op_by_weights(graph, op, arrays)
 
 
-def _free_name(graph: Graph, base: str) -> str:
-    name, i = base, 0
-    while graph.has_tensor(name) or graph.has_op(name):
-        i += 1
-        name = f"{base}{i}"
-    return name
+_UNSEEN = object()
+
+
+def _fold_values(op: Op, kernels: dict, max_bytes: int) -> list[np.ndarray] | None:
+    """The arrays `op` folds to, or None when it does not fold (size unknown or too large, or the
+    evaluator cannot run it)."""
+    estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
+    if estimate is None or estimate > max_bytes:
+        return None
+    arrays = _evaluate(op, kernels)
+    if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
+        return None
+    return arrays
 
 
 def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
     """Evaluate ops whose inputs are all weights and make their results weights, then drop the
-    `Where`s a weight condition decides (`select_fold`). Returns ops folded or dropped."""
+    `Where`s a weight condition decides (`select_fold`). Returns ops folded or dropped.
+
+    Ops are tried in topological order, as one sweep would, but only those whose inputs are all
+    weights: the ones that were so from the start, and the readers of each fold's results as they
+    become so (a heap of topological positions), so the ops no fold can reach are looked at once."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = 0
     kernels: dict = {}  # one reference evaluator per kind of node, for this fold
-    for op in graph.toposort():
+    memo: dict = {}  # fold_key -> the arrays, or None when that fold is refused
+    order = graph.toposort() if weight_fed_positions(graph.get_ops()) else []  # nothing to fold: no order needed
+    ready = weight_fed_positions(order)  # ascending: already a heap
+    queued = set(ready)
+    position: dict[Op, int] | None = None
+    while ready:
+        op = order[heapq.heappop(ready)]
         if not _foldable(op, keep):
             continue
-        estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
-        if estimate is None or estimate > max_bytes:
+        key = fold_key(op, [None if t is None else t.data for t in op.get_input_tensors()])
+        arrays = memo.get(key, _UNSEEN) if key is not None else _UNSEEN
+        if arrays is _UNSEEN:
+            arrays = _fold_values(op, kernels, max_bytes)
+            if key is not None:
+                memo[key] = arrays
+        if arrays is None:
             continue
-        arrays = _evaluate(op, kernels)
-        if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
-            continue
-        replace_by_weights(graph, op, arrays)
+        made = replace_op_by_weights(graph, op, arrays)
         folded += 1
+        if position is None:
+            position = {o: i for i, o in enumerate(order)}
+        for weight in made:
+            for reader in weight.consumers:
+                i = position[reader]
+                if i not in queued and reads_only_weights(reader):
+                    queued.add(i)
+                    heapq.heappush(ready, i)
     return folded + fold_constant_selects(graph, keep)
 
 
@@ -268,24 +270,28 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
 def remove_dead_ops(graph: Graph) -> int:
     """Remove ops whose results nobody reads (repeatedly), then unused weights. Returns ops removed.
 
-    A tensor a nested graph (If/Loop/Scan body) reads by name counts as read.
-    """
+    A tensor a nested graph (If/Loop/Scan body) reads by name counts as read. The ops unread from
+    the start go first, then each removed op's producers once nothing reads them any more (the
+    same ops a sweep in reverse topological order removes)."""
     used = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)
-    removed = 0
-    for op in reversed(graph.toposort()):
-        if not any(t.consumers or t in used for t in op.get_output_tensors()):
-            graph.remove_op(op)
-            removed += 1
+    ops = graph.get_ops()
+    stack = [ops[i] for i in reversed(unread_op_positions(ops, used))]
+    gone: set[Op] = set(stack)
+    while stack:
+        op = stack.pop()
+        producers = {t.producer: None for t in op.get_input_tensors() if t is not None and t.producer is not None}
+        graph.remove_op(op)
+        for producer in producers:
+            if producer not in gone and not any(o.consumers or o in used for o in producer.get_output_tensors()):
+                gone.add(producer)
+                stack.append(producer)
+    removed = len(gone)
     _remove_unused_weights(graph)
     return removed
 
 
 def _remove_unused_weights(graph: Graph) -> int:
-    used = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)
-    unused = [t for t in graph.get_const_tensors() if not t.consumers and t not in used]
-    for t in unused:
-        graph.remove_tensor(t)
-    return len(unused)
+    return remove_unused_weights(graph)
 
 
 # ---------------------------------------------------------------------------------- stage

@@ -49,6 +49,8 @@ def fold_constant_selects(graph: Graph, keep: "set[Tensor]") -> int:
     """Replace every `Where` that `selected_input` decides by its selected input; returns ops removed.
 
     `keep`: tensors that must stay as they are (graph outputs, tensors nested graphs read)."""
+    if not any(selected_input(op) is not None for op in graph.get_ops() if op.type == "Where"):
+        return 0  # nothing to drop (a Where's verdict cannot change as others go): no need to order the graph
     removed = 0
     for op in graph.toposort():
         chosen = selected_input(op)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
+from xgraph.ir.weight_edits import nested_read_tensors
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
 Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
@@ -59,7 +60,10 @@ def _query_value(op: Op) -> np.ndarray | None:
 
 def fold_shape_queries(graph: Graph, replace: Replace) -> int:
     """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded."""
-    keep = set(graph.get_output_tensors()) | {t for op in graph.get_ops() for t in op.get_implicit_input_tensors()}
+    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
+    if not any(_query_value(op) is not None for op in queries):
+        return 0  # nothing to fold: no need to order the graph
+    keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
     folded = 0
     for op in graph.toposort():
         if op.type not in _QUERIES or any(t in keep for t in op.get_output_tensors()):
@@ -92,7 +96,9 @@ def _known(shape) -> int:
 
 
 def _has_dynamic_outputs(graph: Graph) -> bool:
-    return any(not _static(t) for op in graph.get_ops() for t in op.get_output_tensors())
+    """True when some op output's shape is not fully static (asked once per distinct shape)."""
+    shapes = {t.shape for t in graph.get_tensors() if t.producer is not None}
+    return None in shapes or not all(all(isinstance(d, int) and d >= 0 for d in shape) for shape in shapes)
 
 
 def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.nested import implicit_reads
 from xgraph.ir.op import ANNOTATION, Op
-from xgraph.ir.op_order import dependency_digraph, reaches, topological_order
+from xgraph.ir.op_order import TABLE_ORDER, dependency_digraph, reaches, topological_order
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
 from xgraph.ir.state_diff import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
@@ -65,9 +65,9 @@ class GraphCore(AttrsMixin):
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, ops={len(self._ops)}, tensors={len(self._tensors)})"
 
-    def _touch(self) -> None:
+    def _touch(self, keeps_order: bool = False) -> None:  # keeps_order: the edit keeps a topological table order so
         self._version += 1
-        self._cache.clear()
+        self._cache = {TABLE_ORDER: True} if keeps_order and self._cache.get(TABLE_ORDER) else {}
 
     def _check_new_name(self, name: str, what: str) -> None:
         if not isinstance(name, str) or not name:
@@ -95,7 +95,7 @@ class GraphCore(AttrsMixin):
         if name in self._tensors:
             raise GraphError(f"graph {self.name!r} already has a tensor named {name!r}")
         t = GraphBuilder(self).add_const(name, np.asarray(array))
-        self._touch()
+        self._touch(keeps_order=True)
         return t
 
     def create_op(self, name: str, type: str, attrs: dict[str, Any] | None = None,
@@ -138,12 +138,11 @@ class GraphCore(AttrsMixin):
         used = [t.name for t in op._outputs if t._consumers or t in readers]
         if used:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {used} still have consumers")
-        outs = self._output_set()
-        exposed = [t.name for t in op._outputs if t in outs]
+        exposed = [t.name for t in op._outputs if t in self._output_set()]
         if exposed:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
         GraphBuilder(self).remove_op(op)
-        self._touch()
+        self._touch(keeps_order=True)
 
     def remove_tensor(self, tensor: "Tensor | str") -> None:
         """Remove an unused weight or graph input."""
@@ -152,7 +151,7 @@ class GraphCore(AttrsMixin):
         if t._producer is not None or t._consumers or implicit or t in self._output_set():
             raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
         GraphBuilder(self).remove_tensor(t)
-        self._touch()
+        self._touch(keeps_order=True)
 
     def replace_uses(self, old: "Tensor | str", new: "Tensor | str") -> None:
         """Make every reader of `old` (ops and graph outputs) read `new` instead.
@@ -296,8 +295,8 @@ class GraphCore(AttrsMixin):
         """Ops in a deterministic topological order (insertion order breaks ties). O((V+E) log V)."""
         order = self._cache.get("topo")
         if order is None:
-            order = self._cache["topo"] = topological_order(list(self._ops.values()), self.name,
-                                                            bool(self._nested_ops))
+            order = self._cache["topo"] = topological_order(self._ops.values(), self.name, bool(self._nested_ops),
+                                                            self._cache)
         return list(order)
 
     def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":

@@ -19,27 +19,38 @@ if TYPE_CHECKING:
 def table_order_if_topological(ops: "Sequence[Op]") -> "list[Op] | None":
     """`ops` as they are when that order is by creation and topological (then it is exactly what
     Kahn's heap pops: the smallest ready op is always the next one); else None. O(V+E)."""
-    seen: set = set()
     last = -1
     for op in ops:
-        if op._seq <= last:
+        seq = op._seq
+        if seq <= last:
             return None
-        last = op._seq
-        for t in op._inputs:
-            if t is not None and t._producer is not None and t._producer not in seen:
+        last = seq
+        for t in op._inputs:  # with creation numbers rising along the table, "earlier" is "smaller number"
+            if t is not None and t._producer is not None and t._producer._seq >= seq:
                 return None
-        seen.add(op)
     return list(ops)
 
 
-def topological_order(ops: "Sequence[Op]", graph_name: str, nested: bool) -> "list[Op]":
+#: Key in a graph's derived-state cache: its table order was found topological, and only edits that
+#: keep it so (removing ops or tensors, adding weights: `GraphCore._touch(keeps_order=True)`) came since.
+TABLE_ORDER = "table_order_topological"
+
+
+def topological_order(ops: "Iterable[Op]", graph_name: str, nested: bool,
+                      known: "dict | None" = None) -> "list[Op]":
     """Ops in a deterministic topological order (creation order breaks ties). O((V+E) log V).
 
     `nested`: some op has nested graphs (its implicit reads are links the table order may break).
-    GraphError naming a few of the ops when they form a cycle."""
+    `known`: the graph's cache; its `TABLE_ORDER` entry spares the O(V+E) check of the table order
+    and is set when that check succeeds. GraphError naming a few of the ops when they form a cycle."""
+    ops = list(ops)
     if not nested:
+        if known is not None and known.get(TABLE_ORDER):
+            return ops
         in_order = table_order_if_topological(ops)
         if in_order is not None:
+            if known is not None:
+                known[TABLE_ORDER] = True
             return in_order
     indeg = {op: len(op.get_input_ops()) for op in ops}
     heap = [op for op, n in indeg.items() if n == 0]
@@ -84,4 +95,4 @@ def dependency_digraph(ops: "Iterable[Op]") -> "nx.DiGraph":
     return g
 
 
-__all__ = ["dependency_digraph", "reaches", "table_order_if_topological", "topological_order"]
+__all__ = ["TABLE_ORDER", "dependency_digraph", "reaches", "table_order_if_topological", "topological_order"]

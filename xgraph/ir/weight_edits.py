@@ -1,0 +1,124 @@
+"""Graph edits constant folding makes thousands of times, each done in one step.
+
+Folding a 100k-op transformer turns ~18k ops into weights and drops the weights nobody reads
+afterwards. Spelled with the general methods (`create_const` + `replace_uses` per output, then
+`remove_op`, `remove_tensor` per weight) each edit checks and relinks more than it needs to and
+drops the graph's caches several times; these functions do the same edits with one check and one
+cache drop each, and leave the graph exactly as the general methods would (the same tensor
+table order, the same consumer order, the same input slots).
+
+They are what `xgraph.compiler.prepare` calls; like every IR write they go through
+`xgraph.ir.builder`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from xgraph.errors import GraphError
+from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
+
+if TYPE_CHECKING:
+    from xgraph.ir.graph_core import GraphCore
+    from xgraph.ir.op import Op
+    from xgraph.ir.tensor import Tensor
+
+
+def nested_read_tensors(graph: "GraphCore") -> "set[Tensor]":
+    """The tensors some op's nested graph (If/Loop/Scan body) reads by name; empty (at no cost) without such ops."""
+    if not graph._nested_ops:
+        return set()
+    return set(graph._implicit_index()[1])
+
+
+def weight_fed_positions(ops: "Sequence[Op]") -> list[int]:
+    """Positions in `ops` of the ops whose inputs (omitted optionals aside) are all weights, in order;
+    an op without inputs counts. One pass over the input slots."""
+    found = []
+    for i, op in enumerate(ops):
+        for t in op._inputs:
+            if t is not None and t._data is None:
+                break
+        else:
+            found.append(i)
+    return found
+
+
+def reads_only_weights(op: "Op") -> bool:
+    """True when every input of `op` (omitted optionals aside) is a weight."""
+    for t in op._inputs:
+        if t is not None and t._data is None:
+            return False
+    return True
+
+
+def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.ndarray]") -> "list[Tensor]":
+    """Remove `op` and make each of its outputs that has readers a weight of the same name holding
+    `arrays[i]` (a read-only view, as `create_const` keeps it), read by the same ops in the same
+    slots. Returns the new weights.
+
+    The result is what `create_const` (a temporary name) + `replace_uses` per output, `remove_op`,
+    then `create_const` (the output's name) + `replace_uses` + `remove_tensor` per output leave
+    behind. GraphError, changing nothing, when `op` is not of this graph, `arrays` has not one array
+    per output, or an output is a graph output or read by a nested graph.
+    """
+    op = graph._resolve_op(op)
+    outputs = op._outputs
+    if len(arrays) != len(outputs):
+        raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
+                         "to replace them; give one array per output")
+    exposed = graph._output_set()
+    implicit = graph._implicit_index()[1] if graph._nested_ops else exposed
+    for t in outputs:
+        if t in exposed or t in implicit:
+            kept = [t.name for t in outputs if t in exposed or t in implicit]
+            raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs "
+                             "or read by a nested graph")
+    # checks done: nothing below can fail
+    moved = [(t, list(t._consumers), a) for t, a in zip(outputs, arrays) if t._consumers]
+    builder = GraphBuilder(graph)
+    builder.remove_op(op)
+    made = []
+    for old, readers, array in moved:
+        weight = builder.add_const(old.name, np.asarray(array))
+        for c in readers:
+            inputs = c._inputs
+            for i, t in enumerate(inputs):
+                if t is old:
+                    unlink_input(c, i)
+                    link_input(c, i, weight)
+        made.append(weight)
+    graph._touch(keeps_order=True)  # an op and its outputs gone, weights (no producer) added
+    return made
+
+
+def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> int:
+    """Remove every weight nobody reads (not consumed, not a graph output, not read by a nested graph,
+    not in `keep`), in one step; returns how many went."""
+    keep = set(keep) | graph._output_set()
+    if graph._nested_ops:
+        keep |= set(graph._implicit_index()[1])
+    unused = [t for t in graph._tensors.values() if t._data is not None and not t._consumers and t not in keep]
+    if unused:
+        builder = GraphBuilder(graph)
+        for t in unused:
+            builder.remove_tensor(t)
+        graph._touch(keeps_order=True)
+    return len(unused)
+
+
+def unread_op_positions(ops: "Sequence[Op]", used: "set[Tensor]") -> list[int]:
+    """Positions in `ops` of the ops none of whose outputs has a reader or is in `used`, in order."""
+    found = []
+    for i, op in enumerate(ops):
+        for t in op._outputs:
+            if t._consumers or t in used:
+                break
+        else:
+            found.append(i)
+    return found
+
+
+__all__ = ["nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
+           "unread_op_positions", "weight_fed_positions"]
