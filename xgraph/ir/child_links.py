@@ -1,14 +1,17 @@
 """Which children of a subgraph read from which: the children graph, numbered, for merge planners.
 
 Read through `Subgraph.child_dependencies()`. It lives in `xgraph/ir` because it walks the
-op links directly (one pass, no per-op lists), which a 100k-op graph needs: the planners in
-`xgraph.partition` call it once per merge.
+op links directly, which a 100k-op graph needs: the planners in `xgraph.partition` call it
+once per merge, and the op-to-op links it reads are worked out once per graph structure
+(kept in the graph's cache; a merge changes the tree, never the links).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from xgraph.ir.graph_core import GraphCore as Graph
+    from xgraph.ir.op import Op
     from xgraph.ir.subgraph import Subgraph
 
 
@@ -25,38 +28,83 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
     >>> [c.name for c in children], preds
     (['subgraph_a', 'subgraph_b', 'subgraph_c'], [[], [0], [1]])
     """
-    graph = sg._graph
-    child_of = sg._child_map()
-    ops = []
+    ops, producers = _op_producers(sg._graph)
+    child_of = _child_lookup(sg)
     number: dict["Subgraph", int] = {}
-    index_of: dict["Op", int] = {}
-    for op in graph._ops.values():  # one pass in insertion order: the ops of sg, their children numbered
-        child = child_of.get(op)
-        if child is not None:
+    get = child_of.get
+    owner = [-1] * len(ops)  # per op position: the number of the child holding it, -1 outside sg
+    for i, op in enumerate(ops):  # one pass in insertion order: the children numbered by their first op
+        child = get(op)
+        if child is not None and child is not sg:
             n = number.get(child)
             if n is None:
                 n = number[child] = len(number)
-            index_of[op] = n
-            ops.append(op)
+            owner[i] = n
     preds: list[list[int]] = [[] for _ in number]
-    nested = bool(graph._nested_ops)
-    get = index_of.get
-    for op in ops:
-        v = index_of[op]
-        sources = preds[v]
-        inputs = op._inputs
-        if nested:
-            producers = op.get_input_ops()
-        elif len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
-            t = inputs[0]
-            producers = () if t is None or t._producer is None else (t._producer,)
-        else:
-            producers = dict.fromkeys(t._producer for t in inputs if t is not None and t._producer is not None)
-        for producer in producers:
-            u = get(producer)
-            if u is not None and u != v:
-                sources.append(u)
+    for v, sources in zip(owner, producers):
+        if v < 0 or not sources:
+            continue
+        found = preds[v]
+        for u in sources:
+            u = owner[u]
+            if u >= 0 and u != v:
+                found.append(u)
     return list(number), preds
 
 
-__all__ = ["child_dependencies"]
+def edges_go_forward(sg: "Subgraph", rank: "dict[Subgraph, int]") -> bool:
+    """True when every dependency between children of `sg` points from a child of smaller `rank` to one of
+    larger or equal rank (an op's own child included). O(V+E) over the cached op links."""
+    ops, producers = _op_producers(sg._graph)
+    child_of = _child_lookup(sg)
+    get = rank.get
+    ranks = [get(child_of.get(op)) for op in ops]  # None: not in sg (or sg itself, outside every child)
+    for here, sources in zip(ranks, producers):
+        if here is None or not sources:
+            continue
+        for u in sources:
+            there = ranks[u]
+            if there is not None and there > here:
+                return False
+    return True
+
+
+def _child_lookup(sg: "Subgraph") -> "dict[Op, Subgraph]":
+    """op -> the child of `sg` holding it; for the root over leaf children the graph's own op -> leaf map
+    (where an op outside every child maps to the root itself: callers skip `sg`)."""
+    if sg._parent is None and sg._children and all(not c._children for c in sg._children):
+        return sg._graph._leaf_of
+    return sg._child_map()
+
+
+def _op_producers(graph: "Graph") -> "tuple[list[Op], list[tuple[int, ...]]]":
+    """(ops in insertion order, per op the positions of the distinct ops it reads from, in input order).
+
+    Computed once per graph structure and kept in the graph's cache, which every structural
+    change clears (as it does the toposort): the tree can change between calls (merges), the
+    op links cannot. Implicit inputs of nested graphs count as reads.
+    """
+    cached = graph._cache.get("op_producers")
+    if cached is not None:
+        return cached
+    ops = list(graph._ops.values())
+    position = {op: i for i, op in enumerate(ops)}
+    producers: list[tuple[int, ...]] = []
+    append = producers.append
+    if graph._nested_ops:
+        for op in ops:
+            append(tuple(position[p] for p in op.get_input_ops()))
+    else:
+        for op in ops:
+            inputs = op._inputs
+            if len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
+                t = inputs[0]
+                append(() if t is None or t._producer is None else (position[t._producer],))
+            else:
+                append(tuple(position[p] for p in dict.fromkeys(
+                    t._producer for t in inputs if t is not None and t._producer is not None)))
+    cached = graph._cache["op_producers"] = (ops, producers)
+    return cached
+
+
+__all__ = ["child_dependencies", "edges_go_forward"]
