@@ -7,12 +7,16 @@ once per merge, and the op-to-op links it reads are worked out once per graph st
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
     from xgraph.ir.subgraph import Subgraph
+
+
+_CHILDREN = attrgetter("_children")
 
 
 def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]]":
@@ -72,7 +76,7 @@ def edges_go_forward(sg: "Subgraph", rank: "dict[Subgraph, int]") -> bool:
 def _child_lookup(sg: "Subgraph") -> "dict[Op, Subgraph]":
     """op -> the child of `sg` holding it; for the root over leaf children the graph's own op -> leaf map
     (where an op outside every child maps to the root itself: callers skip `sg`)."""
-    if sg._parent is None and sg._children and all(not c._children for c in sg._children):
+    if sg._parent is None and sg._children and not any(map(_CHILDREN, sg._children)):
         return sg._graph._leaf_of
     return sg._child_map()
 
