@@ -73,6 +73,14 @@ def edges_go_forward(sg: "Subgraph", rank: "dict[Subgraph, int]") -> bool:
     return True
 
 
+def children_in_op_order(sg: "Subgraph", ops: "list[Op]") -> "list[Subgraph]":
+    """The children of `sg` holding some of `ops`, ordered by the first of `ops` each holds. O(len(ops))."""
+    found = dict.fromkeys(map(_child_lookup(sg).get, ops))
+    found.pop(None, None)
+    found.pop(sg, None)
+    return list(found)
+
+
 def _child_lookup(sg: "Subgraph") -> "dict[Op, Subgraph]":
     """op -> the child of `sg` holding it; for the root over leaf children the graph's own op -> leaf map
     (where an op outside every child maps to the root itself: callers skip `sg`)."""
@@ -111,4 +119,4 @@ def _op_producers(graph: "Graph") -> "tuple[list[Op], list[tuple[int, ...]]]":
     return cached
 
 
-__all__ = ["child_dependencies", "edges_go_forward"]
+__all__ = ["child_dependencies", "children_in_op_order", "edges_go_forward"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
-from xgraph.ir.child_links import child_dependencies, edges_go_forward
+from xgraph.ir.child_links import child_dependencies, children_in_op_order, edges_go_forward
 from xgraph.ir.quotient import merge_makes_cycle
 from xgraph.ir.snapshot import copy_value
 
@@ -188,10 +188,10 @@ class Subgraph(AttrsMixin):
 
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
-        index = self._graph._topo_index()
-        first = {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
-                 for c in self._children}
-        by_first = sorted(self._children, key=first.__getitem__)
+        by_first = children_in_op_order(self, self._graph.toposort())
+        if len(by_first) != len(self._children):  # a child without ops: numbered as before, by its first op
+            by_first = sorted(self._children, key=self._first_in_topo_order().__getitem__)
+        first = {c: i for i, c in enumerate(by_first)}  # ranks: the order of the first ops, as numbers
         if edges_go_forward(self, first):
             return by_first  # what the heap below pops when the first-op order is already topological
         child_of = self._child_map()
@@ -217,6 +217,11 @@ class Subgraph(AttrsMixin):
         if len(order) != len(self._children):
             raise GraphError(f"children of subgraph {self._name!r} depend on each other cyclically")
         return order
+
+    def _first_in_topo_order(self) -> "dict[Subgraph, int]":
+        index = self._graph._topo_index()
+        return {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
+                for c in self._children}
 
     def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
         """(children, preds): the children numbered by their first op in graph insertion order, and per child
