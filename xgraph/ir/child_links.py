@@ -7,6 +7,7 @@ once per merge, and the op-to-op links it reads are worked out once per graph st
 """
 from __future__ import annotations
 
+from array import array
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,8 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
     >>> [c.name for c in children], preds
     (['subgraph_a', 'subgraph_b', 'subgraph_c'], [[], [0], [1]])
     """
-    ops, producers = _op_producers(sg._graph)
+    ops = sg._graph._ops.values()
+    first, more = _op_producers(sg._graph)
     child_of = _child_lookup(sg)
     number: dict["Subgraph", int] = {}
     get = child_of.get
@@ -45,11 +47,16 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
                 n = number[child] = len(number)
             owner[i] = n
     preds: list[list[int]] = [[] for _ in number]
-    for v, sources in zip(owner, producers):
-        if v < 0 or not sources:
+    for v, u in zip(owner, first):
+        if v < 0 or u == NONE:
+            continue
+        if u >= 0:  # the usual op: one producer
+            u = owner[u]
+            if u >= 0 and u != v:
+                preds[v].append(u)
             continue
         found = preds[v]
-        for u in sources:
+        for u in more[MANY - u]:
             u = owner[u]
             if u >= 0 and u != v:
                 found.append(u)
@@ -59,14 +66,14 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
 def edges_go_forward(sg: "Subgraph", rank: "dict[Subgraph, int]") -> bool:
     """True when every dependency between children of `sg` points from a child of smaller `rank` to one of
     larger or equal rank (an op's own child included). O(V+E) over the cached op links."""
-    ops, producers = _op_producers(sg._graph)
+    first, more = _op_producers(sg._graph)
     child_of = _child_lookup(sg)
     get = rank.get
-    ranks = [get(child_of.get(op)) for op in ops]  # None: not in sg (or sg itself, outside every child)
-    for here, sources in zip(ranks, producers):
-        if here is None or not sources:
+    ranks = [get(child_of.get(op)) for op in sg._graph._ops.values()]  # None: not in sg (or sg itself)
+    for here, u in zip(ranks, first):
+        if here is None or u == NONE:
             continue
-        for u in sources:
+        for u in (u,) if u >= 0 else more[MANY - u]:
             there = ranks[u]
             if there is not None and there > here:
                 return False
@@ -89,33 +96,46 @@ def _child_lookup(sg: "Subgraph") -> "dict[Op, Subgraph]":
     return sg._child_map()
 
 
-def _op_producers(graph: "Graph") -> "tuple[list[Op], list[tuple[int, ...]]]":
-    """(ops in insertion order, per op the positions of the distinct ops it reads from, in input order).
+#: `_op_producers` codes: an op reading no other op; an op reading several (MANY - code indexes `more`)
+NONE, MANY = -1, -2
+
+
+def _op_producers(graph: "Graph") -> "tuple[array, list[tuple[int, ...]]]":
+    """(first, more): per op in insertion order, the position of the one op it reads from, or NONE, or for an
+    op reading several distinct ops `MANY - i` with `more[i]` their positions in input order.
 
     Computed once per graph structure and kept in the graph's cache, which every structural
     change clears (as it does the toposort): the tree can change between calls (merges), the
-    op links cannot. Implicit inputs of nested graphs count as reads.
+    op links cannot. Implicit inputs of nested graphs count as reads. Compact (8 bytes per op,
+    a tuple only per op reading several), as it stays in the cache after the compile.
     """
     cached = graph._cache.get("op_producers")
     if cached is not None:
         return cached
-    ops = list(graph._ops.values())
+    ops = graph._ops.values()
     position = {op: i for i, op in enumerate(ops)}
-    producers: list[tuple[int, ...]] = []
-    append = producers.append
-    if graph._nested_ops:
-        for op in ops:
-            append(tuple(position[p] for p in op.get_input_ops()))
-    else:
-        for op in ops:
-            inputs = op._inputs
-            if len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
-                t = inputs[0]
-                append(() if t is None or t._producer is None else (position[t._producer],))
-            else:
-                append(tuple(position[p] for p in dict.fromkeys(
-                    t._producer for t in inputs if t is not None and t._producer is not None)))
-    cached = graph._cache["op_producers"] = (ops, producers)
+    first = array("q", bytes(8 * len(position)))
+    more: list[tuple[int, ...]] = []
+    nested = bool(graph._nested_ops)
+    for i, op in enumerate(ops):
+        inputs = op._inputs
+        if nested:
+            sources = tuple(position[p] for p in op.get_input_ops())
+        elif len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
+            t = inputs[0]
+            first[i] = NONE if t is None or t._producer is None else position[t._producer]
+            continue
+        else:
+            sources = tuple(position[p] for p in dict.fromkeys(
+                t._producer for t in inputs if t is not None and t._producer is not None))
+        if len(sources) == 1:
+            first[i] = sources[0]
+        elif sources:
+            first[i] = MANY - len(more)
+            more.append(sources)
+        else:
+            first[i] = NONE
+    cached = graph._cache["op_producers"] = (first, more)
     return cached
 
 
