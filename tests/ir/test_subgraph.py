@@ -164,6 +164,10 @@ def test_nested_graph_reads_are_implicit_inputs():
     assert cond.get_input_ops() == [relu] and relu.get_fanout_ops() == [cond]
     root = g.get_root_subgraph()
     root.create_child_subgraph()
+    children, preds = root.child_dependencies()  # the nested read is an edge between the children
+    names = [c.name for c in children]
+    assert names == ["subgraph_relu", "subgraph_if"] and preds == [[], [0]]
+    assert [c.name for c in root.toposort_child_subgraph()] == names
     s_if = root.find_child_subgraph_by_op("if")
     assert [t.name for t in s_if.get_input_tensors()] == ["c", "h"]
     assert [t.name for t in s_if.get_const_tensors()] == ["w"]

@@ -165,3 +165,28 @@ def test_a_plugin_that_only_merges_and_annotates_its_own_still_passes(tmp_path):
     assert sg.get_attr("device") == "MEDDLE" and sg.get_attr("blob") == b"x"
     assert g.get_op("conv").get_attr("tiled") == 1
     check_links(g)
+
+
+def test_only_the_base_class_compile_skips_the_after_compile_check():
+    """The after-compile check is skipped only where compile cannot run code: Plugin.compile itself."""
+    from xgraph.plugins import Plugin
+    from xgraph.plugins.chain import _compile_does_nothing
+
+    class Plain(Plugin):
+        pass
+
+    class Own(Plugin):
+        def compile(self, subgraph):
+            subgraph.set_attr("x", 1)
+
+    class Inherits(Own):
+        pass
+
+    class Lookup(Plugin):
+        def __getattribute__(self, name):
+            return object.__getattribute__(self, name)
+
+    patched = Plain()
+    patched.compile = lambda sg: sg.set_attr("x", 1)
+    assert _compile_does_nothing(Plain())
+    assert [_compile_does_nothing(p) for p in (Own(), Inherits(), Lookup(), patched)] == [False] * 4

@@ -127,8 +127,8 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     for child in graph.get_root_subgraph().toposort_child_subgraph():
         if child.has_attr("device"):
             continue
-        ops = list(child.get_ops()) if child.get_op_num() == 1 else child.toposort()
-        units.append(_Unit(child, ops, memo))
+        ops = child.get_ops()
+        units.append(_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo))
     return units
 
 
@@ -237,7 +237,12 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
                              "with a plugin")
     demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
     promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
-    return {op: (choice[u][0], choice[u][1][op]) for u in units for op in u.ops}
+    proposal: Proposal = {}
+    for unit in units:
+        device, reasons = choice[unit]
+        for op in unit.ops:
+            proposal[op] = (device, reasons[op])
+    return proposal
 
 
 def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
@@ -248,9 +253,14 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
     for child in root.get_children():
         if child.has_attr("device"):
             continue
-        placed = {proposal[op][0] if op in proposal else None for op in child.get_ops()}
+        ops = child.get_ops()
+        if len(ops) == 1:  # the usual child: its one op's device
+            entry = proposal.get(next(iter(ops)))
+            placed = {None if entry is None else entry[0]}
+        else:
+            placed = {proposal[op][0] if op in proposal else None for op in ops}
         if None in placed:
-            missing = sorted(op.name for op in child.get_ops() if op not in proposal)
+            missing = sorted(op.name for op in ops if op not in proposal)
             raise PartitionError(f"the placement proposal has no device for op(s) {missing[:5]}; propose again")
         if len(placed) != 1:
             raise PartitionError(f"the placement proposal splits subgraph {child.name!r} over {sorted(placed)}; "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
-from xgraph.ir.child_links import child_dependencies
+from xgraph.ir.child_links import child_dependencies, children_in_op_order, edges_go_forward
 from xgraph.ir.quotient import merge_makes_cycle
 from xgraph.ir.snapshot import copy_value
 
@@ -188,13 +188,13 @@ class Subgraph(AttrsMixin):
 
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
-        index = self._graph._topo_index()
-        first = {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
-                 for c in self._children}
-        child_of = self._child_map()
-        by_first = sorted(self._children, key=first.__getitem__)
-        if self._edges_go_forward(first, child_of):
+        by_first = children_in_op_order(self, self._graph.toposort())
+        if len(by_first) != len(self._children):  # a child without ops: numbered as before, by its first op
+            by_first = sorted(self._children, key=self._first_in_topo_order().__getitem__)
+        first = {c: i for i, c in enumerate(by_first)}  # ranks: the order of the first ops, as numbers
+        if edges_go_forward(self, first):
             return by_first  # what the heap below pops when the first-op order is already topological
+        child_of = self._child_map()
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
         for c in self._children:
@@ -218,34 +218,16 @@ class Subgraph(AttrsMixin):
             raise GraphError(f"children of subgraph {self._name!r} depend on each other cyclically")
         return order
 
+    def _first_in_topo_order(self) -> "dict[Subgraph, int]":
+        index = self._graph._topo_index()
+        return {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
+                for c in self._children}
+
     def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
         """(children, preds): the children numbered by their first op in graph insertion order, and per child
         the numbers of the children its ops read from (repeats possible, never its own). O(V+E).
         See `xgraph.ir.child_links`."""
         return child_dependencies(self)
-
-    def _edges_go_forward(self, rank: "dict[Subgraph, int]", child_of: "dict[Op, Subgraph]") -> bool:
-        """True when every dependency between children points from a child of smaller `rank` to one of larger
-        rank (ranks distinct: the order sorted by rank is then topological).
-
-        O(V+E). With it, the usual tree (children already in dependency order by their first ops)
-        is sorted without building the children graph.
-        """
-        nested = bool(self._graph._nested_ops)
-        rank_of_op = {op: rank[c] for op, c in child_of.items()}
-        get = rank_of_op.get
-        for op, here in rank_of_op.items():
-            if nested:
-                consumers = op.get_fanout_ops()
-            else:
-                outputs = op._outputs
-                consumers = outputs[0]._consumers if len(outputs) == 1 else \
-                    [x for t in outputs for x in t._consumers]
-            for consumer in consumers:
-                there = get(consumer)
-                if there is not None and there < here:
-                    return False
-        return True
 
     def _child_map(self) -> "dict[Op, Subgraph]":
         """op -> the child of this subgraph holding it (every op of this subgraph)."""

@@ -182,10 +182,11 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
     >>> coalesce_groups([[], [0], [1]], [0, FIXED, 0], [0, 1, 2])  # a -> f -> b: f is in between
     [0, 1, 2]
     """
-    graph, node_of = _contract_levels(preds, labels, levels)
+    graph, node_of, order = _contract_levels(preds, labels, levels)
     kept: dict[int, list[int]] = {}
-    for x in sorted(range(len(graph.label)), key=graph.position.__getitem__):
-        if graph.label[x] == FIXED:
+    label_of = graph.label
+    for x in order:  # the starting topological order (joins move positions, not this list)
+        if label_of[x] == FIXED:
             continue
         mine = kept.setdefault(graph.label[x], [])
         for i in range(len(mine) - 1, max(-1, len(mine) - 1 - attempts), -1):
@@ -196,7 +197,8 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
                 break
         mine.append(x)
     first_node: dict[int, int] = {}
-    survivor = [graph.find(x) for x in range(len(graph.parent))]  # once per contracted node, not per node
+    parent, find = graph.parent, graph.find
+    survivor = [x if parent[x] == x else find(x) for x in range(len(parent))]  # once per contracted node
     return [first_node.setdefault(survivor[node], v) for v, node in enumerate(node_of)]
 
 
@@ -221,19 +223,27 @@ class _Contracted:
 
 
 def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                     levels: Sequence[int]) -> tuple[_Contracted, list[int]]:
-    """Contract each (label, level) group to one node; also return the contracted node of every node. O(V+E)."""
+                     levels: Sequence[int]) -> tuple[_Contracted, list[int], list[int]]:
+    """Contract each (label, level) group to one node; also return the contracted node of every node and a
+    topological order of the contracted nodes (by level, then first node). O(V+E) plus a sort by level."""
     number: dict[tuple[int, int], int] = {}
     node_of = []
-    size = 0
-    for label, level in zip(labels, levels):
-        if label == FIXED:
-            node_of.append(size)
-            size += 1
+    label: list[int] = []
+    level: list[int] = []
+    for lab, lev in zip(labels, levels):  # nodes numbered by their first member: node i's first member precedes node i+1's
+        if lab == FIXED:
+            node_of.append(len(label))
+            label.append(FIXED)
+            level.append(lev)
         else:
-            node = number.setdefault((label, level), size)
+            key = (lab, lev)
+            node = number.get(key)
+            if node is None:
+                node = number[key] = len(label)
+                label.append(lab)
+                level.append(lev)
             node_of.append(node)
-            size += node == size
+    size = len(label)
     successors: list[set[int]] = [set() for _ in range(size)]
     predecessors: list[set[int]] = [set() for _ in range(size)]
     for v, sources in enumerate(preds):
@@ -243,19 +253,13 @@ def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
             if a != b:
                 successors[a].add(b)
                 predecessors[b].add(a)
-    label = [FIXED] * size
-    level = [0] * size
-    first = [0] * size
-    for v in range(len(labels) - 1, -1, -1):
-        node = node_of[v]
-        label[node], level[node], first[node] = labels[v], levels[v], v
-    # levels grow along every contracted edge, so sorting by level is a topological order
-    order = sorted(range(size), key=first.__getitem__)
-    order.sort(key=level.__getitem__)  # stable: by (level, first node), without a tuple per node
+    # levels grow along every contracted edge, so sorting by level is a topological order; node ids already
+    # follow the first nodes, so a stable sort by level orders by (level, first node)
+    order = sorted(range(size), key=level.__getitem__)
     position = [0] * size
     for i, node in enumerate(order):
         position[node] = i
-    return _Contracted(label, successors, predecessors, position, list(range(size))), node_of
+    return _Contracted(label, successors, predecessors, position, list(range(size))), node_of, order
 
 
 def _try_join(graph: _Contracted, p: int, q: int, budget: int) -> int | None:

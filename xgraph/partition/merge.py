@@ -128,6 +128,8 @@ def _check_plan_input(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> No
     if not isinstance(labels, Mapping):
         raise PartitionError(f"plan_merge: labels must map children of the root to labels, "
                              f"got {type(labels).__name__}")
+    if labels.keys() <= root.get_children() and all(child.is_leaf for child in labels):
+        return  # the usual input, checked in bulk; the loop below names the first offender
     for child in labels:
         if not isinstance(child, Subgraph) or not root.is_child(child):
             what = f"subgraph {child.name!r}" if isinstance(child, Subgraph) else f"{child!r:.60}"

@@ -45,7 +45,7 @@ from xgraph.errors import PartitionError, PluginError
 from xgraph.devices import get_devices
 from xgraph.ir import Graph, Subgraph
 from xgraph.ir.template import record_matches
-from xgraph.plugins.base import RUNNER_MODES
+from xgraph.plugins.base import RUNNER_MODES, Plugin
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
 from xgraph.plugins.location import DEBUG_HINT, at, code_location
 from xgraph.plugins.snapshot import GraphSnapshot
@@ -179,14 +179,17 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         if changed:
             raise call.error(f"partition() changed {'; '.join(changed)}; a partition may only merge unassigned "
                              "subgraphs (merge_subgraph) and return them; attach data in compile()")
-        children = graph.get_root_subgraph().get_children()
-        for sg in subgraphs:
-            call(f"compile({sg.name!r})", plugin.compile, sg)
-        own_ops: set[Op] = set().union(*(sg.get_ops() for sg in subgraphs)) if subgraphs else set()
-        changed = before.changes(children=children, free_subgraphs=subgraphs, free_ops=own_ops)
-        if changed:
-            raise call.error(f"compile() changed {'; '.join(changed)}; compile may only set attrs of the "
-                             "subgraph it is given (and of that subgraph's ops and children)")
+        if subgraphs and not _compile_does_nothing(plugin):
+            # nothing runs between the check above and this one unless compile does: with no compile
+            # call, or the base class's empty one, this check could only repeat what the first found
+            children = graph.get_root_subgraph().get_children()
+            for sg in subgraphs:
+                call(f"compile({sg.name!r})", plugin.compile, sg)
+            own_ops: set[Op] = set().union(*(sg.get_ops() for sg in subgraphs))
+            changed = before.changes(children=children, free_subgraphs=subgraphs, free_ops=own_ops)
+            if changed:
+                raise call.error(f"compile() changed {'; '.join(changed)}; compile may only set attrs of the "
+                                 "subgraph it is given (and of that subgraph's ops and children)")
         graph.get_root_subgraph().set_children_attrs(
             subgraphs, {"device": device, "runner": dict(runner), "memory": memory, "plugin": name})
     except BaseException:
@@ -197,6 +200,14 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
             "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source, "options": options,
             "ops": sum(sg.get_op_num() for sg in subgraphs), "seconds": round(time.perf_counter() - started, 6),
             "templates": templates}
+
+
+def _compile_does_nothing(plugin: Any) -> bool:
+    """True when `plugin.compile` is `Plugin.compile` itself (which returns None and touches nothing),
+    reached the plain way: not overridden by its class or the instance, no custom attribute lookup."""
+    cls = type(plugin)
+    return (getattr(cls, "compile", None) is Plugin.compile and cls.__getattribute__ is object.__getattribute__
+            and "compile" not in getattr(plugin, "__dict__", {}))
 
 
 def _check_runner(call: _Call, runner: Any) -> dict[str, str]:
