@@ -29,7 +29,8 @@ class Nodes:
     str.join over whole columns (C speed); only nodes with attributes are looked at one by one.
     """
 
-    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit")
+    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
+                 "_produced_by")
 
     def __init__(self, protos, label: str):
         # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
@@ -39,6 +40,9 @@ class Nodes:
         self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
         #: node index -> outer tensors its If/Loop/Scan bodies read by name (dependencies like inputs)
         self.implicit: dict[int, list[str]] = {}
+        #: indices of the nodes with an attribute holding a graph in its `g` or `graphs` field, whatever its type says
+        self.nested: list[int] = []
+        self._produced_by: dict[str, int] | None = None
         if not is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
                         *chain.from_iterable(self.outputs)):
             bad = next(i for i in range(len(rows)) if not is_text(*rows[i][:3], rows[i][6], *rows[i][3], *rows[i][4]))
@@ -60,6 +64,8 @@ class Nodes:
     def _scan_attributes(self, i: int, attributes: list[onnx.AttributeProto], label: str) -> None:
         if not is_text(*(a.name for a in attributes)):
             self._refuse_text(i, label)
+        if any(a.HasField("g") or a.graphs for a in attributes):
+            self.nested.append(i)
         graphs = graphs_of(helper.get_attribute_value(a) for a in attributes if a.type in GRAPH_TYPES)
         if graphs:
             outer = set().union(*(free_names(g) for g in graphs))
@@ -67,6 +73,16 @@ class Nodes:
                 raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a nested graph "
                                      "whose names are not valid UTF-8")
             self.implicit[i] = sorted(outer - set(self.outputs[i]))
+
+    def produced_by(self) -> dict[str, int] | None:
+        """Output name -> index of the node writing it, or None when a name is written twice (the importer
+        refuses such a model; `node_order` says which name)."""
+        if self._produced_by is None:
+            made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs if o}
+            if len(made) != sum(len(outputs) for outputs in self.outputs) - sum(o.count("") for o in self.outputs):
+                return None
+            self._produced_by = made
+        return self._produced_by
 
     def dependencies(self, i: int) -> list[str]:
         """Inputs then implicit inputs of node `i` (omitted optionals included as "")."""
@@ -76,15 +92,9 @@ class Nodes:
 
 def node_order(nodes: Nodes, known: set[str], label: str) -> list[int]:
     """Indices of nodes in a topological order (file order when it already is one)."""
-    produced_by: dict[str, int] = {}
-    for i, outputs in enumerate(nodes.outputs):
-        for o in outputs:
-            if not o:
-                continue
-            if o in produced_by or o in known:
-                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
-                                     "and an earlier node, initializer or input); names must be unique")
-            produced_by[o] = i
+    produced_by = nodes.produced_by()
+    if produced_by is None or not known.isdisjoint(produced_by):
+        _refuse_defined_twice(nodes, known, label)
     in_file_order = True
     get = produced_by.get
     for i, inputs in enumerate(nodes.inputs):
@@ -121,6 +131,19 @@ def node_order(nodes: Nodes, known: set[str], label: str) -> list[int]:
         stuck = [nodes.label(i) for i in range(len(nodes)) if indeg[i] > 0][:5]
         raise ModelFileError(f"{label}: the graph has a cycle through nodes {stuck}")
     return order
+
+
+def _refuse_defined_twice(nodes: Nodes, known: set[str], label: str) -> None:
+    """Name the first tensor (in file order) written by two nodes, or by a node and an initializer or input."""
+    seen: set[str] = set()
+    for i, outputs in enumerate(nodes.outputs):
+        for o in outputs:
+            if not o:
+                continue
+            if o in seen or o in known:
+                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
+                                     "and an earlier node, initializer or input); names must be unique")
+            seen.add(o)
 
 
 def _check_defined(nodes: Nodes, i: int, x: str, j: int, label: str) -> bool:
