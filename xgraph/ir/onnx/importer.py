@@ -90,28 +90,34 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
     mapped: dict[str, np.ndarray] = {}
     model, _, label, inv = read_model_inventory(src, label, mapped)
     return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class,
-                                  mapped=mapped)
+                                  mapped=mapped, nodes=inv.nodes)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
                            skip_initializers: frozenset[str] = frozenset(),
                            inventory: Inventory | None = None, graph_class: type[GraphCore] = GraphCore,
-                           mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
+                           mapped: dict[str, np.ndarray] | None = None, largest_dim: int | None = None,
+                           nodes: Nodes | None = None) -> GraphCore:
     """Build a `graph_class` graph from a ModelProto whose data is inline and already checked
     (`inventory`: its checks' walk), or, for the initializers named in `mapped`, external and
-    already mapped (the arrays become the weights as they are: no copy)."""
+    already mapped (the arrays become the weights as they are: no copy). `largest_dim`: the
+    model's `largest_declared_dim`, when the caller read it from its inventory; `nodes`: the main
+    graph's nodes as the safe reader read them into columns (unchecked), else they are read here."""
     with collector_paused():
         try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {})
+            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
+                                largest_dim, nodes)
         except NotText as e:
             raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
-                 inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray]) -> GraphCore:
-    nodes = Nodes(model.graph.node, label)  # read once: the inference budget and the build both use the columns
+                 inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray],
+                 largest_dim: int | None = None, columns: Nodes | None = None) -> GraphCore:
+    # read once: the inference budget and the build both use the columns
+    nodes = Nodes(model.graph.node, label) if columns is None else columns.check(label)
     if infer_shapes:
-        model = infer_model(model, label, inv, nodes)  # the inferred model has the same nodes, in the same order
+        model = infer_model(model, label, inv, nodes, largest_dim)  # the inferred model has the same nodes, in the same order
     check_text(model, label)
     g = model.graph
     graph = graph_class(g.name or "graph")

@@ -30,11 +30,12 @@ class Nodes:
     """
 
     __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
-                 "_produced_by")
+                 "_produced_by", "_checked")
 
-    def __init__(self, protos, label: str):
+    def __init__(self, protos, label: str | None):
+        """Read `protos` and, with a `label` (for messages), check them (`check`)."""
         # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
-        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], n.attribute[:] if n.attribute else None,
+        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], a[:] if (a := n.attribute) else None,
                  n.doc_string) for n in protos]
         columns = list(zip(*rows)) if rows else [()] * 7
         self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
@@ -43,13 +44,25 @@ class Nodes:
         #: indices of the nodes with an attribute holding a graph in its `g` or `graphs` field, whatever its type says
         self.nested: list[int] = []
         self._produced_by: dict[str, int] | None = None
+        self._checked = False
+        if label is not None:
+            self.check(label)
+
+    def check(self, label: str) -> "Nodes":
+        """Refuse text that is not valid UTF-8 and find what nested graphs read (once, on columns read
+        unchecked: the safe reader reads them first, for its walk over attribute contents)."""
+        if self._checked:
+            return self
+        self._checked = True
         if not is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
                         *chain.from_iterable(self.outputs)):
-            bad = next(i for i in range(len(rows)) if not is_text(*rows[i][:3], rows[i][6], *rows[i][3], *rows[i][4]))
+            bad = next(i for i in range(len(self)) if not is_text(self.names[i], self.op_types[i], self.domains[i],
+                                                                  self.docs[i], *self.inputs[i], *self.outputs[i]))
             self._refuse_text(bad, label)
         for i, attributes in enumerate(self.attributes):
             if attributes:
                 self._scan_attributes(i, attributes, label)
+        return self
 
     def __len__(self) -> int:
         return len(self.names)
@@ -78,8 +91,10 @@ class Nodes:
         """Output name -> index of the node writing it, or None when a name is written twice (the importer
         refuses such a model; `node_order` says which name)."""
         if self._produced_by is None:
-            made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs if o}
-            if len(made) != sum(len(outputs) for outputs in self.outputs) - sum(o.count("") for o in self.outputs):
+            names = list(chain.from_iterable(self.outputs))
+            made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs}
+            made.pop("", None)
+            if len(made) != len(names) - names.count(""):
                 return None
             self._produced_by = made
         return self._produced_by
