@@ -195,8 +195,8 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
     tensors = build.graph._tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
-    declared = {o for outs in nodes.outputs for o in outs if o} \
-        if any("" in outs for outs in nodes.outputs) else set()
+    omitted = any("" in outs for outs in nodes.outputs)  # optional outputs left out: they get private names
+    declared = {o for outs in nodes.outputs for o in outs if o} if omitted else set()
     get_type = types.get
     decoded_types = TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
     set_type = GraphBuilder.set_tensor_type
@@ -209,7 +209,10 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
             return [o or _unused_output_name(names[i], j, declared, tensors) for j, o in enumerate(outs)]
         return outs
 
-    made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    if omitted or order != list(range(len(order))):
+        made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    else:  # file order and every output named (the usual case): the columns as they are
+        made = build.add_ops(zip(names, op_types, domains, inputs, outputs))
     for i, op in zip(order, made):
         if docs[i]:
             op.doc_string = docs[i]
