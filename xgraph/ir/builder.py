@@ -247,6 +247,14 @@ class GraphBuilder:
             s._ops.add(op)
             s = s._parent
 
+    def place_ops(self, leaf: Subgraph, ops: Sequence[Op]) -> None:
+        """`place_op` for many ops of one leaf (a file's subgraph tree, read back)."""
+        self._leaf_of.update(dict.fromkeys(ops, leaf))
+        s = leaf
+        while s._parent is not None:
+            s._ops.update(ops)
+            s = s._parent
+
     def finish(self) -> None:
         """Drop the graph's derived caches (call once the bulk build is done)."""
         self.graph._touch()

@@ -33,7 +33,7 @@ from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
-from xgraph.ir.onnx.nodes import Nodes
+from xgraph.ir.onnx.nodes import Nodes, is_text
 from xgraph.ir.onnx.safe_reader import read_model_inventory
 from xgraph.ir.onnx.shape_inference import largest_declared_dim
 from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
@@ -198,7 +198,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
     claimed: dict[str, str] = {}
     child_names: dict[Subgraph, set[str]] = {}
-    ops, place = graph._ops, build.place_op
+    ops, place, place_all = graph._ops, build.place_op, build.place_ops
 
     def add(parent: Subgraph, spec: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
@@ -218,9 +218,14 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
                 add(sg, k, depth + 1)
             return
         names = spec.get("ops")
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
-        for n in names:
+        found = [ops.get(n) for n in names]
+        if None not in found and len(set(names)) == len(names) and claimed.keys().isdisjoint(names):
+            claimed.update(dict.fromkeys(names, sg.name))
+            place_all(sg, found)
+            return
+        for n in names:  # a problem: found and named one op at a time
             op = ops.get(n)
             if op is None:
                 dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
@@ -278,10 +283,11 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
     ops = {op.name: op for op in graph.get_ops()}
-    if not all(isinstance(n, str) for n in order) or len(order) != len(ops) or set(order) != set(ops):
+    if not is_text(*order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
     tensor_order = meta.get("tensor_order")
-    if not isinstance(tensor_order, list) or not all(isinstance(n, str) and graph.has_tensor(n) for n in tensor_order):
+    if not isinstance(tensor_order, list) or not is_text(*tensor_order) \
+            or not graph._tensors.keys() >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
     values = DecodedValues(meta["values"], dec) if meta["version"] >= 2 else None
