@@ -59,8 +59,24 @@ def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
         GraphBuilder.set_tensor_type(t, None, None, copy)
 
 
-def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) -> None:
+#: attribute types whose decoded value is a scalar, a str or a flat list of scalars (cheap to share or copy)
+_PLAIN_ATTRIBUTES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+                               onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS})
+
+
+def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
+                     decoded: dict[bytes, tuple[str, Any, int]]) -> None:
+    """Decode `attributes` onto `op`. `decoded`: plain attributes already decoded in this model, by their
+    bytes (a model repeats a handful of axis/perm attributes on thousands of nodes); lists are copied."""
     for a in attributes:
+        key = a.SerializeToString() if a.type in _PLAIN_ATTRIBUTES else None
+        hit = decoded.get(key) if key is not None else None
+        if hit is not None:
+            name, value, attr_type = hit
+            if name in op._attrs:
+                raise ModelFileError(f"{label}: node {op.name!r} has attribute {name!r} twice")
+            op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            continue
         if a.name in op._attrs:
             raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
         if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
@@ -72,6 +88,8 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) 
             raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: "
                                  f"{type(e).__name__}: {e}") from None
         op._set_onnx_attr(a.name, value, attr_type)
+        if key is not None and not a.ref_attr_name and attr_type == a.type:
+            decoded[key] = (a.name, tuple(value) if type(value) is list else value, attr_type)
 
 
 def _unused_output_name(op_name: str, position: int, declared: set[str], tensors: dict[str, Tensor]) -> str:
@@ -213,11 +231,12 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
         made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
     else:  # file order and every output named (the usual case): the columns as they are
         made = build.add_ops(zip(names, op_types, domains, inputs, outputs))
+    decoded: dict[bytes, tuple[str, Any, int]] = {}
     for i, op in zip(order, made):
         if docs[i]:
             op.doc_string = docs[i]
         if attributes[i]:
-            _read_attributes(op, attributes[i], label)
+            _read_attributes(op, attributes[i], label, decoded)
     for op in made:
         for t in op._outputs:
             tp = get_type(t.name)

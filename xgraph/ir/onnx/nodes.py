@@ -22,6 +22,16 @@ def is_text(*values: Any) -> bool:
     return True
 
 
+def columns_are_text(*columns: Any) -> bool:
+    """`is_text` over every value of several iterables, one str.join per column (no argument tuple of them all)."""
+    try:
+        for column in columns:
+            "".join(column)
+    except TypeError:
+        return False
+    return True
+
+
 class Nodes:
     """The fields of a graph's NodeProtos read once into Python columns (protobuf field access is slow).
 
@@ -54,14 +64,19 @@ class Nodes:
         if self._checked:
             return self
         self._checked = True
-        if not is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
-                        *chain.from_iterable(self.outputs)):
+        if not columns_are_text(self.names, self.op_types, self.domains, self.docs, chain.from_iterable(self.inputs),
+                                chain.from_iterable(self.outputs)):
             bad = next(i for i in range(len(self)) if not is_text(self.names[i], self.op_types[i], self.domains[i],
                                                                   self.docs[i], *self.inputs[i], *self.outputs[i]))
             self._refuse_text(bad, label)
-        for i, attributes in enumerate(self.attributes):
-            if attributes:
-                self._scan_attributes(i, attributes, label)
+        rows = [(i, attributes) for i, attributes in enumerate(self.attributes) if attributes]
+        if not is_text(*[a.name for _, attributes in rows for a in attributes]):
+            marked = [i for i, _ in rows]  # one node at a time, so the first bad one is named
+        else:  # only nodes holding a graph have more to check and record
+            marked = sorted({i for i, attributes in rows for a in attributes
+                             if a.type in GRAPH_TYPES or a.HasField("g") or a.graphs})
+        for i in marked:
+            self._scan_attributes(i, self.attributes[i], label)
         return self
 
     def __len__(self) -> int:
