@@ -106,9 +106,10 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     mapped: dict[str, np.ndarray] = {}
-    model, _, label, inv = read_model_inventory(src, label, mapped)
-    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class,
-                                  mapped=mapped, nodes=inv.nodes)
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, label, mapped)
+        return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
+                                      graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,

@@ -315,10 +315,10 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     mapped: dict[str, np.ndarray] = {}
-    model, _, label, inv = read_model_inventory(src, mapped=mapped)
-    nodes = inv.nodes
-    del inv
-    with collector_paused():
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        nodes = inv.nodes
+        del inv
         return from_model_proto(model, label, graph_class, mapped, nodes)
 
 
@@ -328,18 +328,18 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
     mapped: dict[str, np.ndarray] = {}
-    model, _, label, inv = read_model_inventory(src, mapped=mapped)
-    if any(p.key == META_KEY for p in model.metadata_props):
-        nodes = inv.nodes
-        del inv
-        with collector_paused():
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        if any(p.key == META_KEY for p in model.metadata_props):
+            nodes = inv.nodes
+            del inv
             return from_model_proto(model, label, graph_class, mapped, nodes)
-    # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
-    # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
-    largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
-    del inv
-    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
-                                  nodes=nodes)
+        # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+        # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
+        largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        del inv
+        return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
+                                      nodes=nodes)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
