@@ -258,3 +258,26 @@ def test_one_pass_over_rows_in_producer_order_decides_what_the_iterated_fixpoint
         assert decided == {1 << 20: True, 1 << 10: case == "doubling_reversed", 8: False}
     if case == "long_reversed":  # 12 steps in reverse file order need more than 8 passes: refused
         assert decided == {1 << 20: False, 1 << 10: False, 8: False}
+
+
+@pytest.mark.parametrize("case", ["constant", "value_ints", "product", "small", "nested", "shapes", "doubling",
+                                  "doubling_reversed", "long_reversed", "transformer", "chain"])
+def test_the_importers_columns_decide_what_the_protos_decide(case):
+    """The main graph's columns (only the length cone read) and the proto walk give the same answer."""
+    import sys
+    from pathlib import Path
+
+    from xgraph.ir.onnx import inference_budget
+    from xgraph.ir.onnx.nodes import Nodes
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import compile_scale
+    models = {"nested": _nested_bomb, "small": lambda: data_prop_bomb(16, "product"),
+              "doubling": lambda: _doubling_chain(12, False), "doubling_reversed": lambda: _doubling_chain(5, True),
+              "long_reversed": lambda: _doubling_chain(12, True),
+              "transformer": lambda: compile_scale.transformer(400, True),
+              "chain": lambda: compile_scale.chain(400, False)}
+    model = models.get(case, lambda: data_prop_bomb(1 << 26, case))()
+    columns = Nodes(model.graph.node, "m")
+    for limit in (1 << 20, 1 << 10, 64, 8, 2):
+        assert inference_budget.data_propagation_is_bounded(model, 3, limit, top=columns) \
+            == inference_budget.data_propagation_is_bounded(model, 3, limit), limit

@@ -117,10 +117,10 @@ class GraphBuilder:
         of an earlier row (the caller checked that). One loop with its tables held locally, because
         per-call overhead is most of `add_op`'s cost on a 100k-op model.
         """
-        graph, tensors, ops, root_ops, leaf_of = self.graph, self._tensors, self._ops, self._root_ops, self._leaf_of
-        root, split = self._root, self._split_root
+        graph, tensors = self.graph, self._tensors
         seq = graph._seq
-        made = []
+        made: list[Op] = []
+        append = made.append
         for name, op_type, domain, input_names, output_names in rows:
             op = Op(graph, name, op_type, domain, seq)
             seq += 1
@@ -139,16 +139,19 @@ class GraphBuilder:
                 t._producer = op
                 tensors[o] = t
                 op_outputs.append(t)
-            ops[name] = op
-            root_ops.add(op)
-            if split:
-                child = Subgraph(graph, f"subgraph_{name}", root, (op,))
+            append(op)
+        graph._seq = seq
+        # the tables take the new ops in bulk (names are unique: the caller checked)
+        self._ops.update({op.name: op for op in made})
+        self._root_ops.update(made)
+        if self._split_root:
+            root, leaf_of = self._root, self._leaf_of
+            for op in made:
+                child = Subgraph(graph, f"subgraph_{op.name}", root, (op,))
                 root._children[child] = None
                 leaf_of[op] = child
-            else:
-                leaf_of[op] = root
-            made.append(op)
-        graph._seq = seq
+        else:
+            self._leaf_of.update(dict.fromkeys(made, self._root))
         return made
 
     def add_output(self, op: Op, name: str) -> Tensor:
@@ -242,6 +245,14 @@ class GraphBuilder:
         s = leaf
         while s._parent is not None:
             s._ops.add(op)
+            s = s._parent
+
+    def place_ops(self, leaf: Subgraph, ops: Sequence[Op]) -> None:
+        """`place_op` for many ops of one leaf (a file's subgraph tree, read back)."""
+        self._leaf_of.update(dict.fromkeys(ops, leaf))
+        s = leaf
+        while s._parent is not None:
+            s._ops.update(ops)
             s = s._parent
 
     def finish(self) -> None:

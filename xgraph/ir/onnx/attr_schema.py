@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+from operator import methodcaller
 from typing import Any, Callable
 
 from xgraph.errors import ModelFileError
@@ -125,6 +126,30 @@ def _pair(key: str, value: Any) -> "tuple | None":
     return None
 
 
+_ABSENT = object()
+
+
+def _op_annotations_good(ops: Any) -> bool:
+    """True when every op annotation xgraph owns holds what it must: each distinct value checked once, the
+    values gathered per key in C-level passes. False when one is bad, unhashable or an ONNX attribute of
+    that name exists (then `check_known_attrs` looks op by op, to name the op)."""
+    ops = list(ops)
+    attrs = [op._attrs for op in ops]  # xgraph/ir reads its own fields
+    kinds = [op._attr_types for op in ops]
+    for key, check in OP_ANNOTATIONS.items():
+        lookup = methodcaller("get", key, _ABSENT)
+        if not set(map(lookup, kinds)) <= {None, _ABSENT}:  # None: an annotation
+            return False
+        try:
+            values = set(map(lookup, attrs))
+        except TypeError:  # an unhashable value: not a str, so bad
+            return False
+        values.discard(_ABSENT)
+        if any(check(v) for v in values):
+            return False
+    return True
+
+
 def check_known_attrs(graph: Any, label: str) -> None:
     """Refuse a loaded graph whose xgraph-owned attrs do not hold what xgraph writes (ModelFileError)."""
     _check(graph.get_attrs(), GRAPH_ATTRS, f"graph {graph.name!r}", label)
@@ -141,6 +166,9 @@ def check_known_attrs(graph: Any, label: str) -> None:
                     if pair is not None:
                         seen.add(pair)
         stack.extend(sg.get_children())
+    if _op_annotations_good(graph.get_ops()):
+        return
+    # a problem somewhere: op by op, so the first op (in order) with a bad value is the one named;
     # 100k-op files repeat a handful of (key, value) pairs: each distinct pair is checked once
     checked: dict[str, set[str]] = {key: set() for key in OP_ANNOTATIONS}  # per key, the str values found good
     for op in graph.get_ops():

@@ -70,6 +70,20 @@ _TENSOR_TYPES_LIMIT = 4096
 
 
 def _tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypeProto:
+    # first by the shape as it is, with its dims' types (1, True and 1.0 are equal keys but different dims)
+    try:
+        exact = (shape, None if shape is None else tuple(map(type, shape)), dtype)
+        hit = _TENSOR_TYPES.get(exact)
+    except TypeError:  # an unhashable dim or dtype
+        exact = hit = None
+    if hit is None:
+        hit = _normalised_tensor_type(shape, dtype)
+        if exact is not None:
+            _TENSOR_TYPES[exact] = hit
+    return hit
+
+
+def _normalised_tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypeProto:
     dims = None if shape is None else tuple(d if isinstance(d, (int, str)) else None for d in shape)
     key = (dims, dtype)
     try:

@@ -59,8 +59,24 @@ def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
         GraphBuilder.set_tensor_type(t, None, None, copy)
 
 
-def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) -> None:
+#: attribute types whose decoded value is a scalar, a str or a flat list of scalars (cheap to share or copy)
+_PLAIN_ATTRIBUTES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+                               onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS})
+
+
+def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
+                     decoded: dict[bytes, tuple[str, Any, int]]) -> None:
+    """Decode `attributes` onto `op`. `decoded`: plain attributes already decoded in this model, by their
+    bytes (a model repeats a handful of axis/perm attributes on thousands of nodes); lists are copied."""
     for a in attributes:
+        key = a.SerializeToString() if a.type in _PLAIN_ATTRIBUTES else None
+        hit = decoded.get(key) if key is not None else None
+        if hit is not None:
+            name, value, attr_type = hit
+            if name in op._attrs:
+                raise ModelFileError(f"{label}: node {op.name!r} has attribute {name!r} twice")
+            op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            continue
         if a.name in op._attrs:
             raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
         if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
@@ -72,6 +88,8 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str) 
             raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: "
                                  f"{type(e).__name__}: {e}") from None
         op._set_onnx_attr(a.name, value, attr_type)
+        if key is not None and not a.ref_attr_name and attr_type == a.type:
+            decoded[key] = (a.name, tuple(value) if type(value) is list else value, attr_type)
 
 
 def _unused_output_name(op_name: str, position: int, declared: set[str], tensors: dict[str, Tensor]) -> str:
@@ -88,30 +106,37 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     mapped: dict[str, np.ndarray] = {}
-    model, _, label, inv = read_model_inventory(src, label, mapped)
-    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv, graph_class=graph_class,
-                                  mapped=mapped)
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, label, mapped)
+        return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
+                                      graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
                            skip_initializers: frozenset[str] = frozenset(),
                            inventory: Inventory | None = None, graph_class: type[GraphCore] = GraphCore,
-                           mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
+                           mapped: dict[str, np.ndarray] | None = None, largest_dim: int | None = None,
+                           nodes: Nodes | None = None) -> GraphCore:
     """Build a `graph_class` graph from a ModelProto whose data is inline and already checked
     (`inventory`: its checks' walk), or, for the initializers named in `mapped`, external and
-    already mapped (the arrays become the weights as they are: no copy)."""
+    already mapped (the arrays become the weights as they are: no copy). `largest_dim`: the
+    model's `largest_declared_dim`, when the caller read it from its inventory; `nodes`: the main
+    graph's nodes as the safe reader read them into columns (unchecked), else they are read here."""
     with collector_paused():
         try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {})
+            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
+                                largest_dim, nodes)
         except NotText as e:
             raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
-                 inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray]) -> GraphCore:
-    nodes = Nodes(model.graph.node, label)  # read once: the inference budget and the build both use the columns
+                 inv: Inventory | None, graph_class: type[GraphCore], mapped: dict[str, np.ndarray],
+                 largest_dim: int | None = None, columns: Nodes | None = None) -> GraphCore:
+    # read once: the inference budget and the build both use the columns
+    nodes = Nodes(model.graph.node, label) if columns is None else columns.check(label)
     if infer_shapes:
-        model = infer_model(model, label, inv, nodes)  # the inferred model has the same nodes, in the same order
+        model = infer_model(model, label, inv, nodes, largest_dim)  # the inferred model has the same nodes, in the same order
     check_text(model, label)
     g = model.graph
     graph = graph_class(g.name or "graph")
@@ -189,8 +214,8 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
     tensors = build.graph._tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
-    declared = {o for outs in nodes.outputs for o in outs if o} \
-        if any("" in outs for outs in nodes.outputs) else set()
+    omitted = any("" in outs for outs in nodes.outputs)  # optional outputs left out: they get private names
+    declared = {o for outs in nodes.outputs for o in outs if o} if omitted else set()
     get_type = types.get
     decoded_types = TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
     set_type = GraphBuilder.set_tensor_type
@@ -203,12 +228,16 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
             return [o or _unused_output_name(names[i], j, declared, tensors) for j, o in enumerate(outs)]
         return outs
 
-    made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    if omitted or order != list(range(len(order))):
+        made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    else:  # file order and every output named (the usual case): the columns as they are
+        made = build.add_ops(zip(names, op_types, domains, inputs, outputs))
+    decoded: dict[bytes, tuple[str, Any, int]] = {}
     for i, op in zip(order, made):
         if docs[i]:
             op.doc_string = docs[i]
         if attributes[i]:
-            _read_attributes(op, attributes[i], label)
+            _read_attributes(op, attributes[i], label, decoded)
     for op in made:
         for t in op._outputs:
             tp = get_type(t.name)

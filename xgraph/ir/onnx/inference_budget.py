@@ -21,6 +21,7 @@ other way round for the ops listed here.
 from __future__ import annotations
 
 import math
+from itertools import chain, compress
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,13 @@ import onnx
 from onnx import numpy_helper
 
 from xgraph.errors import ModelFileError
+from xgraph.ir.onnx.length_cone import FIRST as _FIRST
+from xgraph.ir.onnx.length_cone import LENGTH_FROM_VALUES as _LENGTH_FROM_VALUES
+from xgraph.ir.onnx.length_cone import MAX as _MAX
+from xgraph.ir.onnx.length_cone import PRODUCT as _PRODUCT
+from xgraph.ir.onnx.length_cone import SUM as _SUM
+from xgraph.ir.onnx.length_cone import length_cone, row_cone
+from xgraph.ir.onnx.length_cone import producers_first as _producers_first
 
 if TYPE_CHECKING:
     from xgraph.ir.onnx.nodes import Nodes
@@ -37,19 +45,6 @@ MAX_EXPANDED_NODES = 1 << 18
 #: Constant tensors larger than this are not read for value bounds (shape arithmetic is small).
 _SMALL = 4096
 
-#: Ops whose integer output data onnx propagates, and how a bound of their values follows.
-_SUM = frozenset({"Add", "Sub"})
-_PRODUCT = frozenset({"Mul"})
-_FIRST = frozenset({"Div", "Mod", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Gather", "GatherElements",
-                    "Slice", "Reshape", "Flatten", "Expand", "Neg", "Abs", "Tile", "Transpose"})
-_MAX = frozenset({"Concat", "Max", "Min", "Where"})
-#: Ops whose output length comes from an input's values: {op: (value inputs, also scaled by a dim?)}.
-_LENGTH_FROM_VALUES = {"ConstantOfShape": ((0,), False), "Expand": ((1,), False), "Reshape": ((1,), False),
-                       "Range": ((0, 1), False), "OneHot": ((1,), False), "Resize": ((3,), False),
-                       "Upsample": ((1,), True), "TopK": ((1,), False), "CenterCropPad": ((1,), False),
-                       "Tile": ((1,), True), "Pad": ((1,), True), "RandomNormal": ((), False)}
-
-
 def _function_key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
     return (domain or "", name, overload or "")
 
@@ -57,13 +52,12 @@ def _function_key(domain: str, name: str, overload: str = "") -> tuple[str, str,
 def _nested_node_lists(top: "Nodes"):
     """The node lists of every graph nested in the attributes of the main graph's nodes, read through the
     importer's columns (only nodes with attributes are looked at)."""
-    for attributes in top.attributes:
-        if attributes:
-            for a in attributes:
-                if a.HasField("g"):
-                    yield from _node_lists(a.g.node)
-                for g in a.graphs:
-                    yield from _node_lists(g.node)
+    for i in top.nested:
+        for a in top.attributes[i]:
+            if a.HasField("g"):
+                yield from _node_lists(a.g.node)
+            for g in a.graphs:
+                yield from _node_lists(g.node)
 
 
 def _node_lists(nodes):
@@ -221,25 +215,19 @@ def _relevant_nodes(model: onnx.ModelProto, top: "Nodes | None") -> list[tuple]:
     return found + [(n.op_type, n.input[:], n.output[:], n) for n in nodes]  # protobuf fields read once
 
 
-def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit: int,
-                                top: "Nodes | None" = None) -> bool:
-    """Whether no 1-D tensor that data propagation meets can be longer than `limit` elements.
+def _columns_suffice(model: onnx.ModelProto, top: "Nodes") -> bool:
+    """Whether the main graph's columns are all the rows there are: no function bodies, no nested graphs,
+    no tensor written twice (then each name has one producer, found in the columns' index)."""
+    return not model.functions and not top.nested and top.produced_by() is not None
 
-    `largest_dim` is the largest dimension the model declares. Bounds are per tensor name,
-    over every graph and function body (names of different scopes merge, which only makes
-    the bound larger), iterated to a fixpoint: a tensor's values (constants, `Shape` of a
-    tensor whose dims are bounded, arithmetic on them) and its largest dim (declared, or the
-    length an op makes from values). `top`: the main graph's nodes already read into columns.
-    """
-    entries = _relevant_nodes(model, top)
-    if not any(t in _LENGTH_FROM_VALUES for t, _, _, _ in entries):
-        return True
+
+def _value_facts(model: onnx.ModelProto, constants: list[tuple], read: set[str], read_any: set[str]
+                 ) -> tuple[dict[str, float], set[str], dict[int, float]]:
+    """(value bound per initializer, names holding a fraction, bound per constant row) for the values some
+    relevant op reads. Data propagation carries integers: a float value matters only where it becomes one
+    (Cast, Range). `constants`: (row, op type, outputs, NodeProto) of each Constant/ConstantOfShape."""
     values: dict[str, float] = {}
     tiny: set[str] = set()  # constants holding a fraction: a Range step that makes long outputs
-    # Data propagation carries integers: a float value matters only where it becomes one (Cast, Range)
-    fields = [(t, inputs, outputs) for t, inputs, outputs, _ in entries]
-    read_any = {x for t, inputs, _ in fields if t in _FLOAT_TO_INT for x in inputs}
-    read = {x for _, inputs, _ in fields for x in inputs}
     for init in model.graph.initializer:
         if (init.name in read_any or (init.name in read and init.data_type in _INT_TYPES)) \
                 and math.prod(init.dims) <= _SMALL:
@@ -253,7 +241,6 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                 continue
             values[init.name] = _magnitude(array)
             tiny.update([init.name] if _has_fraction(array) else [])
-    constants = [(i, t, outputs, n) for i, (t, _, outputs, n) in enumerate(entries) if t in _CONSTANTS]
     for _, t, outputs, n in constants:
         if t == "Constant" and _constant_has_fraction(n):
             tiny.update(outputs)
@@ -261,10 +248,65 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
     attr_values = {i: (_constant_bound(n) if t == "Constant" else _attr_bound(n))
                    if any(o in read_any or (o in read and _makes_ints(n)) for o in outputs) else 0.0
                    for i, t, outputs, n in constants}
+    return values, tiny, attr_values
+
+
+def _from_protos(model: onnx.ModelProto, top: "Nodes | None") -> tuple | None:
+    """(rows of the length cone, value bounds, fraction names) over every graph and function body, or None
+    when no op makes a length from values."""
+    entries = _relevant_nodes(model, top)
+    if not any(t in _LENGTH_FROM_VALUES for t, _, _, _ in entries):
+        return None
+    read_any = {x for t, inputs, _, _ in entries if t in _FLOAT_TO_INT for x in inputs}
+    read = {x for _, inputs, _, _ in entries for x in inputs}
+    constants = [(i, t, outputs, n) for i, (t, _, outputs, n) in enumerate(entries) if t in _CONSTANTS]
+    values, tiny, attr_values = _value_facts(model, constants, read, read_any)
+    rows = [(t, inputs, outputs, attr_values.get(i, 0.0)) for i, (t, inputs, outputs, _) in enumerate(entries)]
+    return [rows[i] for i in row_cone(rows)], values, tiny
+
+
+def _from_columns(model: onnx.ModelProto, top: "Nodes") -> tuple | None:
+    """`_from_protos` for a model whose main graph is all there is (`_columns_suffice`), read from the
+    importer's columns: only the ops of the length cone become rows. O(V+E), with the per-op work in
+    comprehensions and set operations."""
+    types, inputs, outputs = top.op_types, top.inputs, top.outputs
+    relevant = [t in _RELEVANT and d in ("", "ai.onnx") for t, d in zip(types, top.domains)]
+    starts = [i for i in compress(range(len(types)), relevant) if types[i] in _LENGTH_FROM_VALUES]
+    if not starts:
+        return None
+    read = set(chain.from_iterable(compress(inputs, relevant)))
+    read_any = {x for i in compress(range(len(types)), relevant) if types[i] in _FLOAT_TO_INT for x in inputs[i]}
+    protos = model.graph.node
+    constants = [(i, types[i], outputs[i], protos[i]) for i in compress(range(len(types)), relevant)
+                 if types[i] in _CONSTANTS]
+    values, tiny, attr_values = _value_facts(model, constants, read, read_any)
+    produced_by = top.produced_by()
+
+    def producers(name: str) -> tuple[int, ...]:
+        j = produced_by.get(name)
+        return (j,) if j is not None and relevant[j] else ()
+
+    cone = length_cone(types, inputs, starts, producers)
+    return [(types[i], inputs[i], outputs[i], attr_values.get(i, 0.0)) for i in cone], values, tiny
+
+
+def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit: int,
+                                top: "Nodes | None" = None) -> bool:
+    """Whether no 1-D tensor that data propagation meets can be longer than `limit` elements.
+
+    `largest_dim` is the largest dimension the model declares. Bounds are per tensor name,
+    over every graph and function body (names of different scopes merge, which only makes
+    the bound larger), iterated to a fixpoint: a tensor's values (constants, `Shape` of a
+    tensor whose dims are bounded, arithmetic on them) and its largest dim (declared, or the
+    length an op makes from values). `top`: the main graph's nodes already read into columns.
+    """
+    prepared = _from_columns(model, top) if top is not None and _columns_suffice(model, top) \
+        else _from_protos(model, top)
+    if prepared is None:
+        return True
+    rows, values, tiny = prepared
     dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
     default_dim = float(max(largest_dim, 1))
-    rows = [(t, inputs, outputs, attr_values.get(i, 0.0)) for i, (t, inputs, outputs) in enumerate(fields)]
-    rows = [rows[i] for i in _length_cone(rows)]
     settled = _producers_first(rows)  # then one pass reaches the fixpoint: a second would change nothing
     get_value, get_dim = values.get, dims.get
     for _ in range(8):
@@ -312,74 +354,6 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
         if not changed or settled:
             return True
     return False
-
-
-def _producers_first(rows: list[tuple]) -> bool:
-    """Whether each tensor the rows make is made by one row and read only by later rows: then one pass in
-    order sees every input's final bound before it reads it, and reaches the fixpoint."""
-    made = {o: k for k, (_, _, outputs, _) in enumerate(rows) for o in outputs}
-    if len(made) != sum(len(outputs) for _, _, outputs, _ in rows):
-        return False  # a tensor made twice
-    return all(made.get(x, -1) < k for k, (_, inputs, _, _) in enumerate(rows) for x in inputs)
-
-
-_VALUE_FROM_INPUT_VALUES = _SUM | _PRODUCT | _FIRST | _MAX | {"Range"}
-
-
-def _length_cone(rows: list[tuple]) -> list[int]:
-    """Indices (in order) of the rows the lengths depend on: every op of `_LENGTH_FROM_VALUES`, and backwards
-    from what it reads, the producers of each value bound and dim bound that feeds one. O(V+E).
-
-    Rows are (op type, inputs, outputs, constant bound). The bounds of the other rows' outputs
-    reach no length, so the fixpoint skips them (on a 100k-op chain with a TopK every 97 ops,
-    the TopKs alone instead of every Add/Abs/Neg).
-    """
-    producers: dict[str, list[int]] = {}
-    for i, (_, _, outputs, _) in enumerate(rows):
-        for o in outputs:
-            producers.setdefault(o, []).append(i)
-    keep: set[int] = set()
-    need_value: set[str] = set()
-    need_dim: set[str] = set()
-    stack: list[tuple[bool, str]] = []  # (a value bound wanted, else a dim bound; tensor name)
-
-    def want(value: bool, name: str) -> None:
-        wanted = need_value if value else need_dim
-        if name and name not in wanted:
-            wanted.add(name)
-            stack.append((value, name))
-
-    def want_length_inputs(t: str, inputs: tuple) -> None:
-        value_inputs, scaled = _LENGTH_FROM_VALUES[t]
-        for k in value_inputs:
-            if k < len(inputs):
-                want(True, inputs[k])
-        if scaled:
-            for x in inputs:
-                want(False, x)
-
-    for i, (t, inputs, _, _) in enumerate(rows):
-        if t in _LENGTH_FROM_VALUES:
-            keep.add(i)
-            want_length_inputs(t, inputs)
-    while stack:
-        value, name = stack.pop()
-        for j in producers.get(name, ()):
-            keep.add(j)
-            t, inputs = rows[j][0], rows[j][1]
-            if value:
-                if t == "Shape" or t == "Size":
-                    for x in inputs:
-                        want(False, x)
-                elif t in _VALUE_FROM_INPUT_VALUES:
-                    for x in inputs:
-                        want(True, x)
-            else:
-                for x in inputs:
-                    want(False, x)
-                if t in _LENGTH_FROM_VALUES:
-                    want_length_inputs(t, inputs)
-    return sorted(keep)
 
 
 def _declared_dims(model: onnx.ModelProto) -> dict[str, float]:

@@ -22,6 +22,16 @@ def is_text(*values: Any) -> bool:
     return True
 
 
+def columns_are_text(*columns: Any) -> bool:
+    """`is_text` over every value of several iterables, one str.join per column (no argument tuple of them all)."""
+    try:
+        for column in columns:
+            "".join(column)
+    except TypeError:
+        return False
+    return True
+
+
 class Nodes:
     """The fields of a graph's NodeProtos read once into Python columns (protobuf field access is slow).
 
@@ -29,23 +39,45 @@ class Nodes:
     str.join over whole columns (C speed); only nodes with attributes are looked at one by one.
     """
 
-    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit")
+    __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
+                 "_produced_by", "_checked")
 
-    def __init__(self, protos, label: str):
+    def __init__(self, protos, label: str | None):
+        """Read `protos` and, with a `label` (for messages), check them (`check`)."""
         # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
-        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], n.attribute[:] if n.attribute else None,
+        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], a[:] if (a := n.attribute) else None,
                  n.doc_string) for n in protos]
         columns = list(zip(*rows)) if rows else [()] * 7
         self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
         #: node index -> outer tensors its If/Loop/Scan bodies read by name (dependencies like inputs)
         self.implicit: dict[int, list[str]] = {}
-        if not is_text(*self.names, *self.op_types, *self.domains, *self.docs, *chain.from_iterable(self.inputs),
-                        *chain.from_iterable(self.outputs)):
-            bad = next(i for i in range(len(rows)) if not is_text(*rows[i][:3], rows[i][6], *rows[i][3], *rows[i][4]))
+        #: indices of the nodes with an attribute holding a graph in its `g` or `graphs` field, whatever its type says
+        self.nested: list[int] = []
+        self._produced_by: dict[str, int] | None = None
+        self._checked = False
+        if label is not None:
+            self.check(label)
+
+    def check(self, label: str) -> "Nodes":
+        """Refuse text that is not valid UTF-8 and find what nested graphs read (once, on columns read
+        unchecked: the safe reader reads them first, for its walk over attribute contents)."""
+        if self._checked:
+            return self
+        self._checked = True
+        if not columns_are_text(self.names, self.op_types, self.domains, self.docs, chain.from_iterable(self.inputs),
+                                chain.from_iterable(self.outputs)):
+            bad = next(i for i in range(len(self)) if not is_text(self.names[i], self.op_types[i], self.domains[i],
+                                                                  self.docs[i], *self.inputs[i], *self.outputs[i]))
             self._refuse_text(bad, label)
-        for i, attributes in enumerate(self.attributes):
-            if attributes:
-                self._scan_attributes(i, attributes, label)
+        rows = [(i, attributes) for i, attributes in enumerate(self.attributes) if attributes]
+        if not is_text(*[a.name for _, attributes in rows for a in attributes]):
+            marked = [i for i, _ in rows]  # one node at a time, so the first bad one is named
+        else:  # only nodes holding a graph have more to check and record
+            marked = sorted({i for i, attributes in rows for a in attributes
+                             if a.type in GRAPH_TYPES or a.HasField("g") or a.graphs})
+        for i in marked:
+            self._scan_attributes(i, self.attributes[i], label)
+        return self
 
     def __len__(self) -> int:
         return len(self.names)
@@ -60,6 +92,8 @@ class Nodes:
     def _scan_attributes(self, i: int, attributes: list[onnx.AttributeProto], label: str) -> None:
         if not is_text(*(a.name for a in attributes)):
             self._refuse_text(i, label)
+        if any(a.HasField("g") or a.graphs for a in attributes):
+            self.nested.append(i)
         graphs = graphs_of(helper.get_attribute_value(a) for a in attributes if a.type in GRAPH_TYPES)
         if graphs:
             outer = set().union(*(free_names(g) for g in graphs))
@@ -67,6 +101,18 @@ class Nodes:
                 raise ModelFileError(f"{label}: node {self.names[i]!r} ({self.op_types[i]!r}) has a nested graph "
                                      "whose names are not valid UTF-8")
             self.implicit[i] = sorted(outer - set(self.outputs[i]))
+
+    def produced_by(self) -> dict[str, int] | None:
+        """Output name -> index of the node writing it, or None when a name is written twice (the importer
+        refuses such a model; `node_order` says which name)."""
+        if self._produced_by is None:
+            names = list(chain.from_iterable(self.outputs))
+            made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs}
+            made.pop("", None)
+            if len(made) != len(names) - names.count(""):
+                return None
+            self._produced_by = made
+        return self._produced_by
 
     def dependencies(self, i: int) -> list[str]:
         """Inputs then implicit inputs of node `i` (omitted optionals included as "")."""
@@ -76,15 +122,9 @@ class Nodes:
 
 def node_order(nodes: Nodes, known: set[str], label: str) -> list[int]:
     """Indices of nodes in a topological order (file order when it already is one)."""
-    produced_by: dict[str, int] = {}
-    for i, outputs in enumerate(nodes.outputs):
-        for o in outputs:
-            if not o:
-                continue
-            if o in produced_by or o in known:
-                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
-                                     "and an earlier node, initializer or input); names must be unique")
-            produced_by[o] = i
+    produced_by = nodes.produced_by()
+    if produced_by is None or not known.isdisjoint(produced_by):
+        _refuse_defined_twice(nodes, known, label)
     in_file_order = True
     get = produced_by.get
     for i, inputs in enumerate(nodes.inputs):
@@ -121,6 +161,19 @@ def node_order(nodes: Nodes, known: set[str], label: str) -> list[int]:
         stuck = [nodes.label(i) for i in range(len(nodes)) if indeg[i] > 0][:5]
         raise ModelFileError(f"{label}: the graph has a cycle through nodes {stuck}")
     return order
+
+
+def _refuse_defined_twice(nodes: Nodes, known: set[str], label: str) -> None:
+    """Name the first tensor (in file order) written by two nodes, or by a node and an initializer or input."""
+    seen: set[str] = set()
+    for i, outputs in enumerate(nodes.outputs):
+        for o in outputs:
+            if not o:
+                continue
+            if o in seen or o in known:
+                raise ModelFileError(f"{label}: tensor name {o!r} is defined twice (node {nodes.label(i)!r} "
+                                     "and an earlier node, initializer or input); names must be unique")
+            seen.add(o)
 
 
 def _check_defined(nodes: Nodes, i: int, x: str, j: int, label: str) -> bool:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DATA_PROP_MAX_DIM = 1 << 20
 
 
-def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | None) -> int:
+def largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | None) -> int:
     """The largest dimension written in the model: value infos, initializers and attribute tensors, all graphs."""
     inv = inv or inventory(model, label)
     largest = max((max(t.dims, default=0) for t in inv.tensors), default=0)
@@ -37,13 +37,14 @@ def _largest_declared_dim(model: onnx.ModelProto, label: str, inv: Inventory | N
 
 
 def infer_model(model: onnx.ModelProto, label: str, inv: Inventory | None = None,
-                nodes: "Nodes | None" = None) -> onnx.ModelProto:
+                nodes: "Nodes | None" = None, largest_dim: int | None = None) -> onnx.ModelProto:
     """`model` with inferred value types (data propagation off for models declaring huge dims); best-effort.
 
     `nodes`: the main graph's nodes already read into columns (the importer's), so the budget checks
-    do not read the NodeProtos again."""
+    do not read the NodeProtos again; `largest_dim`: `largest_declared_dim` of the model, when the
+    reader's walk found it already."""
     expanded_node_count(model, label, top=nodes)  # refuses function-call bombs before onnx expands them
-    largest = _largest_declared_dim(model, label, inv)
+    largest = largest_declared_dim(model, label, inv) if largest_dim is None else largest_dim
     data_prop = largest <= DATA_PROP_MAX_DIM and data_propagation_is_bounded(model, largest, DATA_PROP_MAX_DIM,
                                                                               top=nodes)
     try:

@@ -49,30 +49,42 @@ class Inventory:
     tensors and sparse tensors of every scope: one walk collects them all.
     """
 
-    __slots__ = ("graphs", "tensors", "sparse")
+    __slots__ = ("graphs", "tensors", "sparse", "nodes")
 
     def __init__(self) -> None:
         self.graphs: list[onnx.GraphProto] = []
         self.tensors: list[onnx.TensorProto] = []
         self.sparse: list[onnx.SparseTensorProto] = []
+        #: the main graph's nodes read into columns (`xgraph.ir.onnx.nodes.Nodes`, not yet checked) when
+        #: the safe reader read them for this walk; the importer checks and builds from them
+        self.nodes = None
 
-    def add_graph(self, graph: onnx.GraphProto, label: str, depth: int) -> None:
-        """Record `graph` (refusing absurd nesting), its initializers and everything in its nodes."""
+    def add_graph(self, graph: onnx.GraphProto, label: str, depth: int, attribute_lists=None) -> None:
+        """Record `graph` (refusing absurd nesting), its initializers and everything in its nodes.
+
+        `attribute_lists`: its nodes' attribute lists already read (None for a node without any), so
+        the nodes are not read again."""
         if depth > MAX_GRAPH_DEPTH:
             raise ModelFileError(f"{label}: graphs nested more than {MAX_GRAPH_DEPTH} levels deep (If/Loop/Scan bodies)")
         self.graphs.append(graph)
         self.tensors.extend(graph.initializer)
         self.sparse.extend(graph.sparse_initializer)
-        self.add_nodes(graph.node, label, depth)
+        if attribute_lists is None:
+            self.add_nodes(graph.node, label, depth)
+        else:
+            self.add_attribute_lists(attribute_lists, label, depth)
 
     def add_nodes(self, nodes, label: str, depth: int) -> None:
-        """Record the attribute contents of `nodes`.
+        """Record the attribute contents of `nodes`."""
+        self.add_attribute_lists((node.attribute for node in nodes), label, depth)
+
+    def add_attribute_lists(self, attribute_lists, label: str, depth: int) -> None:
+        """Record the contents of the attributes of nodes, given as one attribute list per node.
 
         Fields are read whatever an attribute's declared type says: a graph or tensor hidden
         behind a wrong type tag is still checked.
         """
-        for node in nodes:
-            attributes = node.attribute
+        for attributes in attribute_lists:
             if not attributes:
                 continue
             for a in attributes:
@@ -88,10 +100,11 @@ class Inventory:
                     self.add_graph(g, label, depth + 1)
 
 
-def inventory(model: onnx.ModelProto, label: str) -> Inventory:
-    """The graphs (main first), tensors and sparse tensors of the model, function bodies included."""
+def inventory(model: onnx.ModelProto, label: str, attribute_lists=None) -> Inventory:
+    """The graphs (main first), tensors and sparse tensors of the model, function bodies included
+    (`attribute_lists`: those of the main graph's nodes, already read)."""
     inv = Inventory()
-    inv.add_graph(model.graph, label, 0)
+    inv.add_graph(model.graph, label, 0, attribute_lists)
     for f in model.functions:
         inv.add_nodes(f.node, label, 1)
     return inv

@@ -33,7 +33,9 @@ from xgraph.ir.onnx.attr_schema import check_known_attrs
 from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
-from xgraph.ir.onnx.safe_reader import read_model
+from xgraph.ir.onnx.nodes import Nodes, is_text
+from xgraph.ir.onnx.safe_reader import read_model_inventory
+from xgraph.ir.onnx.shape_inference import largest_declared_dim
 from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
 from xgraph.ir.subgraph import Subgraph
 
@@ -196,7 +198,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
     claimed: dict[str, str] = {}
     child_names: dict[Subgraph, set[str]] = {}
-    ops, place = graph._ops, build.place_op
+    ops, place, place_all = graph._ops, build.place_op, build.place_ops
 
     def add(parent: Subgraph, spec: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
@@ -216,9 +218,14 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
                 add(sg, k, depth + 1)
             return
         names = spec.get("ops")
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
-        for n in names:
+        found = [ops.get(n) for n in names]
+        if None not in found and len(set(names)) == len(names) and claimed.keys().isdisjoint(names):
+            claimed.update(dict.fromkeys(names, sg.name))
+            place_all(sg, found)
+            return
+        for n in names:  # a problem: found and named one op at a time
             op = ops.get(n)
             if op is None:
                 dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
@@ -240,9 +247,10 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
 
 
 def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[GraphCore] = GraphCore,
-                     mapped: dict[str, np.ndarray] | None = None) -> GraphCore:
+                     mapped: dict[str, np.ndarray] | None = None, nodes: "Nodes | None" = None) -> GraphCore:
     """Rebuild a `graph_class` graph from an .xmodel ModelProto (data inline and checked, or for
-    the weights named in `mapped`, mapped from the side file)."""
+    the weights named in `mapped`, mapped from the side file); `nodes`: its nodes as the safe
+    reader read them."""
     check_text(model, label)
     meta = _read_meta(model, label)
     arrays: dict[str, np.ndarray] = {}
@@ -264,7 +272,8 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
         model.graph.initializer.extend(keep)
         del model.graph.input[:]
         model.graph.input.extend(keep_inputs)
-    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class, mapped=mapped)
+    graph = graph_from_model_proto(model, label, infer_shapes=False, graph_class=graph_class, mapped=mapped,
+                                   nodes=nodes)
     graph.model_info["metadata"].pop(META_KEY, None)
     g = meta["graph"]
     if not isinstance(g.get("name"), str):
@@ -274,10 +283,11 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
     ops = {op.name: op for op in graph.get_ops()}
-    if not all(isinstance(n, str) for n in order) or len(order) != len(ops) or set(order) != set(ops):
+    if not is_text(*order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
     tensor_order = meta.get("tensor_order")
-    if not isinstance(tensor_order, list) or not all(isinstance(n, str) and graph.has_tensor(n) for n in tensor_order):
+    if not isinstance(tensor_order, list) or not is_text(*tensor_order) \
+            or not graph._tensors.keys() >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
     values = DecodedValues(meta["values"], dec) if meta["version"] >= 2 else None
@@ -305,9 +315,11 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     mapped: dict[str, np.ndarray] = {}
-    model, _, label = read_model(src, mapped=mapped)
-    with collector_paused():
-        return from_model_proto(model, label, graph_class, mapped)
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        nodes = inv.nodes
+        del inv
+        return from_model_proto(model, label, graph_class, mapped, nodes)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -316,13 +328,18 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
     mapped: dict[str, np.ndarray] = {}
-    model, _, label = read_model(src, mapped=mapped)
-    if any(p.key == META_KEY for p in model.metadata_props):
-        with collector_paused():
-            return from_model_proto(model, label, graph_class, mapped)
-    # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
-    # memory by a tenth (measured), which costs more than the budget's second walk saves
-    return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped)
+    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        if any(p.key == META_KEY for p in model.metadata_props):
+            nodes = inv.nodes
+            del inv
+            return from_model_proto(model, label, graph_class, mapped, nodes)
+        # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+        # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
+        largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        del inv
+        return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
+                                      nodes=nodes)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]

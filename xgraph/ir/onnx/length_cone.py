@@ -1,0 +1,101 @@
+"""Which ops' value bounds reach a length data propagation makes from values, and the op tables saying
+how a bound flows through each op (`inference_budget.data_propagation_is_bounded` iterates over these).
+
+The cone is computed on plain sequences (op types, inputs, a producer lookup), so the importer's
+node columns and the rows read from protos (nested graphs, function bodies) share one algorithm.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+#: Ops whose integer output data onnx propagates, and how a bound of their values follows.
+SUM = frozenset({"Add", "Sub"})
+PRODUCT = frozenset({"Mul"})
+FIRST = frozenset({"Div", "Mod", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Gather", "GatherElements",
+                   "Slice", "Reshape", "Flatten", "Expand", "Neg", "Abs", "Tile", "Transpose"})
+MAX = frozenset({"Concat", "Max", "Min", "Where"})
+#: Ops whose output length comes from an input's values: {op: (value inputs, also scaled by a dim?)}.
+LENGTH_FROM_VALUES = {"ConstantOfShape": ((0,), False), "Expand": ((1,), False), "Reshape": ((1,), False),
+                      "Range": ((0, 1), False), "OneHot": ((1,), False), "Resize": ((3,), False),
+                      "Upsample": ((1,), True), "TopK": ((1,), False), "CenterCropPad": ((1,), False),
+                      "Tile": ((1,), True), "Pad": ((1,), True), "RandomNormal": ((), False)}
+VALUE_FROM_INPUT_VALUES = SUM | PRODUCT | FIRST | MAX | {"Range"}
+
+
+def producers_first(rows: list[tuple]) -> bool:
+    """Whether each tensor the rows make is made by one row and read only by later rows: then one pass in
+    order sees every input's final bound before it reads it, and reaches the fixpoint."""
+    made = {o: k for k, (_, _, outputs, _) in enumerate(rows) for o in outputs}
+    if len(made) != sum(len(outputs) for _, _, outputs, _ in rows):
+        return False  # a tensor made twice
+    return all(made.get(x, -1) < k for k, (_, inputs, _, _) in enumerate(rows) for x in inputs)
+
+
+def length_cone(types: Sequence[str], inputs: Sequence[Sequence[str]], starts: Iterable[int],
+                producers: Callable[[str], Iterable[int]]) -> list[int]:
+    """Indices (sorted) of the ops the lengths depend on: the `starts` (every op of `LENGTH_FROM_VALUES`),
+    and backwards from what they read, the producers of each value bound and dim bound that feeds one. O(V+E).
+
+    `types[i]`, `inputs[i]`: op `i`'s type and input names; `producers(name)`: the ops writing `name`.
+    The bounds of the other ops' outputs reach no length, so the fixpoint skips them (on a 100k-op
+    chain with a TopK every 97 ops, the TopKs alone instead of every Add/Abs/Neg).
+
+    >>> length_cone(["Shape", "Relu", "Reshape"], [["x"], ["x"], ["x", "s"]], [2], {"s": [0]}.get)
+    [0, 2]
+    """
+    keep: set[int] = set()
+    need_value: set[str] = set()
+    need_dim: set[str] = set()
+    stack: list[tuple[bool, str]] = []  # (a value bound wanted, else a dim bound; tensor name)
+
+    def want(value: bool, name: str) -> None:
+        wanted = need_value if value else need_dim
+        if name and name not in wanted:
+            wanted.add(name)
+            stack.append((value, name))
+
+    def want_length_inputs(t: str, names: Sequence[str]) -> None:
+        value_inputs, scaled = LENGTH_FROM_VALUES[t]
+        for k in value_inputs:
+            if k < len(names):
+                want(True, names[k])
+        if scaled:
+            for x in names:
+                want(False, x)
+
+    for i in starts:
+        keep.add(i)
+        want_length_inputs(types[i], inputs[i])
+    while stack:
+        value, name = stack.pop()
+        for j in producers(name) or ():
+            keep.add(j)
+            t, names = types[j], inputs[j]
+            if value:
+                if t == "Shape" or t == "Size":
+                    for x in names:
+                        want(False, x)
+                elif t in VALUE_FROM_INPUT_VALUES:
+                    for x in names:
+                        want(True, x)
+            else:
+                for x in names:
+                    want(False, x)
+                if t in LENGTH_FROM_VALUES:
+                    want_length_inputs(t, names)
+    return sorted(keep)
+
+
+def row_cone(rows: list[tuple]) -> list[int]:
+    """`length_cone` over rows of (op type, inputs, outputs, constant bound), in order."""
+    producers: dict[str, list[int]] = {}
+    for i, (_, _, outputs, _) in enumerate(rows):
+        for o in outputs:
+            producers.setdefault(o, []).append(i)
+    types = [row[0] for row in rows]
+    return length_cone(types, [row[1] for row in rows], [i for i, t in enumerate(types) if t in LENGTH_FROM_VALUES],
+                       producers.get)
+
+
+__all__ = ["FIRST", "LENGTH_FROM_VALUES", "MAX", "PRODUCT", "SUM", "VALUE_FROM_INPUT_VALUES", "length_cone",
+           "producers_first", "row_cone"]
