@@ -52,6 +52,18 @@ def _x(value: float) -> np.ndarray:
     return np.full((1, 4), value, np.float32)
 
 
+def _fail_second_subgraph(cls) -> list[str]:
+    """Make the second subgraph run raise ValueError("broken device"); returns the subgraphs run."""
+    calls: list[str] = []
+
+    def hook(runner):
+        calls.append(runner.subgraph.name)
+        if len(calls) == 2:
+            raise ValueError("broken device")
+    cls.on_execute = hook
+    return calls
+
+
 def _threads_seen(cls) -> list[str]:
     seen: list[str] = []
     cls.on_execute = lambda runner: seen.append(threading.current_thread().name)
@@ -108,13 +120,7 @@ def test_with_a_job_in_flight_run_goes_through_the_streams_and_both_results_are_
 
 def test_a_failure_on_the_callers_thread_fails_the_job_with_the_runner_named_and_the_runner_keeps_working(
         make, scale_runner):
-    calls = []
-
-    def hook(runner):
-        calls.append(runner.subgraph.name)
-        if len(calls) == 2:
-            raise ValueError("broken device")
-    scale_runner.on_execute = hook
+    calls = _fail_second_subgraph(scale_runner)
     with xgraph.create_graph_runner(_chain(make, ["AICORE", "AICPU", "AICORE"])) as runner:
         with pytest.raises(RunnerError, match=r"AICPU.*ValueError: broken device"):
             runner.run({"x": _x(1)})
@@ -186,13 +192,7 @@ def test_synchronous_runs_leave_no_job_records_and_count_their_jobs(make, scale_
 
 
 def test_the_copies_a_failed_run_made_are_counted(make, scale_runner):
-    calls = []
-
-    def hook(runner):
-        calls.append(runner.subgraph.name)
-        if len(calls) == 2:
-            raise ValueError("broken device")
-    scale_runner.on_execute = hook
+    _fail_second_subgraph(scale_runner)
     with xgraph.create_graph_runner(_chain(make, DEVICES)) as runner:
         with pytest.raises(RunnerError, match="broken device"):
             runner.run({"x": _x(1)})
