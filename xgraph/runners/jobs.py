@@ -206,12 +206,6 @@ class JobTable:
                               f"running (wait again, or close() the runner to cancel it)")
         return record
 
-    def forget(self, job: Job) -> None:
-        """Drop a finished job's record (used by the synchronous `run` paths)."""
-        with self._lock:
-            if self._finished.pop(job.id, None) is not None:
-                self._drop_results(job)
-
     def pending(self) -> list[Job]:
         """Jobs not yet final, oldest first."""
         with self._lock:
