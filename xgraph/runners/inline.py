@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from numpy import ndarray
 
-_ONLY_ARRAYS = {ndarray}
+from xgraph.runners.io_checks import ONLY_ARRAYS
+
 _NONES = itertools.repeat(None)
 
 
@@ -69,8 +70,7 @@ class CopyRun:
 class InlineSchedule:
     """The plan's tasks as flat steps over a list of value slots (built once, then read-only)."""
 
-    __slots__ = ("size", "constants", "constant_slots", "constant_values", "feeds", "results", "steps", "fused",
-                 "all_copies")
+    __slots__ = ("size", "constant_slots", "constant_values", "feeds", "results", "steps", "fused", "all_copies")
 
     def __init__(self, plan: "Plan") -> None:
         order = dependency_order(plan)
@@ -79,9 +79,8 @@ class InlineSchedule:
         def slot(key: "Key") -> int:
             return slots.setdefault(key, len(slots))
 
-        self.constants = tuple((slot(k), v) for k, v in plan.constants.items())
-        self.constant_slots = tuple(i for i, _ in self.constants)
-        self.constant_values = tuple(v for _, v in self.constants)
+        self.constant_slots = tuple(slot(k) for k in plan.constants)
+        self.constant_values = tuple(plan.constants.values())
         self.feeds = tuple(slot(k) for k in plan.feeds)
         for task in order:
             for k in task.outputs:
@@ -128,7 +127,7 @@ class InlineSchedule:
                     start = clock()
                     outs = list(map(take, reads))
                     if task.kind == "copies":
-                        if {*map(type, outs)} == _ONLY_ARRAYS:
+                        if {*map(type, outs)} == ONLY_ARRAYS:
                             outs = list(map(ndarray.copy, outs))
                         else:  # a sequence or an empty optional among them: each copy task knows its value
                             outs = [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(task.tasks, outs)]

@@ -59,9 +59,10 @@ def check_inputs(owner: str, tensors: "Sequence[Tensor]", inputs: "Sequence | di
 
 
 _MISSING = object()
-#: input signatures remembered per check (a gear per shape, a dynamic dim's values seen so far)
-MAX_ACCEPTED = 256
-_ONLY_ARRAYS = {np.ndarray}
+#: signatures remembered per input or result check (a gear per shape, a dynamic dim's values seen so far)
+SIGNATURES_KEPT = 256
+#: what `{*map(type, values)}` is when every value is a plain numpy array
+ONLY_ARRAYS = {np.ndarray}
 #: (dtype, shape) of an array, read in C
 DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
 
@@ -104,12 +105,12 @@ class InputCheck:
         else:
             return check_inputs(self.owner, self.tensors, inputs)
         accepted = self.accepted
-        if accepted is not None and {*map(type, values)} == _ONLY_ARRAYS:
+        if accepted is not None and {*map(type, values)} == ONLY_ARRAYS:
             key = tuple(map(DTYPE_SHAPE, values))
             if key in accepted:
                 return values
             if self._fits(values):
-                if len(accepted) >= MAX_ACCEPTED:
+                if len(accepted) >= SIGNATURES_KEPT:
                     accepted.clear()
                 accepted.add(key)
                 return values

@@ -18,17 +18,12 @@ output (about 0.5 us each; `benchmarks/result_check.py` measures it).
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Sequence
 
 import numpy as np
 
 from xgraph.errors import RunnerError
-
-_ONLY_ARRAYS = {np.ndarray}
-#: input signatures remembered per check (see ResultCheck._passed)
-MAX_PASSED = 256
-_DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
+from xgraph.runners.io_checks import DTYPE_SHAPE, ONLY_ARRAYS, SIGNATURES_KEPT
 
 #: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
 Signature = tuple[str, "np.dtype | None", "tuple | None"]
@@ -93,18 +88,18 @@ class ResultCheck:
     def __call__(self, inputs: Sequence, results: Sequence) -> None:
         """Raise RunnerError naming the first output that does not match its tensor."""
         exact = self._exact
-        if exact is not None and len(results) == len(exact) and {*map(type, results)} == _ONLY_ARRAYS \
-                and list(map(_DTYPE_SHAPE, results)) == exact:
+        if exact is not None and len(results) == len(exact) and {*map(type, results)} == ONLY_ARRAYS \
+                and list(map(DTYPE_SHAPE, results)) == exact:
             return
         passed = self._passed
         # the check reads only the types, dtypes and shapes of inputs and results: a memo of it is exact
-        if passed is not None and {*map(type, results)} == _ONLY_ARRAYS and {*map(type, inputs)} <= _ONLY_ARRAYS:
-            key = tuple(map(_DTYPE_SHAPE, inputs))
-            got = list(map(_DTYPE_SHAPE, results))
+        if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, inputs)} <= ONLY_ARRAYS:
+            key = tuple(map(DTYPE_SHAPE, inputs))
+            got = list(map(DTYPE_SHAPE, results))
             if passed.get(key) == got:
                 return
             self._check(inputs, results)
-            if len(passed) >= MAX_PASSED:
+            if len(passed) >= SIGNATURES_KEPT:
                 passed.clear()
             passed[key] = got
             return
