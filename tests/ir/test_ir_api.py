@@ -64,6 +64,16 @@ def test_copy_drops_named_annotations_only_and_not_the_tree():
     assert conv.get_attr_kind("pads") == onnx.AttributeProto.INTS and conv.get_attr_kind("note") is None
 
 
+def test_carries_annotations_sees_annotations_not_onnx_attributes():
+    from xgraph.ir.copying import carries_annotations
+    g = small_graph()
+    assert carries_annotations(g, ["device"]) and not carries_annotations(g, ["pads", "kernel"])
+    c = g.copy(drop_annotations=["device"])
+    assert not carries_annotations(c, ["device"])
+    c.get_op("conv").set_attr("kernel", "numpy", onnx_type=None)
+    assert carries_annotations(c, ["device", "kernel"])
+
+
 def test_attr_kind():
     g = small_graph()
     conv, k = g.get_op("conv"), g.get_op("k")

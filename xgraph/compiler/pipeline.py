@@ -28,6 +28,7 @@ from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
+from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
 from xgraph.ir.collector import collector_paused, objects_frozen
@@ -56,8 +57,7 @@ def load_for_compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.
                           f"{type(graph_or_path).__name__}")
     from xgraph.ir.graph import load
     graph = load(graph_or_path)
-    if not graph.get_root_subgraph().is_leaf or any(op.is_annotation(k) for op in graph.get_ops()
-                                                    for k in COMPILE_ANNOTATIONS):
+    if not graph.get_root_subgraph().is_leaf or carries_annotations(graph, COMPILE_ANNOTATIONS):
         graph = copy_graph(graph, drop_annotations=COMPILE_ANNOTATIONS)
     return graph
 

@@ -1,17 +1,30 @@
 """Graph copies: everything but the subgraph tree, built through the builder (`Graph.copy`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import onnx
 
 from xgraph.ir.builder import GraphBuilder
+from xgraph.ir.op import ANNOTATION
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
+
+
+def carries_annotations(graph: "GraphCore", keys: "Iterable[str]") -> bool:
+    """True when an op of `graph` carries an annotation named in `keys` (`op.is_annotation(key)`).
+
+    One set test per op: an op whose attribute names miss every key is passed over in C."""
+    wanted = frozenset(keys)
+    for types in map(attrgetter("_attr_types"), graph.get_ops()):
+        if not wanted.isdisjoint(types) and any(types[k] is ANNOTATION for k in wanted.intersection(types)):
+            return True
+    return False
 
 
 def copy_graph(graph: "GraphCore", drop_annotations: frozenset[str] = frozenset()) -> "GraphCore":
