@@ -111,7 +111,9 @@ def test_prepare_leaves_the_model_unchanged_and_honours_options_and_modes():
 def test_close_stops_the_graph_runner_streams():
     before = set(threading.enumerate())
     rep = backend.prepare(two_output_model())
-    rep.run([X, Y])
+    rep.run([X, Y])  # runs on this thread: no stream has started yet
+    assert not [t for t in threading.enumerate() if t not in before and t.name.startswith("xgraph-")]
+    rep.runner.wait(rep.runner.execute_async(rep._feeds([X, Y])))  # an asynchronous job starts the streams
     streams = [t for t in threading.enumerate() if t not in before and t.name.startswith("xgraph-")]
     assert streams
     rep.close()

@@ -199,3 +199,43 @@ def test_the_copies_a_failed_run_made_are_counted(make, scale_runner):
         copies = runner.get_stats()["copies"]
     # x H2D before AICORE, nothing between AICORE and AICPU (both device memory): one copy, then the failure
     assert copies["count"] == 1 and copies["bytes"] == _x(0).nbytes
+
+
+def _streams(graph_name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(f"xgraph-{graph_name}-stream-")]
+
+
+def test_stream_threads_start_with_the_first_asynchronous_job_only_once_and_stop_on_close(make, scale_runner):
+    graph = _chain(make, ["AICORE", "AICPU"])
+    graph.name = "lazy_streams"
+    runner = xgraph.create_graph_runner(graph)
+    for i in range(5):  # synchronous runs on the caller's thread need no stream
+        np.testing.assert_array_equal(runner.run({"x": _x(i)})[0], _x(4 * i))
+    assert _streams("lazy_streams") == []
+    jobs: list = []
+    start = threading.Barrier(4)
+
+    def submit(i: int) -> None:  # four threads race to start the streams with their first jobs
+        start.wait(5)
+        jobs.append((i, runner.execute_async({"x": _x(i)})))
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for i, job in jobs:
+        assert runner.wait(job, timeout=10) == 0
+        np.testing.assert_array_equal(runner.get_outputs(job)[0], _x(4 * i))
+    streams = _streams("lazy_streams")
+    assert len(jobs) == 4  # one thread per device and copy engine, started once
+    assert sorted(t.name.rsplit("-", 1)[1] for t in streams) == ["AICORE", "AICPU", "D2H", "H2D"]
+    runner.close()
+    assert not any(t.is_alive() for t in streams)
+
+
+def test_a_runner_closed_before_any_asynchronous_job_closes_cleanly(make, scale_runner):
+    runner = xgraph.create_graph_runner(_chain(make, ["AICORE", "AICPU"]))
+    runner.run({"x": _x(1)})
+    runner.close()
+    with pytest.raises(RunnerError, match="closed"):
+        runner.execute_async({"x": _x(1)})

@@ -138,7 +138,11 @@ class ThreadScheduler:
         self._inline = InlineSchedule(plan) if all(t.any_thread for t in plan.tasks) else None
         self._runs: dict[int, _JobRun] = {}  # job id -> state, while the job runs
         self._runs_lock = threading.Lock()
-        for thread in self._threads:
+        # the stream threads start with the first job that needs them: a runner used only through
+        # synchronous runs on the caller's thread (run_here), such as each gear of a decoding loop,
+        # never starts any (64 past-length gears would hold 192 idle threads otherwise)
+        self._started = self._inline is None
+        for thread in self._threads if self._started else ():
             thread.start()
 
     def submit(self, job: Job, feeds: list[np.ndarray],
@@ -150,6 +154,10 @@ class ThreadScheduler:
             return
         with self._runs_lock:
             self._runs[job.id] = run
+            if not self._started:
+                self._started = True
+                for thread in self._threads:
+                    thread.start()
         for task in self._roots:
             self._queues[task.stream].put((run, task))
 
@@ -290,7 +298,8 @@ class ThreadScheduler:
         for q in self._queues.values():
             q.put(None)
         deadline = time.perf_counter() + timeout
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.perf_counter()))
-        return not any(t.is_alive() for t in self._threads if t is not threading.current_thread())
+        with self._runs_lock:
+            started = [t for t in self._threads if t.ident is not None and t is not threading.current_thread()]
+        for thread in started:
+            thread.join(max(0.0, deadline - time.perf_counter()))
+        return not any(t.is_alive() for t in started)
