@@ -553,3 +553,15 @@ def test_gears_with_weights_in_the_side_file_round_trip_and_run(bert, bert_gears
         for shape in BERT_SHAPES:
             feeds = _bert_feeds(shape)
             np.testing.assert_allclose(runner.run(feeds)[0], session.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_many_gears_are_listed_in_short_with_the_dims_that_differ():
+    from xgraph.ir.gears import GEARS_LISTED, Gear, describe_gears
+    few = [Gear(f"gear{i}", {"x": (1, 8 * (i + 1))}, None) for i in range(3)]
+    assert describe_gears(few) == "gear0 (x:1,8), gear1 (x:1,16), gear2 (x:1,24)"
+    many = [Gear(f"gear{i}", {"ids": (1, 1), "past": (1, 4, i, 8), "b": (2 ** (i % 4), 3)}, None) for i in range(50)]
+    text = describe_gears(many)
+    assert len(many) > GEARS_LISTED and text.count("gear") == 5 + 1  # 3 first, 2 last, "(50 gears"
+    assert text.startswith("gear0 (ids:1,1; past:1,4,0,8; b:1,3), gear1 (") and "... 45 more ..." in text
+    assert "gear49 (ids:1,1; past:1,4,49,8; b:2,3)" in text
+    assert text.endswith("(50 gears; past dim 2: 0..49; b dim 0: 1,2,4,8)")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xgraph.errors import XGraphError
+from xgraph.ir.gears import describe_gears
 
 if TYPE_CHECKING:
     from xgraph.ir import Gear, Graph
@@ -44,7 +45,7 @@ def gear_of_files(graph: "Graph", feeds: dict[str, Any]) -> "Gear | None":
     if found is None:
         shown = ", ".join(f"{n}:{','.join(map(str, np.shape(feeds[n])))}" for n in names)
         raise XGraphError(f"model {graph.name!r}: the input files have shapes {shown}, which match no gear; its gears "
-                          f"are: {', '.join(g.describe() for g in graph.get_gears())}")
+                          f"are: {describe_gears(graph.get_gears())}")
     return found
 
 

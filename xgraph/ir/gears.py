@@ -37,6 +37,39 @@ class Gear:
         return f"{self.name} ({shapes})"
 
 
+#: Gears an error lists in full; beyond it, the first and last few and the dims that differ.
+GEARS_LISTED = 8
+
+
+def describe_gears(gears: "Sequence[Gear]") -> str:
+    """The gears as errors list them: "gear0 (x:1,8), gear1 (x:1,16)".
+
+    More than `GEARS_LISTED` (50 past-length gears of a decoder) are summed up: the first
+    three and the last two in full, then the dims that differ between gears and their values
+    ("past_k dim 2: 0..49"), so the message stays readable and still says what every gear takes.
+    """
+    if len(gears) <= GEARS_LISTED:
+        return ", ".join(g.describe() for g in gears)
+    head, tail = gears[:3], gears[-2:]
+    listed = ", ".join([*(g.describe() for g in head), f"... {len(gears) - 5} more ...",
+                        *(g.describe() for g in tail)])
+    varying = []
+    for name, shape in gears[0].input_shapes.items():
+        for axis in range(len(shape)):
+            values = sorted({g.input_shapes[name][axis] for g in gears if len(g.input_shapes[name]) > axis})
+            if len(values) > 1:
+                varying.append(f"{name} dim {axis}: {_int_set(values)}")
+    return f"{listed} ({len(gears)} gears; " + ("; ".join(varying) or "every dim the same") + ")"
+
+
+def _int_set(values: "list[int]") -> str:
+    """Sorted ints as "0..49" when they are a run, else "1,2,4,8" (at most 12 shown)."""
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}..{values[-1]}"
+    shown = ",".join(map(str, values[:12]))
+    return shown if len(values) <= 12 else f"{shown},... ({len(values)} values)"
+
+
 def input_shapes_of(graph: "GraphCore") -> dict[str, tuple[int, ...]]:
     """{input name: its static shape}; GraphError naming an input whose shape is not fully static."""
     shapes: dict[str, tuple[int, ...]] = {}
@@ -161,4 +194,4 @@ def gear_record(gears: Sequence[Gear]) -> list[dict[str, Any]]:
     return [{"name": g.name, "input_shapes": {k: list(v) for k, v in g.input_shapes.items()}} for g in gears]
 
 
-__all__ = ["Gear", "bind_weights", "check_gears", "find_gear", "gear_record", "input_shapes_of", "share_weights"]
+__all__ = ["GEARS_LISTED", "Gear", "bind_weights", "check_gears", "describe_gears", "find_gear", "gear_record", "input_shapes_of", "share_weights"]

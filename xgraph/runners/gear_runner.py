@@ -21,6 +21,7 @@ import numpy as np
 
 from xgraph.errors import RunnerError
 from xgraph.ir.files import write_text
+from xgraph.ir.gears import describe_gears
 from xgraph.runners.io_checks import check_inputs
 from xgraph.runners.ort_session import sessions_take_turns
 
@@ -80,8 +81,8 @@ class GearRunner:
 
     # -- which gear -----------------------------------------------------------------------------
     def gear_list(self) -> str:
-        """The gears as errors list them: "gear0 (x:1,8), gear1 (x:1,16)"."""
-        return ", ".join(g.describe() for g in self.gears)
+        """The gears as errors list them: "gear0 (x:1,8), gear1 (x:1,16)" (`describe_gears`)."""
+        return describe_gears(self.gears)
 
     def select_gear(self, inputs: "Sequence | dict") -> "Gear":
         """The gear whose input shapes equal `inputs`'; RunnerError listing the gears when none does."""
