@@ -14,7 +14,7 @@ build, so nothing here can fail halfway. Bulk callers (import of 100k-op models)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -110,14 +110,17 @@ class GraphBuilder:
             self._leaf_of[op] = self._root
         return op
 
-    def add_ops(self, rows: "Iterable[tuple[str, str, str, Sequence[str], Sequence[str]]]") -> list[Op]:
+    def add_ops(self, rows: "Iterable[tuple[str, str, str, Sequence[str], Sequence[str]]]",
+                output_types: "Mapping[str, tuple] | None" = None) -> list[Op]:
         """`add_op` for many ops (import): rows of (name, type, domain, input names, output names), in order.
 
         An input name is "" for an omitted optional input, else a tensor of the graph or an output
-        of an earlier row (the caller checked that). One loop with its tables held locally, because
-        per-call overhead is most of `add_op`'s cost on a 100k-op model.
+        of an earlier row (the caller checked that). `output_types`: (shape tuple or None, numpy dtype
+        or None) by output name, for the outputs whose type is known. One loop with its tables held
+        locally, because per-call overhead is most of `add_op`'s cost on a 100k-op model.
         """
         graph, tensors = self.graph, self._tensors
+        get_type = (output_types or {}).get
         seq = graph._seq
         made: list[Op] = []
         append = made.append
@@ -137,6 +140,9 @@ class GraphBuilder:
             for o in output_names:
                 t = Tensor(graph, o)
                 t._producer = op
+                typed = get_type(o)
+                if typed is not None:
+                    t._shape, t._dtype = typed
                 tensors[o] = t
                 op_outputs.append(t)
             append(op)

@@ -64,6 +64,30 @@ def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, boo
     return tuple(dims), dtype, True
 
 
+def decode_type_key(key: bytes) -> tuple[tuple | None, np.dtype | None, bool]:
+    """`type_to_shape_dtype` of the TypeProto serialized as `key` (what `value_type_keys` holds)."""
+    hit = TYPE_CACHE.get(key)
+    if hit is None:
+        hit = _decode_type(onnx.TypeProto.FromString(key))
+        if len(TYPE_CACHE) >= TYPE_CACHE_LIMIT:
+            TYPE_CACHE.clear()
+        TYPE_CACHE[key] = hit
+    return hit
+
+
+def value_type_keys(g: onnx.GraphProto) -> dict[str, bytes]:
+    """`value_types` with each type as its serialized bytes: one C call per value and no TypeProto kept, so
+    a 100k-op model's types are decoded once per distinct type (`decode_type_key`), not once per tensor."""
+    keys: dict[str, bytes] = {}
+    for infos in (g.value_info, g.input, g.output):
+        rows = [(vi.name, vi.type.SerializeToString()) for vi in infos]
+        distinct = {key for _, key in rows}
+        untyped = {key for key in distinct if onnx.TypeProto.FromString(key).WhichOneof("value") is None}
+        keys.update([row for row in rows if row[1] not in untyped] if untyped else rows)
+    keys.pop("", None)
+    return keys
+
+
 def value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
     """Declared or inferred types by value name (graph inputs and outputs win over value_info)."""
     types = {}
