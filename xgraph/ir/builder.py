@@ -228,13 +228,17 @@ class GraphBuilder:
         self.graph._inputs = list(tensors)
 
     def reorder(self, op_names: Sequence[str], tensor_names: Sequence[str]) -> None:
-        """Put ops (every one, by name) and tensors (those named first, the rest after) in a saved order."""
+        """Put ops (every one, by name) and tensors (those named first, each a tensor of the graph; the rest
+        after) in a saved order."""
         graph = self.graph
-        graph._ops = {n: self._ops[n] for n in op_names}
+        if list(self._ops) != list(op_names):  # a file written from this order is read back in it: kept as it is
+            graph._ops = {n: self._ops[n] for n in op_names}
         for i, op in enumerate(graph._ops.values()):
             op._seq = i
         listed = dict.fromkeys(tensor_names)
-        graph._tensors = {n: self._tensors[n] for n in [*listed, *(n for n in self._tensors if n not in listed)]}
+        if list(self._tensors)[:len(listed)] != list(listed):
+            listed.update(self._tensors)  # the named keep their places, taking their tensors; the rest follow
+            graph._tensors = listed
         self._ops, self._tensors = graph._ops, graph._tensors
 
     # -- subgraph tree -------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         copy = onnx.FunctionProto()
         copy.CopyFrom(f)
         graph.functions.append(copy)
-    types = value_type_keys(g)
+    types, type_protos = value_type_keys(g)
     if not is_text(*types):
         bad = next(n for n in types if type(n) is not str)
         raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
@@ -196,7 +196,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
             raise ModelFileError(f"{label}: a graph input has no name")
         _set_tensor_type(build.add_input(vi.name), vi.type)
         input_names.add(vi.name)
-    _add_nodes(build, nodes, types, label)
+    _add_nodes(build, nodes, types, type_protos, label)
     outputs = []
     for vi in g.output:
         if vi.name not in tensors:
@@ -210,9 +210,10 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
     return graph
 
 
-def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], label: str) -> None:
+def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], type_protos: dict[bytes, onnx.TypeProto],
+               label: str) -> None:
     """Every node as an op, in a topological order, with its attributes and its outputs' types
-    (`types`: serialized TypeProto by value name, `value_type_keys`)."""
+    (`types`, `type_protos`: serialized TypeProto by value name, and the type of each, `value_type_keys`)."""
     tensors = build.graph._tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
@@ -220,7 +221,7 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], label
     declared = {o for outs in nodes.outputs for o in outs if o} if omitted else set()
     op_types, domains, inputs, outputs, attributes, docs = \
         nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
-    tensor_types, others = _decoded_types(types)
+    tensor_types, others = _decoded_types(types, type_protos)
 
     def output_names(i: int) -> list[str]:
         outs = outputs[i]
@@ -246,10 +247,11 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], label
             for t in op._outputs:
                 key = others.get(t.name)
                 if key is not None:
-                    _set_tensor_type(t, onnx.TypeProto.FromString(key))
+                    _set_tensor_type(t, type_protos[key])
 
 
-def _decoded_types(types: dict[str, bytes]) -> tuple[dict[str, tuple], dict[str, bytes]]:
+def _decoded_types(types: dict[str, bytes], protos: dict[bytes, onnx.TypeProto]
+                   ) -> tuple[dict[str, tuple], dict[str, bytes]]:
     """(name -> (shape, dtype) of the tensor types, name -> key of every other type), each distinct type
     decoded once; a type whose decoding fails is left to `_set_tensor_type`, which raises for it when a
     tensor of the graph has it."""
@@ -257,7 +259,7 @@ def _decoded_types(types: dict[str, bytes]) -> tuple[dict[str, tuple], dict[str,
     shapes: dict[bytes, tuple] = {}
     for key in distinct:
         try:
-            shape, dtype, is_tensor = decode_type_key(key)
+            shape, dtype, is_tensor = decode_type_key(key, protos[key])
         except NotText:
             continue
         if is_tensor:
