@@ -69,14 +69,19 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
                      decoded: dict[bytes, tuple[str, Any, int]]) -> None:
     """Decode `attributes` onto `op`. `decoded`: plain attributes already decoded in this model, by their
     bytes (a model repeats a handful of axis/perm attributes on thousands of nodes); lists are copied."""
+    attrs, kinds = op._attrs, op._attr_types
     for a in attributes:
         key = a.SerializeToString() if a.type in _PLAIN_ATTRIBUTES else None
         hit = decoded.get(key) if key is not None else None
         if hit is not None:
             name, value, attr_type = hit
-            if name in op._attrs:
+            if name in attrs:
                 raise ModelFileError(f"{label}: node {op.name!r} has attribute {name!r} twice")
-            op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            if op._graph._nested_ops:  # an op holding a graph: `_set_onnx_attr` keeps the graph's record of it
+                op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            else:  # a plain value (no array to freeze, no graph): what `_set_onnx_attr` writes, without the calls
+                attrs[name] = list(value) if type(value) is tuple else value
+                kinds[name] = attr_type
             continue
         if a.name in op._attrs:
             raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
