@@ -202,6 +202,18 @@ def test_constant_attribute_tensors_are_checked():
     refused(data, "'h'", "over the 1099511627776-byte limit")
 
 
+def test_a_tensor_hidden_in_an_int_attribute_is_checked_among_thousands_of_plain_ones():
+    """The walk skips attributes whose bytes it already found empty; one with the same name and type tag but a
+    tensor behind it differs in its bytes, so it is still found and checked."""
+    nodes = [helper.make_node("Flatten", ["x" if i == 0 else f"f{i - 1}"], [f"f{i}"], axis=1) for i in range(2000)]
+    hidden = helper.make_attribute("axis", 1)
+    hidden.t.CopyFrom(TensorProto(name="hid", data_type=TensorProto.FLOAT, dims=[4, 4], raw_data=b"\0" * 8))
+    nodes[1500].attribute[0].CopyFrom(hidden)
+    nodes.append(helper.make_node("Identity", ["f1999"], ["y"]))
+    data = model_with(nodes, inputs=["x"]).SerializeToString()
+    refused(data, "'hid'", "declares dims [4, 4] (64 bytes) but carries 8 bytes")
+
+
 @pytest.mark.parametrize("tensor, rule", [
     (TensorProto(name="t", data_type=TensorProto.INT64, dims=[3], int64_data=[1, 2]), "carries 2 values"),
     (TensorProto(name="t", data_type=TensorProto.STRING, dims=[3], string_data=[b"a"]), "(3 strings) but carries 1"),

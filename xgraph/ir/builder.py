@@ -14,7 +14,10 @@ build, so nothing here can fail halfway. Bulk callers (import of 100k-op models)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections import deque
+from itertools import compress, repeat
+from operator import attrgetter, is_, is_not
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +27,8 @@ from xgraph.ir.tensor import Tensor
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
+
+_ATTRS, _ATTR_TYPES = attrgetter("_attrs"), attrgetter("_attr_types")
 
 
 def link_input(op: Op, index: int, tensor: "Tensor | None") -> None:
@@ -110,14 +115,17 @@ class GraphBuilder:
             self._leaf_of[op] = self._root
         return op
 
-    def add_ops(self, rows: "Iterable[tuple[str, str, str, Sequence[str], Sequence[str]]]") -> list[Op]:
+    def add_ops(self, rows: "Iterable[tuple[str, str, str, Sequence[str], Sequence[str]]]",
+                output_types: "Mapping[str, tuple] | None" = None) -> list[Op]:
         """`add_op` for many ops (import): rows of (name, type, domain, input names, output names), in order.
 
         An input name is "" for an omitted optional input, else a tensor of the graph or an output
-        of an earlier row (the caller checked that). One loop with its tables held locally, because
-        per-call overhead is most of `add_op`'s cost on a 100k-op model.
+        of an earlier row (the caller checked that). `output_types`: (shape tuple or None, numpy dtype
+        or None) by output name, for the outputs whose type is known. One loop with its tables held
+        locally, because per-call overhead is most of `add_op`'s cost on a 100k-op model.
         """
         graph, tensors = self.graph, self._tensors
+        get_type = (output_types or {}).get
         seq = graph._seq
         made: list[Op] = []
         append = made.append
@@ -137,6 +145,9 @@ class GraphBuilder:
             for o in output_names:
                 t = Tensor(graph, o)
                 t._producer = op
+                typed = get_type(o)
+                if typed is not None:
+                    t._shape, t._dtype = typed
                 tensors[o] = t
                 op_outputs.append(t)
             append(op)
@@ -207,10 +218,12 @@ class GraphBuilder:
     def set_op_annotation_column(key: str, ops: Sequence[Op], values: Sequence[Any], missing: Any) -> None:
         """Annotation `key` read back from a file for many ops at once: `values[i]` on `ops[i]`, except where
         it is `missing` (already checked by the reader)."""
-        for op, value in zip(ops, values):
-            if value is not missing:
-                op._attrs[key] = value
-                op._attr_types[key] = None
+        if any(map(is_, values, repeat(missing))):  # some ops without it: only the others
+            keep = list(map(is_not, values, repeat(missing)))
+            ops, values = list(compress(ops, keep)), list(compress(values, keep))
+        # two dict writes per op, made by map in C (a Python loop over 100k ops costs several times more)
+        deque(map(dict.__setitem__, map(_ATTRS, ops), repeat(key), values), maxlen=0)
+        deque(map(dict.__setitem__, map(_ATTR_TYPES, ops), repeat(key), repeat(None)), maxlen=0)
 
     # -- graph order and outputs -------------------------------------------------------------
     def set_outputs(self, tensors: Iterable[Tensor]) -> None:
@@ -222,13 +235,17 @@ class GraphBuilder:
         self.graph._inputs = list(tensors)
 
     def reorder(self, op_names: Sequence[str], tensor_names: Sequence[str]) -> None:
-        """Put ops (every one, by name) and tensors (those named first, the rest after) in a saved order."""
+        """Put ops (every one, by name) and tensors (those named first, each a tensor of the graph; the rest
+        after) in a saved order."""
         graph = self.graph
-        graph._ops = {n: self._ops[n] for n in op_names}
+        if list(self._ops) != list(op_names):  # a file written from this order is read back in it: kept as it is
+            graph._ops = {n: self._ops[n] for n in op_names}
         for i, op in enumerate(graph._ops.values()):
             op._seq = i
         listed = dict.fromkeys(tensor_names)
-        graph._tensors = {n: self._tensors[n] for n in [*listed, *(n for n in self._tensors if n not in listed)]}
+        if list(self._tensors)[:len(listed)] != list(listed):
+            listed.update(self._tensors)  # the named keep their places, taking their tensors; the rest follow
+            graph._tensors = listed
         self._ops, self._tensors = graph._ops, graph._tensors
 
     # -- subgraph tree -------------------------------------------------------------------------

@@ -118,6 +118,8 @@ class DecodedValues:
         self._done = [False] * len(entries)
         self._mutable = [False] * len(entries)
         self.dec = dec
+        #: attrs objects of table indices only, already decoded: the (key, index, mutable) of each entry
+        self._attrs_seen: dict[tuple, list[tuple[str, int, bool]]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -142,8 +144,17 @@ class DecodedValues:
         """A node's attrs: each key -> an index into the table, or a tagged value (format 1)."""
         if not isinstance(d, dict):
             self.dec.fail(f"attrs of {where} are not an object")
+        indices_only = set(map(type, d.values())) <= {int}  # (no bool: True == 1 would share a memo entry)
+        key = tuple(d.items()) if indices_only else None
+        seen = self._attrs_seen.get(key) if indices_only else None
+        if seen is not None:  # the same indices as a node before (a tree repeats a few attr dicts): checked
+            decoded = self._decoded
+            return {k: _fresh(decoded[i]) if mutable else decoded[i] for k, i, mutable in seen}
         get, decode = self.get, self.dec.decode
-        return {k: get(v) if type(v) is int else decode(v) for k, v in d.items()}
+        attrs = {k: get(v) if type(v) is int else decode(v) for k, v in d.items()}
+        if indices_only:
+            self._attrs_seen[key] = [(k, i, self._mutable[i]) for k, i in d.items()]
+        return attrs
 
     def column(self, key: Any, column: Any, n: int) -> list[Any]:
         """One annotation column, checked: per op the value, or `MISSING` where the op has none."""

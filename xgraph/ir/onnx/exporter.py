@@ -7,7 +7,7 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -112,7 +112,8 @@ def _add_node(nodes, op: "Op", outputs: set) -> None:
                 for t in op._outputs])
     if op.doc_string:
         node.doc_string = op.doc_string
-    if any(kind is not None for kind in op._attr_types.values()):  # annotations are never exported
+    kinds = op._attr_types
+    if kinds and list(kinds.values()).count(None) < len(kinds):  # annotations (None) are never exported
         try:
             node.attribute.extend(op.attribute_protos())
         except TypeError as e:
@@ -160,11 +161,19 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                 if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
                     fill_value_info(add(), t, types)
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
+        known: dict[tuple[int, int], onnx.TypeProto] = {}  # by the ids of a shape and a dtype (alive: tensors hold them)
         for op in ops:
             for t in op._outputs:
                 if (t._dtype is not None or t._type_proto is not None) and t not in io \
                         and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set)):
-                    fill_value_info(add(), t)
+                    if t._type_proto is not None:
+                        fill_value_info(add(), t)
+                        continue
+                    shape, dtype = t._shape, t._dtype
+                    tp = known.get((id(shape), id(dtype)))
+                    if tp is None:
+                        tp = known[(id(shape), id(dtype))] = _tensor_type(shape, dtype)
+                    add(name=t.name, type=tp)  # the fields `fill_value_info` writes, in one call
     if external:  # weights stored elsewhere: their references, never their bytes
         for t in consts:
             g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t._data, t.name))
@@ -242,9 +251,10 @@ def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True,
     reference, as an .xmodel with a side file stores it)."""
     types = _types_for(graph, [*graph._inputs, *graph._outputs]) if infer_missing else None
     consts = [t for t in graph._tensors.values() if t._data is not None]
-    model = _model(graph, graph.name, _ordered_ops(graph), graph._inputs, graph._outputs, consts, types, external)
+    ops = _ordered_ops(graph)
+    model = _model(graph, graph.name, ops, graph._inputs, graph._outputs, consts, types, external)
     if infer_missing:
-        check_exported(model, f"graph {graph.name!r}")
+        check_exported(model, f"graph {graph.name!r}", ops)
     return model
 
 
@@ -261,33 +271,37 @@ def _schema(op_type: str, domain: str, version: int):
     return _SCHEMAS[key]
 
 
-def check_exported(model: onnx.ModelProto, what: str) -> None:
+def check_exported(model: onnx.ModelProto, what: str, ops: "Sequence[Op] | None" = None) -> None:
     """Refuse an export whose nodes break their ONNX schema's input/output counts (a GraphError naming the op).
 
     That is what the graph API lets a caller build wrongly (an op created without its inputs);
-    the counts are checked in one pass over the nodes, far cheaper than onnx.checker on the
-    whole model, which also needs every graph output's shape.
+    the counts are checked once per distinct (domain, op type, input count, output count), far
+    cheaper than onnx.checker on the whole model, which also needs every graph output's shape.
+    `ops`: the ops the model's nodes were made from, in node order (each node has its op's name and
+    counts): the counts are read from them instead of from the protos.
     """
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     local = {(f.domain, f.name) for f in model.functions}
-    fine: set[tuple] = set()  # (domain, op type, input count, output count) already checked
-    for node in model.graph.node:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        key = (domain, node.op_type, len(node.input), len(node.output))
-        if key in fine:
+    if ops is None:
+        nodes = model.graph.node
+        keys = [(node.domain, node.op_type, len(node.input), len(node.output)) for node in nodes]
+    else:
+        nodes = ops
+        keys = [(op.domain, op.type, len(op._inputs), len(op._outputs)) for op in ops]
+    for key in dict.fromkeys(keys):  # each distinct key once, in the order of its first node
+        domain, op_type, n_inputs, n_outputs = key
+        domain = "" if domain == "ai.onnx" else domain
+        if domain not in ("", "ai.onnx.ml") or (domain, op_type) in local or domain not in opsets:
             continue
-        fine.add(key)  # a failing key raises below, so it is never reused
-        if domain not in ("", "ai.onnx.ml") or (domain, node.op_type) in local or domain not in opsets:
-            continue
-        schema = _schema(node.op_type, domain, opsets[domain])
+        schema = _schema(op_type, domain, opsets[domain])
         if schema is None:
             continue
-        for kind, count, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
-                                       ("outputs", len(node.output), schema.min_output, schema.max_output)):
+        for kind, count, low, high in (("inputs", n_inputs, schema.min_input, schema.max_input),
+                                       ("outputs", n_outputs, schema.min_output, schema.max_output)):
             if not low <= count <= high:
                 wanted = f"{low}" if low == high else f"{low} to {high}" if high < 1 << 30 else f"at least {low}"
-                raise GraphError(f"{what}: op {node.name!r} ({node.op_type}) has {count} {kind}, but ONNX "
-                                 f"{node.op_type}-{schema.since_version} takes {wanted}; give the op its "
+                raise GraphError(f"{what}: op {nodes[keys.index(key)].name!r} ({op_type}) has {count} {kind}, but "
+                                 f"ONNX {op_type}-{schema.since_version} takes {wanted}; give the op its "
                                  f"{kind} before exporting or saving")
 
 

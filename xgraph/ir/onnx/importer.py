@@ -5,6 +5,7 @@ The graph is built through `GraphBuilder` into the class the caller names (`grap
 """
 from __future__ import annotations
 
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.onnx.safe_reader import read_model_inventory, sparse_to_dense
 from xgraph.ir.onnx.tensor_inventory import Inventory
 from xgraph.ir.onnx.shape_inference import DATA_PROP_MAX_DIM, infer_model
-from xgraph.ir.onnx.value_types import TYPE_CACHE, NotText, type_to_shape_dtype, value_types
+from xgraph.ir.onnx.value_types import NotText, decode_type_key, type_to_shape_dtype, value_type_keys
 from xgraph.ir.op import Op
 from xgraph.ir.tensor import Tensor
 
@@ -68,14 +69,19 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
                      decoded: dict[bytes, tuple[str, Any, int]]) -> None:
     """Decode `attributes` onto `op`. `decoded`: plain attributes already decoded in this model, by their
     bytes (a model repeats a handful of axis/perm attributes on thousands of nodes); lists are copied."""
+    attrs, kinds = op._attrs, op._attr_types
     for a in attributes:
         key = a.SerializeToString() if a.type in _PLAIN_ATTRIBUTES else None
         hit = decoded.get(key) if key is not None else None
         if hit is not None:
             name, value, attr_type = hit
-            if name in op._attrs:
+            if name in attrs:
                 raise ModelFileError(f"{label}: node {op.name!r} has attribute {name!r} twice")
-            op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            if op._graph._nested_ops:  # an op holding a graph: `_set_onnx_attr` keeps the graph's record of it
+                op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
+            else:  # a plain value (no array to freeze, no graph): what `_set_onnx_attr` writes, without the calls
+                attrs[name] = list(value) if type(value) is tuple else value
+                kinds[name] = attr_type
             continue
         if a.name in op._attrs:
             raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
@@ -152,7 +158,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         copy = onnx.FunctionProto()
         copy.CopyFrom(f)
         graph.functions.append(copy)
-    types = value_types(g)
+    types, type_protos = value_type_keys(g)
     if not is_text(*types):
         bad = next(n for n in types if type(n) is not str)
         raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
@@ -195,7 +201,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
             raise ModelFileError(f"{label}: a graph input has no name")
         _set_tensor_type(build.add_input(vi.name), vi.type)
         input_names.add(vi.name)
-    _add_nodes(build, nodes, types, label)
+    _add_nodes(build, nodes, types, type_protos, label)
     outputs = []
     for vi in g.output:
         if vi.name not in tensors:
@@ -209,18 +215,18 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
     return graph
 
 
-def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProto], label: str) -> None:
-    """Every node as an op, in a topological order, with its attributes and its outputs' types."""
+def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], type_protos: dict[bytes, onnx.TypeProto],
+               label: str) -> None:
+    """Every node as an op, in a topological order, with its attributes and its outputs' types
+    (`types`, `type_protos`: serialized TypeProto by value name, and the type of each, `value_type_keys`)."""
     tensors = build.graph._tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
     omitted = any("" in outs for outs in nodes.outputs)  # optional outputs left out: they get private names
     declared = {o for outs in nodes.outputs for o in outs if o} if omitted else set()
-    get_type = types.get
-    decoded_types = TYPE_CACHE  # filled by _set_tensor_type; read inline here, the hottest loop
-    set_type = GraphBuilder.set_tensor_type
     op_types, domains, inputs, outputs, attributes, docs = \
         nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
+    tensor_types, others = _decoded_types(types, type_protos)
 
     def output_names(i: int) -> list[str]:
         outs = outputs[i]
@@ -228,25 +234,46 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, onnx.TypeProt
             return [o or _unused_output_name(names[i], j, declared, tensors) for j, o in enumerate(outs)]
         return outs
 
-    if omitted or order != list(range(len(order))):
-        made = build.add_ops((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order)
+    in_file_order = order == list(range(len(order)))
+    if omitted or not in_file_order:
+        made = build.add_ops(((names[i], op_types[i], domains[i], inputs[i], output_names(i)) for i in order),
+                             tensor_types)
     else:  # file order and every output named (the usual case): the columns as they are
-        made = build.add_ops(zip(names, op_types, domains, inputs, outputs))
+        made = build.add_ops(zip(names, op_types, domains, inputs, outputs), tensor_types)
+    op_of = made if in_file_order else dict(zip(order, made))  # node index -> its op
+    for i in compress(range(len(docs)), docs):
+        op_of[i].doc_string = docs[i]
     decoded: dict[bytes, tuple[str, Any, int]] = {}
-    for i, op in zip(order, made):
-        if docs[i]:
-            op.doc_string = docs[i]
-        if attributes[i]:
-            _read_attributes(op, attributes[i], label, decoded)
-    for op in made:
-        for t in op._outputs:
-            tp = get_type(t.name)
-            if tp is not None:
-                decoded = decoded_types.get(tp.SerializeToString())
-                if decoded is not None and decoded[2]:
-                    set_type(t, decoded[0], decoded[1])
-                else:
-                    _set_tensor_type(t, tp)
+    for i in (compress(range(len(attributes)), attributes) if in_file_order else
+              [i for i in order if attributes[i]]):  # ops in order: the first bad attribute is named
+        _read_attributes(op_of[i], attributes[i], label, decoded)
+    if others:  # sequences, maps, optionals, and types that cannot be decoded: op by op, in order
+        for op in made:
+            for t in op._outputs:
+                key = others.get(t.name)
+                if key is not None:
+                    _set_tensor_type(t, type_protos[key])
+
+
+def _decoded_types(types: dict[str, bytes], protos: dict[bytes, onnx.TypeProto]
+                   ) -> tuple[dict[str, tuple], dict[str, bytes]]:
+    """(name -> (shape, dtype) of the tensor types, name -> key of every other type), each distinct type
+    decoded once; a type whose decoding fails is left to `_set_tensor_type`, which raises for it when a
+    tensor of the graph has it."""
+    distinct = set(types.values())
+    shapes: dict[bytes, tuple] = {}
+    for key in distinct:
+        try:
+            shape, dtype, is_tensor = decode_type_key(key, protos[key])
+        except NotText:
+            continue
+        if is_tensor:
+            shapes[key] = (shape, dtype)
+    if len(shapes) == len(distinct):  # the usual case: every type a tensor type
+        return {name: shapes[key] for name, key in types.items()}, {}
+    tensor_types = {name: shapes[key] for name, key in types.items() if key in shapes}
+    others = {name: key for name, key in types.items() if key not in shapes}
+    return tensor_types, others
 
 
 __all__ = ["DATA_PROP_MAX_DIM", "RESERVED_METADATA_PREFIX", "check_text", "graph_from_model_proto",

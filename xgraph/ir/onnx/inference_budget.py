@@ -34,7 +34,8 @@ from xgraph.ir.onnx.length_cone import LENGTH_FROM_VALUES as _LENGTH_FROM_VALUES
 from xgraph.ir.onnx.length_cone import MAX as _MAX
 from xgraph.ir.onnx.length_cone import PRODUCT as _PRODUCT
 from xgraph.ir.onnx.length_cone import SUM as _SUM
-from xgraph.ir.onnx.length_cone import length_cone, row_cone
+from xgraph.ir.onnx.length_bounds import decide_in_order
+from xgraph.ir.onnx.length_cone import cone_wants, row_cone
 from xgraph.ir.onnx.length_cone import producers_first as _producers_first
 
 if TYPE_CHECKING:
@@ -265,28 +266,34 @@ def _from_protos(model: onnx.ModelProto, top: "Nodes | None") -> tuple | None:
     return [rows[i] for i in row_cone(rows)], values, tiny
 
 
-def _from_columns(model: onnx.ModelProto, top: "Nodes") -> tuple | None:
-    """`_from_protos` for a model whose main graph is all there is (`_columns_suffice`), read from the
-    importer's columns: only the ops of the length cone become rows. O(V+E), with the per-op work in
+def _from_columns(model: onnx.ModelProto, top: "Nodes", largest_dim: int, limit: int) -> "bool | tuple | None":
+    """For a model whose main graph is all there is (`_columns_suffice`), read from the importer's columns:
+    the decision itself when the length cone's ops come in producer order (`length_bounds`), else what
+    `_from_protos` returns, with only the ops of the length cone as rows. O(V+E), with the per-op work in
     comprehensions and set operations."""
     types, inputs, outputs = top.op_types, top.inputs, top.outputs
-    relevant = [t in _RELEVANT and d in ("", "ai.onnx") for t, d in zip(types, top.domains)]
-    starts = [i for i in compress(range(len(types)), relevant) if types[i] in _LENGTH_FROM_VALUES]
+    plain = set(top.domains) <= {"", "ai.onnx"}  # the usual case: the op type alone decides, mapped in C
+
+    def ops_of(kinds) -> list[bool]:
+        if plain:
+            return list(map(kinds.__contains__, types))
+        return [t in kinds and d in ("", "ai.onnx") for t, d in zip(types, top.domains)]
+
+    relevant = ops_of(_RELEVANT)
+    starts = list(compress(range(len(types)), ops_of(_LENGTH_FROM_VALUES)))
     if not starts:
         return None
     read = set(chain.from_iterable(compress(inputs, relevant)))
-    read_any = {x for i in compress(range(len(types)), relevant) if types[i] in _FLOAT_TO_INT for x in inputs[i]}
+    read_any = set(chain.from_iterable(compress(inputs, ops_of(_FLOAT_TO_INT))))
     protos = model.graph.node
-    constants = [(i, types[i], outputs[i], protos[i]) for i in compress(range(len(types)), relevant)
-                 if types[i] in _CONSTANTS]
+    constants = [(i, types[i], outputs[i], protos[i]) for i in compress(range(len(types)), ops_of(_CONSTANTS))]
     values, tiny, attr_values = _value_facts(model, constants, read, read_any)
-    produced_by = top.produced_by()
-
-    def producers(name: str) -> tuple[int, ...]:
-        j = produced_by.get(name)
-        return (j,) if j is not None and relevant[j] else ()
-
-    cone = length_cone(types, inputs, starts, producers)
+    made = {o: (j,) for o, j in top.produced_by().items() if relevant[j]}  # one producer each: `_columns_suffice`
+    cone, need_value, need_dim = cone_wants(types, inputs, starts, made.get)
+    decided = decide_in_order(types, inputs, outputs, cone, need_value, need_dim, dict(values),
+                              _declared_dims(model), float(max(largest_dim, 1)), attr_values, tiny, limit)
+    if decided is not None:
+        return decided
     return [(types[i], inputs[i], outputs[i], attr_values.get(i, 0.0)) for i in cone], values, tiny
 
 
@@ -300,10 +307,12 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
     tensor whose dims are bounded, arithmetic on them) and its largest dim (declared, or the
     length an op makes from values). `top`: the main graph's nodes already read into columns.
     """
-    prepared = _from_columns(model, top) if top is not None and _columns_suffice(model, top) \
+    prepared = _from_columns(model, top, largest_dim, limit) if top is not None and _columns_suffice(model, top) \
         else _from_protos(model, top)
     if prepared is None:
         return True
+    if type(prepared) is bool:  # decided in one pass over the cone, in producer order
+        return prepared
     rows, values, tiny = prepared
     dims = _declared_dims(model)  # per tensor: a bound of its largest dimension
     default_dim = float(max(largest_dim, 1))

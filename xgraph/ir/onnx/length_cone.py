@@ -43,47 +43,51 @@ def length_cone(types: Sequence[str], inputs: Sequence[Sequence[str]], starts: I
     >>> length_cone(["Shape", "Relu", "Reshape"], [["x"], ["x"], ["x", "s"]], [2], {"s": [0]}.get)
     [0, 2]
     """
-    keep: set[int] = set()
+    return cone_wants(types, inputs, starts, producers)[0]
+
+
+def cone_wants(types: Sequence[str], inputs: Sequence[Sequence[str]], starts: Iterable[int],
+               producers: Callable[[str], Iterable[int]]) -> tuple[list[int], set[str], set[str]]:
+    """(`length_cone`, the tensors whose value bound it wants, the tensors whose dim bound it wants):
+    only those bounds reach a length."""
+    keep = set(starts)
     need_value: set[str] = set()
     need_dim: set[str] = set()
-    stack: list[tuple[bool, str]] = []  # (a value bound wanted, else a dim bound; tensor name)
+    values: list[str] = []  # names whose value bound is wanted, their producers not yet followed
+    dims: list[str] = []  # the same for dim bounds
 
-    def want(value: bool, name: str) -> None:
-        wanted = need_value if value else need_dim
-        if name and name not in wanted:
-            wanted.add(name)
-            stack.append((value, name))
+    def want(wanted: set[str], stack: list[str], names: Iterable[str]) -> None:
+        fresh = set(names) - wanted
+        if fresh:
+            fresh.discard("")
+            wanted |= fresh
+            stack.extend(fresh)
 
     def want_length_inputs(t: str, names: Sequence[str]) -> None:
         value_inputs, scaled = LENGTH_FROM_VALUES[t]
-        for k in value_inputs:
-            if k < len(names):
-                want(True, names[k])
+        want(need_value, values, [names[k] for k in value_inputs if k < len(names)])
         if scaled:
-            for x in names:
-                want(False, x)
+            want(need_dim, dims, names)
 
-    for i in starts:
-        keep.add(i)
+    for i in keep:
         want_length_inputs(types[i], inputs[i])
-    while stack:
-        value, name = stack.pop()
-        for j in producers(name) or ():
-            keep.add(j)
-            t, names = types[j], inputs[j]
-            if value:
+    while values or dims:  # the wanted sets are a closure: the order they are followed in does not matter
+        while values:
+            for j in producers(values.pop()) or ():
+                keep.add(j)
+                t = types[j]
                 if t == "Shape" or t == "Size":
-                    for x in names:
-                        want(False, x)
+                    want(need_dim, dims, inputs[j])
                 elif t in VALUE_FROM_INPUT_VALUES:
-                    for x in names:
-                        want(True, x)
-            else:
-                for x in names:
-                    want(False, x)
+                    want(need_value, values, inputs[j])
+        while dims:
+            for j in producers(dims.pop()) or ():
+                keep.add(j)
+                t = types[j]
+                want(need_dim, dims, inputs[j])
                 if t in LENGTH_FROM_VALUES:
-                    want_length_inputs(t, names)
-    return sorted(keep)
+                    want_length_inputs(t, inputs[j])
+    return sorted(keep), need_value, need_dim
 
 
 def row_cone(rows: list[tuple]) -> list[int]:
@@ -97,5 +101,5 @@ def row_cone(rows: list[tuple]) -> list[int]:
                        producers.get)
 
 
-__all__ = ["FIRST", "LENGTH_FROM_VALUES", "MAX", "PRODUCT", "SUM", "VALUE_FROM_INPUT_VALUES", "length_cone",
-           "producers_first", "row_cone"]
+__all__ = ["FIRST", "LENGTH_FROM_VALUES", "MAX", "PRODUCT", "SUM", "VALUE_FROM_INPUT_VALUES", "cone_wants",
+           "length_cone", "producers_first", "row_cone"]

@@ -21,6 +21,9 @@ MAX_GRAPH_DEPTH = 64
 MAX_SPARSE_DENSE_BYTES = 1 << 30
 #: Arrays (numpy's limit) and so sparse tensors, which are expanded to arrays, have at most this many dims.
 MAX_RANK = 64
+#: attribute types whose values are scalars, strings or lists of them: what repeats on thousands of nodes
+_SCALAR_TYPES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+                           onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS})
 
 _BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
 if hasattr(TensorProto, "FLOAT4E2M1"):
@@ -84,10 +87,18 @@ class Inventory:
         Fields are read whatever an attribute's declared type says: a graph or tensor hidden
         behind a wrong type tag is still checked.
         """
+        plain: set[bytes] = set()  # attributes (of a scalar or list type) found to hold none of these, by their bytes
         for attributes in attribute_lists:
             if not attributes:
                 continue
             for a in attributes:
+                key = a.SerializeToString() if a.type in _SCALAR_TYPES else None
+                if key in plain:  # the same bytes as one found empty: empty too (a model repeats a few axes)
+                    continue
+                if key is not None and not (a.HasField("t") or a.tensors or a.HasField("sparse_tensor")
+                                            or a.sparse_tensors or a.HasField("g") or a.graphs):
+                    plain.add(key)
+                    continue
                 if a.HasField("t"):
                     self.tensors.append(a.t)
                 self.tensors.extend(a.tensors)

@@ -1,6 +1,8 @@
 """ONNX value types decoded for the IR: TypeProto -> (shape, numpy dtype, is it a tensor)."""
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -62,6 +64,37 @@ def _decode_type(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, boo
         else:
             dims.append(None)
     return tuple(dims), dtype, True
+
+
+_NAME, _TYPE, _SERIALIZE = attrgetter("name"), attrgetter("type"), onnx.TypeProto.SerializeToString
+
+
+def decode_type_key(key: bytes, tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | None, bool]:
+    """`type_to_shape_dtype(tp)`, where `key` is ``tp.SerializeToString()`` (as `value_type_keys` gives them)."""
+    hit = TYPE_CACHE.get(key)
+    if hit is None:
+        hit = _decode_type(tp)
+        if len(TYPE_CACHE) >= TYPE_CACHE_LIMIT:
+            TYPE_CACHE.clear()
+        TYPE_CACHE[key] = hit
+    return hit
+
+
+def value_type_keys(g: onnx.GraphProto) -> tuple[dict[str, bytes], dict[bytes, onnx.TypeProto]]:
+    """`value_types` with each type as its serialized bytes (one C call per value), and one TypeProto per
+    distinct bytes: a 100k-op model's types are decoded once per distinct type, not once per tensor."""
+    keys: dict[str, bytes] = {}
+    protos: dict[bytes, onnx.TypeProto] = {}
+    for infos in (g.value_info, g.input, g.output):  # later lists win, as in `value_types`
+        names = list(map(_NAME, infos))
+        tps = list(map(_TYPE, infos))
+        found = list(map(_SERIALIZE, tps))
+        distinct = dict(zip(found, tps))
+        untyped = {key for key, tp in distinct.items() if tp.WhichOneof("value") is None}
+        protos.update(distinct)
+        keys.update([row for row in zip(names, found) if row[1] not in untyped] if untyped else zip(names, found))
+    keys.pop("", None)
+    return keys, protos
 
 
 def value_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:

@@ -220,7 +220,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
         names = spec.get("ops")
         if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
-        found = [ops.get(n) for n in names]
+        found = list(map(ops.get, names))
         if None not in found and len(set(names)) == len(names) and claimed.keys().isdisjoint(names):
             claimed.update(dict.fromkeys(names, sg.name))
             place_all(sg, found)
