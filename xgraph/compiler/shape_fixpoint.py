@@ -24,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import nested_read_tensors
+from xgraph.ir.op_facts import distinct_output_shapes
+from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
 Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
@@ -42,12 +43,19 @@ def _static(t: Tensor | None) -> bool:
     return t is not None and t.shape is not None and all(isinstance(d, int) and d >= 0 for d in t.shape)
 
 
-def _query_value(op: Op) -> np.ndarray | None:
-    """The value of a Shape/Size op whose input shape is static (None when it is not)."""
+def _query_value(op: Op, pending: "dict[Tensor, np.ndarray] | None" = None) -> np.ndarray | None:
+    """The value of a Shape/Size op whose input shape is static (None when it is not); an input in
+    `pending` (a query folded earlier in the same pass) has the shape of its value."""
     inputs = op.get_input_tensors()
-    if op.domain not in ("", "ai.onnx") or len(inputs) != 1 or not _static(inputs[0]):
+    if op.domain not in ("", "ai.onnx") or len(inputs) != 1:
         return None
-    shape = [int(d) for d in inputs[0].shape]
+    value = pending.get(inputs[0]) if pending else None
+    if value is not None:
+        shape = [int(d) for d in value.shape]
+    elif not _static(inputs[0]):
+        return None
+    else:
+        shape = [int(d) for d in inputs[0].shape]
     if op.type == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
     rank = len(shape)
@@ -58,22 +66,31 @@ def _query_value(op: Op) -> np.ndarray | None:
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def fold_shape_queries(graph: Graph, replace: Replace) -> int:
-    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded."""
+def fold_shape_queries(graph: Graph, replace: "Replace | None" = None) -> int:
+    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded.
+
+    With `replace` each op is replaced by that call, in topological order; without, all of them in
+    one edit (`replace_ops_by_weights`), which leaves the graph those calls would."""
     queries = [op for op in graph.get_ops() if op.type in _QUERIES]
     if not any(_query_value(op) is not None for op in queries):
         return 0  # nothing to fold: no need to order the graph
     keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
-    folded = 0
+    folds: list = []
+    pending: dict[Tensor, np.ndarray] = {}
     for op in graph.toposort():
         if op.type not in _QUERIES or any(t in keep for t in op.get_output_tensors()):
             continue
-        value = _query_value(op)
+        value = _query_value(op, pending)
         if value is None:
             continue
-        replace(graph, op, [value])
-        folded += 1
-    return folded
+        if replace is not None:
+            replace(graph, op, [value])
+        else:
+            pending[op.get_output_tensor()] = value
+        folds.append((op, [value]))
+    if replace is None and folds:
+        replace_ops_by_weights(graph, folds)
+    return len(folds)
 
 
 def _reinfer(graph: Graph) -> None:
@@ -97,15 +114,16 @@ def _known(shape) -> int:
 
 def _has_dynamic_outputs(graph: Graph) -> bool:
     """True when some op output's shape is not fully static (asked once per distinct shape)."""
-    shapes = {t.shape for t in graph.get_tensors() if t.producer is not None}
+    shapes = distinct_output_shapes(graph.get_ops())
     return None in shapes or not all(all(isinstance(d, int) and d >= 0 for d in shape) for shape in shapes)
 
 
-def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace) -> dict[str, Any]:
+def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replace | None" = None) -> dict[str, Any]:
     """Fold and infer until nothing changes; returns {"rounds", "shape_ops", "folded_ops", "dead_ops"}.
 
     `fold`, `remove_dead` and `replace` are the prepare stage's own steps (passed in, so this module
-    does not import the stage that calls it)."""
+    does not import the stage that calls it); without `replace` the shape queries of a round are
+    replaced in one edit."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
         queries = fold_shape_queries(graph, replace)

@@ -178,6 +178,30 @@ class GraphBuilder:
                 del parent._children[s]
             s = parent
 
+    def remove_ops(self, ops: "Sequence[Op]") -> None:
+        """`remove_op` for each of `ops` in turn (constant folding removes thousands at once)."""
+        tensors, table, leaf_of = self._tensors, self._ops, self._leaf_of
+        for op in ops:
+            for t in op._inputs:  # unlink_input per slot
+                if t is not None:
+                    consumers = t._consumers
+                    n = consumers.get(op, 0) - 1
+                    if n <= 0:
+                        consumers.pop(op, None)
+                    else:
+                        consumers[op] = n
+            for t in op._outputs:
+                del tensors[t.name]
+            del table[op.name]
+            s = leaf_of.pop(op)
+            while s is not None:
+                s._ops.discard(op)
+                parent = s._parent
+                if parent is not None and not s._ops:
+                    del parent._children[s]
+                s = parent
+        self.graph._nested_ops.difference_update(ops)
+
     def remove_tensor(self, t: Tensor) -> None:
         """Take an unlinked tensor (weight or graph input) out of the tables."""
         del self._tensors[t.name]

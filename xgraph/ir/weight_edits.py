@@ -93,6 +93,65 @@ def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.nda
     return made
 
 
+def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequence[np.ndarray]]]",
+                           keep_unread: bool = True) -> "list[Tensor]":
+    """`replace_op_by_weights` for each (op, arrays) of `folds` in turn, as one edit: the same tables,
+    links and weights (names, order, readers, values) those calls leave, with one check of everything
+    first and one cache drop. Returns the new weights, in the order the calls would have made them.
+
+    A weight some later op of `folds` is the only reader of would be made and then be left unread;
+    with `keep_unread=False` it is not made at all (what `remove_unused_weights` would do to it next),
+    and no reader is relinked only to be removed. GraphError, changing nothing, on what
+    `replace_op_by_weights` refuses or an op given twice.
+    """
+    ops = [op for op, _ in folds]
+    table = graph._ops
+    for op in ops:
+        if table.get(getattr(op, "name", None)) is not op:
+            graph._resolve_op(op)  # raises, naming what it is
+    rank = dict(zip(ops, range(len(ops))))  # the order of the calls
+    if len(rank) != len(ops):
+        twice = next(op for op in ops if ops.count(op) > 1)
+        raise GraphError(f"op {twice.name!r} is given twice to replace by weights; give each op once")
+    exposed = graph._output_set()
+    implicit = graph._implicit_index()[1] if graph._nested_ops else exposed
+    for op, (_, arrays) in zip(ops, folds):
+        outputs = op._outputs
+        if len(arrays) != len(outputs):
+            raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
+                             "to replace them; give one array per output")
+        for t in outputs:
+            if t in exposed or t in implicit:
+                kept = [t.name for t in outputs if t in exposed or t in implicit]
+                raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs "
+                                 "or read by a nested graph")
+    # checks done: nothing below can fail
+    moved = [(i, t, list(t._consumers), a) for i, (op, (_, arrays)) in enumerate(zip(ops, folds))
+             for t, a in zip(op._outputs, arrays) if t._consumers]
+    builder = GraphBuilder(graph)
+    builder.remove_ops(ops)  # an op removed later than a producer reads the old tensor: never relinked
+    add_const, asarray, last = builder.add_const, np.asarray, len(ops)
+    made = []
+    for call, old, consumers, array in moved:
+        readers = [c for c in consumers if c not in rank]  # the readers no call removes: the weight keeps them
+        if not readers:
+            if not keep_unread:
+                continue
+            if all(rank.get(c, last) < call for c in consumers):
+                continue  # every reader was removed by an earlier call: that call made no weight
+        weight = add_const(old.name, asarray(array))
+        for c in readers:
+            inputs = c._inputs
+            for i, t in enumerate(inputs):
+                if t is old:
+                    unlink_input(c, i)
+                    link_input(c, i, weight)
+        made.append(weight)
+    if ops:
+        graph._touch(keeps_order=True)  # ops and their outputs gone, weights (no producer) added
+    return made
+
+
 def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> int:
     """Remove every weight nobody reads (not consumed, not a graph output, not read by a nested graph,
     not in `keep`), in one step; returns how many went."""
@@ -121,4 +180,4 @@ def unread_op_positions(ops: "Sequence[Op]", used: "set[Tensor]") -> list[int]:
 
 
 __all__ = ["nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
-           "unread_op_positions", "weight_fed_positions"]
+           "replace_ops_by_weights", "unread_op_positions", "weight_fed_positions"]

@@ -1,0 +1,139 @@
+"""Folding edits made in bulk leave the graph the one-op-at-a-time edits leave.
+
+`replace_ops_by_weights` against `replace_op_by_weights` called per op in the same order (any
+order, readers before producers included); the stage's fold (`keep_unread=False`) against the full
+fold, both followed by dead-op removal; shape queries replaced in one edit against one call per op.
+The oracle compares the tensor table (order included), every tensor's readers (order included),
+every op's inputs and every weight's values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import xgraph
+from xgraph.errors import GraphError
+from xgraph.compiler import prepare as prep
+from xgraph.compiler.shape_fixpoint import fold_shape_queries
+from xgraph.ir.links import check_links
+from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights, replace_ops_by_weights
+
+
+@st.composite
+def models(draw):
+    """Random graphs of weights, one input, foldable ops and Shape (as `test_fold_worklist` draws them)."""
+    n_weights = draw(st.integers(1, 4))
+    names = [f"w{i}" for i in range(n_weights)] + ["x"]
+    init = [numpy_helper.from_array(np.full((2,), i + 1, np.float32), f"w{i}") for i in range(n_weights)]
+    nodes = []
+    for i in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(("Neg", "Relu", "Identity", "Add", "Mul", "Shape")))
+        args = [draw(st.sampled_from(names)) for _ in range(2 if kind in ("Add", "Mul") else 1)]
+        nodes.append(helper.make_node(kind, args, [f"t{i}"], name=f"n{i}"))
+        if kind != "Shape":
+            names.append(f"t{i}")
+    outputs = draw(st.lists(st.sampled_from([n.output[0] for n in nodes]), min_size=1, max_size=3, unique=True))
+    g = helper.make_graph(nodes, "random", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+                          initializer=init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def state(graph) -> list:
+    tensors = [(t.name, [c.name for c in t.consumers], None if t.data is None else t.data.tolist(),
+                t.producer.name if t.producer is not None else None) for t in graph.get_tensors()]
+    ops = [(op.name, [None if t is None else t.name for t in op.get_input_tensors()]) for op in graph.get_ops()]
+    return [tensors, ops, [t.name for t in graph.get_output_tensors()]]
+
+
+def _chain_model(n: int = 6) -> "xgraph.Graph":
+    """x -> Shape -> Gather -> Unsqueeze -> Concat -> Reshape(x), plus a second reader of the Gather."""
+    init = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array([0], np.int64), "ax"),
+            numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Shape", ["s"], ["ss"], name="shape_of_shape"),
+             helper.make_node("Gather", ["s", "i0"], ["g"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["g", "ax"], ["u"], name="unsq"),
+             helper.make_node("Concat", ["u", "rest"], ["c"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "c"], ["y"], name="reshape"),
+             helper.make_node("Cast", ["g"], ["gf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["gf", "z"], ["y2"], name="add"),
+             helper.make_node("Cast", ["ss"], ["ssf"], name="cast2", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["ssf", "z"], ["y3"], name="add2")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "y2", "y3")],
+                          initializer=init)
+    return xgraph.Graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _arrays(op):
+    return [np.full((1,), i + 1, np.int64) for i, _ in enumerate(op.get_output_tensors())]
+
+
+@pytest.mark.parametrize("keep_unread", [True, False])
+@pytest.mark.parametrize("order", ["topological", "reversed", "shuffled"])
+def test_bulk_replace_equals_replace_per_op_in_any_order(order, keep_unread):
+    bulk, one = _chain_model(), _chain_model()
+    names = ["shape", "gather", "unsq", "concat", "shape_of_shape", "cast"]
+    if order == "reversed":
+        names.reverse()
+    elif order == "shuffled":
+        names = [names[i] for i in (3, 0, 5, 1, 4, 2)]
+    made = replace_ops_by_weights(bulk, [(bulk.get_op(n), _arrays(bulk.get_op(n))) for n in names], keep_unread)
+    expected = [replace_op_by_weights(one, one.get_op(n), _arrays(one.get_op(n))) for n in names]
+    expected = [t.name for ts in expected for t in ts]
+    if keep_unread:
+        assert state(bulk) == state(one) and [t.name for t in made] == expected
+    else:
+        remove_unused_weights(bulk), remove_unused_weights(one)
+        assert state(bulk) == state(one)
+        assert [t.name for t in made] == [n for n in expected if bulk.has_tensor(n)]
+    check_links(bulk)
+
+
+def test_bulk_replace_checks_everything_first_and_changes_nothing_on_refusal():
+    g = _chain_model()
+    before = state(g)
+    with pytest.raises(GraphError, match="graph outputs"):
+        replace_ops_by_weights(g, [(g.get_op("shape"), _arrays(g.get_op("shape"))),
+                                   (g.get_op("reshape"), _arrays(g.get_op("reshape")))])
+    with pytest.raises(GraphError, match="one array per output"):
+        replace_ops_by_weights(g, [(g.get_op("gather"), [])])
+    with pytest.raises(GraphError, match="given twice"):
+        replace_ops_by_weights(g, [(g.get_op("gather"), _arrays(g.get_op("gather")))] * 2)
+    other = _chain_model()
+    with pytest.raises(GraphError, match="does not belong"):
+        replace_ops_by_weights(g, [(other.get_op("gather"), _arrays(other.get_op("gather")))])
+    assert state(g) == before
+
+
+@settings(max_examples=80, deadline=None)
+@given(models())
+def test_stage_fold_without_unread_weights_equals_fold_then_dead_removal(model):
+    ours, oracle = xgraph.Graph.from_onnx(model), xgraph.Graph.from_onnx(model)
+    assert prep.fold_constants(ours, keep_unread=False) == prep.fold_constants(oracle)
+    assert prep.remove_dead_ops(ours) == prep.remove_dead_ops(oracle)
+    assert state(ours) == state(oracle)
+    check_links(ours)
+
+
+def test_shape_queries_in_one_edit_equal_one_call_per_op():
+    bulk, one = _chain_model(), _chain_model()
+    assert fold_shape_queries(bulk) == fold_shape_queries(one, prep.replace_by_weights) == 2
+    assert state(bulk) == state(one)
+    assert bulk.get_tensor("ss").data.tolist() == [3]  # Shape of a folded Shape: from its value
+    check_links(bulk)
+
+
+def test_the_chain_folds_to_the_weights_its_unfolded_readers_read():
+    g = _chain_model()
+    fold_shape_queries(g)
+    assert prep.fold_constants(g, keep_unread=False) == 5  # gather, unsq, concat, both casts
+    prep.remove_dead_ops(g)
+    assert g.get_tensor("c").data.tolist() == [2, -1]
+    assert g.get_tensor("gf").data.tolist() == 2.0 and g.get_tensor("ssf").data.tolist() == [3.0]
+    assert sorted(t.name for t in g.get_const_tensors()) == ["c", "gf", "ssf"]
+    assert [op.name for op in g.get_ops()] == ["reshape", "add", "add2"]

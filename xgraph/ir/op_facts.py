@@ -1,0 +1,68 @@
+"""Read-only facts about one op that whole-graph passes ask of thousands of ops, each in one step.
+
+Constant folding asks, for every op it looks at, whether its inputs are all weights (or values
+folded earlier in the same pass), what those values are, and what its attributes and output types
+are, as a key for reusing an earlier result. Spelled with the general accessors (`get_input_tensors`,
+`get_onnx_attrs`, `get_attr_kind`) each question copies lists and dicts; these read the op once.
+Nothing here changes the graph.
+"""
+from __future__ import annotations
+
+from itertools import chain
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from xgraph.ir.op import Op
+    from xgraph.ir.tensor import Tensor
+
+_NONE: "Mapping" = {}
+
+
+def reads_only_values(op: "Op", pending: "Mapping[Tensor, Any]" = _NONE) -> bool:
+    """True when every input of `op` (omitted optionals aside) is a weight or a key of `pending`
+    (values a pass computed for tensors it has not turned into weights yet)."""
+    for t in op._inputs:
+        if t is not None and t._data is None and t not in pending:
+            return False
+    return True
+
+
+def input_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]" = _NONE) -> "list[np.ndarray | None]":
+    """The arrays `op` reads, in input order: a weight's data, else `pending[t]`; None for an omitted
+    input (KeyError for an input that is neither: ask `reads_only_values` first)."""
+    return [None if t is None else (t._data if t._data is not None else pending[t]) for t in op._inputs]
+
+
+def has_nested_graphs(op: "Op") -> bool:
+    """True when some attribute of `op` is a graph (an If/Loop/Scan body): the graph's own index, no attribute walk."""
+    return op in op._graph._nested_ops
+
+
+def attribute_identity(op: "Op") -> "tuple[tuple, tuple]":
+    """(key, values): the key is (type, domain, attribute names, their kinds, the ids of their values), a
+    hashable tuple; two ops with equal keys have equal attributes as long as `values` (the attribute
+    values, which the caller holds on to with the key) stays alive, so no id is reused. Ops with equal
+    attributes may still have different keys."""
+    attrs = op._attrs
+    values = tuple(attrs.values())
+    return (op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values
+
+
+def output_types(op: "Op") -> tuple:
+    """((shape, dtype) per output), as inferred."""
+    return tuple([(t._shape, t._dtype) for t in op._outputs])
+
+
+_OUTPUTS = attrgetter("_outputs")
+_SHAPE = attrgetter("_shape")
+
+
+def distinct_output_shapes(ops: "Iterable[Op]") -> set:
+    """The distinct shapes (tuples, or None when unknown) of the outputs of `ops`, read in one C-level pass."""
+    return set(map(_SHAPE, chain.from_iterable(map(_OUTPUTS, ops))))
+
+
+__all__ = ["attribute_identity", "distinct_output_shapes", "has_nested_graphs", "input_values", "output_types", "reads_only_values"]
