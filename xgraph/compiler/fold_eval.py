@@ -32,15 +32,24 @@ def nested_graphs(op: Op) -> list[tuple[str, Any]]:
             if isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))]
 
 
+def refused_type(op_type: str) -> bool:
+    """True for op types never folded: random, nondeterministic, or `KEEP_QUANTIZED` (an int8 weight keeps
+    its scale and zero point: the device decides what it needs)."""
+    return op_type.startswith("Random") or op_type in NONDETERMINISTIC or op_type in KEEP_QUANTIZED
+
+
+def foldable_reading_values(op: Op, keep: "set[Tensor]") -> bool:
+    """`foldable` for an op already known to read only weights and `pending` values."""
+    if refused_type(op.type) or (has_nested_graphs(op) and nested_graphs(op)):
+        return False
+    return keep.isdisjoint(op.get_output_tensors())
+
+
 def foldable(op: Op, keep: "set[Tensor]", pending: "Mapping[Tensor, np.ndarray]" = _NO_VALUES) -> bool:
     """True when `op` may fold: every input a weight or in `pending`, and nothing else forbids it."""
     if not reads_only_values(op, pending):
         return False  # the common case, and the cheapest test: asked first
-    if op.type.startswith("Random") or op.type in NONDETERMINISTIC or (has_nested_graphs(op) and nested_graphs(op)):
-        return False
-    if op.type in KEEP_QUANTIZED:
-        return False  # an int8 weight keeps its scale and zero point: the device decides what it needs
-    return not any(t in keep for t in op.get_output_tensors())
+    return foldable_reading_values(op, keep)
 
 
 def evaluate(op: Op, values: "list[np.ndarray | None]", kernels: dict | None = None) -> list[np.ndarray] | None:
@@ -92,4 +101,5 @@ def fold_values(op: Op, values: "list[np.ndarray | None]", kernels: dict, max_by
     return arrays
 
 
-__all__ = ["KEEP_QUANTIZED", "NONDETERMINISTIC", "evaluate", "fold_values", "foldable", "nested_graphs"]
+__all__ = ["KEEP_QUANTIZED", "NONDETERMINISTIC", "evaluate", "fold_values", "foldable", "foldable_reading_values",
+           "nested_graphs", "refused_type"]

@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from xgraph.ir import Op
-from xgraph.ir.op_facts import attribute_identity, output_types
+from xgraph.ir.op_facts import fold_identity
 
 #: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
 SMALL_VALUES = 4096
@@ -127,7 +127,7 @@ class FoldKeys:
             if total > SMALL_VALUES:
                 return None
             numbers.append(seen[1])
-        identity, attr_values = attribute_identity(op)
+        identity, attr_values, outputs = fold_identity(op)
         seen = self._attributes.get(identity)
         if seen is None:
             static = _static_key(op)
@@ -135,7 +135,7 @@ class FoldKeys:
                 attr_values, None if static is None else self._statics.setdefault(static, len(self._statics)))
         if seen[1] is None:
             return None
-        return seen[1], tuple(numbers), output_types(op)
+        return seen[1], tuple(numbers), outputs
 
 
 __all__ = ["SMALL_VALUES", "FoldKeys", "fold_key", "values_key"]

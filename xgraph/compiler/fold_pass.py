@@ -19,10 +19,10 @@ import heapq
 import numpy as np
 
 from xgraph.ir import Graph, Tensor
-from xgraph.ir.op_facts import input_values, reads_only_values
+from xgraph.ir.op_facts import known_values, reads_only_values
 from xgraph.ir.tensor import frozen
 from xgraph.ir.weight_edits import replace_ops_by_weights, weight_fed_positions
-from xgraph.compiler.fold_eval import fold_values, foldable
+from xgraph.compiler.fold_eval import fold_values, foldable_reading_values
 from xgraph.compiler.fold_memo import FoldKeys
 
 _UNSEEN = object()
@@ -48,12 +48,13 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
     memo: dict = {}  # fold key -> (arrays, read-only views), or None when that fold is refused
     kernels: dict = {}  # one reference evaluator per kind of node, for this pass
     pop, push = heapq.heappop, heapq.heappush
+    key_of = keys.key
     while ready:
         op = order[pop(ready)]
-        if not foldable(op, keep, pending):
+        values = known_values(op, pending)
+        if values is None or not foldable_reading_values(op, keep):
             continue
-        values = input_values(op, pending)
-        key = keys.key(op, values)
+        key = key_of(op, values)
         entry = memo.get(key, _UNSEEN) if key is not None else _UNSEEN
         if entry is _UNSEEN:
             arrays = fold_values(op, values, kernels, max_bytes)

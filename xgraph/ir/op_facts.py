@@ -36,6 +36,22 @@ def input_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]" = _NONE) -> "l
     return [None if t is None else (t._data if t._data is not None else pending[t]) for t in op._inputs]
 
 
+def known_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]") -> "list[np.ndarray | None] | None":
+    """`input_values(op, pending)` when `reads_only_values(op, pending)`, else None: one look at the inputs."""
+    values = []
+    for t in op._inputs:
+        if t is None:
+            values.append(None)
+        elif t._data is not None:
+            values.append(t._data)
+        else:
+            value = pending.get(t)
+            if value is None:
+                return None
+            values.append(value)
+    return values
+
+
 def has_nested_graphs(op: "Op") -> bool:
     """True when some attribute of `op` is a graph (an If/Loop/Scan body): the graph's own index, no attribute walk."""
     return op in op._graph._nested_ops
@@ -49,6 +65,14 @@ def attribute_identity(op: "Op") -> "tuple[tuple, tuple]":
     attrs = op._attrs
     values = tuple(attrs.values())
     return (op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values
+
+
+def fold_identity(op: "Op") -> "tuple[tuple, tuple, tuple]":
+    """(`attribute_identity(op)`'s key, its values, `output_types(op)`) in one call."""
+    attrs = op._attrs
+    values = tuple(attrs.values())
+    return ((op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values,
+            tuple([(t._shape, t._dtype) for t in op._outputs]))
 
 
 def output_types(op: "Op") -> tuple:
@@ -65,4 +89,4 @@ def distinct_output_shapes(ops: "Iterable[Op]") -> set:
     return set(map(_SHAPE, chain.from_iterable(map(_OUTPUTS, ops))))
 
 
-__all__ = ["attribute_identity", "distinct_output_shapes", "has_nested_graphs", "input_values", "output_types", "reads_only_values"]
+__all__ = ["attribute_identity", "distinct_output_shapes", "fold_identity", "known_values", "has_nested_graphs", "input_values", "output_types", "reads_only_values"]

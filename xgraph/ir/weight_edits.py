@@ -114,15 +114,17 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
         twice = next(op for op in ops if ops.count(op) > 1)
         raise GraphError(f"op {twice.name!r} is given twice to replace by weights; give each op once")
     exposed = graph._output_set()
-    implicit = graph._implicit_index()[1] if graph._nested_ops else exposed
+    implicit = graph._implicit_index()[1].keys() if graph._nested_ops else exposed
     for op, (_, arrays) in zip(ops, folds):
         outputs = op._outputs
         if len(arrays) != len(outputs):
             raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
                              "to replace them; give one array per output")
-        for t in outputs:
-            if t in exposed or t in implicit:
-                kept = [t.name for t in outputs if t in exposed or t in implicit]
+    every = [t for op in ops for t in op._outputs]
+    if not (exposed.isdisjoint(every) and implicit.isdisjoint(every)):  # asked in C; the op named below
+        for op in ops:
+            kept = [t.name for t in op._outputs if t in exposed or t in implicit]
+            if kept:
                 raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs "
                                  "or read by a nested graph")
     # checks done: nothing below can fail
