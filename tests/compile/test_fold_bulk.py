@@ -137,3 +137,41 @@ def test_the_chain_folds_to_the_weights_its_unfolded_readers_read():
     assert g.get_tensor("gf").data.tolist() == 2.0 and g.get_tensor("ssf").data.tolist() == [3.0]
     assert sorted(t.name for t in g.get_const_tensors()) == ["c", "gf", "ssf"]
     assert [op.name for op in g.get_ops()] == ["reshape", "add", "add2"]
+
+
+def _queries_model() -> "xgraph.Graph":
+    """Shape of a folded sum, Shape of a Shape, and a Shape of the input whose Gather folds."""
+    init = [numpy_helper.from_array(np.ones((2, 5), np.float32), "w"), numpy_helper.from_array(np.array(1, np.int64), "i1")]
+    nodes = [helper.make_node("Add", ["w", "w"], ["sum"], name="sum"),
+             helper.make_node("Shape", ["sum"], ["sum_shape"], name="shape_of_sum"),
+             helper.make_node("Shape", ["x"], ["xs"], name="shape_x"),
+             helper.make_node("Shape", ["xs"], ["xss"], name="shape_of_shape"),
+             helper.make_node("Gather", ["xs", "i1"], ["g"], name="gather", axis=0),
+             helper.make_node("Concat", ["sum_shape", "xss"], ["cat"], name="concat", axis=0),
+             helper.make_node("Cast", ["cat"], ["catf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["g"], ["gf"], name="cast_g", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["catf", "gf"], ["y"], name="out"),
+             helper.make_node("Mul", ["y", "z"], ["y2"], name="out2")]
+    g = helper.make_graph(nodes, "queries", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                                             helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)], initializer=init)
+    return xgraph.Graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_queries_replaced_in_the_fold_edit_equal_queries_replaced_first():
+    from xgraph.compiler.shape_fixpoint import plan_shape_queries, resolve_shapes
+    merged, first = _queries_model(), _queries_model()
+    plan = plan_shape_queries(merged)
+    assert [op.name for op, _ in plan] == ["shape_of_sum", "shape_x", "shape_of_shape"]
+    assert prep.fold_constants(merged, keep_unread=False, queries=plan) == 6
+    assert fold_shape_queries(first, prep.replace_by_weights) == 3 and prep.fold_constants(first) == 6
+    assert prep.remove_dead_ops(merged) == prep.remove_dead_ops(first)
+    assert state(merged) == state(first)
+    assert [op.name for op in merged.get_ops()] == ["out2"]
+    assert merged.get_tensor("y").data.tolist() == [5.0, 8.0, 6.0]  # [2, 5] + [3], plus dim 1 of x
+    check_links(merged)
+    again = [_queries_model(), _queries_model()]
+    one = resolve_shapes(again[0], lambda g: prep.fold_constants(g, keep_unread=False), prep.remove_dead_ops,
+                         fold_with_queries=lambda g, q: prep.fold_constants(g, keep_unread=False, queries=q))
+    two = resolve_shapes(again[1], prep.fold_constants, prep.remove_dead_ops, prep.replace_by_weights)
+    assert one == two and state(again[0]) == state(again[1])

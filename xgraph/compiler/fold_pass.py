@@ -15,45 +15,73 @@ Folds of one kind on the same small values are evaluated once (`fold_memo.FoldKe
 from __future__ import annotations
 
 import heapq
+from typing import Sequence
 
 import numpy as np
 
-from xgraph.ir import Graph, Tensor
-from xgraph.ir.op_facts import known_values, reads_only_values
+from xgraph.ir import Graph, Op, Tensor
+from xgraph.ir.op_facts import any_nested_graphs, known_values, reads_only_values, value_fed_positions
 from xgraph.ir.tensor import frozen
 from xgraph.ir.weight_edits import replace_ops_by_weights, weight_fed_positions
-from xgraph.compiler.fold_eval import fold_values, foldable_reading_values
+from xgraph.compiler.fold_eval import fold_values, foldable_reading_values, refused_type
 from xgraph.compiler.fold_memo import FoldKeys
 
 _UNSEEN = object()
 
 
-def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bool = True) -> int:
+def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bool = True,
+              seeds: "Sequence[tuple[Op, list[np.ndarray]]]" = ()) -> int:
     """Fold every op that can fold (`fold_eval.foldable`, `fold_eval.fold_values`); returns ops folded.
 
     `keep`: tensors that must stay op outputs. `keep_unread=False` does not make the weights that
-    only folded ops read (they would be left unread: for a caller that drops unread weights next)."""
+    only folded ops read (they would be left unread: for a caller that drops unread weights next).
+    `seeds`: (op, arrays) replaced first, in the same edit, as if `replace_op_by_weights` had been
+    called for each before this pass (the shape queries of `shape_fixpoint`); only for a graph
+    whose order survives removals (`xgraph.ir.op_facts.order_survives_removals`), so that the order
+    taken here is the one the pass would take after them."""
     ops = graph.get_ops()
-    ready = weight_fed_positions(ops)
+    pending: dict[Tensor, np.ndarray] = {}  # outputs of folded ops -> their values (read-only)
+    for op, arrays in seeds:
+        for t, a in zip(op.get_output_tensors(), arrays):
+            if t.consumers:
+                pending[t] = frozen(a)
+    if seeds:
+        seeded = {op for op, _ in seeds}
+        ready = value_fed_positions(ops, pending, seeded)
+    else:
+        ready = weight_fed_positions(ops)
     if not ready:
+        if seeds:
+            replace_ops_by_weights(graph, seeds, keep_unread)
         return 0  # nothing to fold: no order needed
     order = graph.toposort()
     if order != ops:  # the table order is mostly topological already (compared object by object, in C)
-        ready = weight_fed_positions(order)  # ascending: already a heap
+        ready = value_fed_positions(order, pending, seeded) if seeds else weight_fed_positions(order)
     queued = set(ready)
     position: "dict | None" = None
-    pending: dict[Tensor, np.ndarray] = {}  # outputs of folded ops -> their values (read-only)
-    folds: list = []
+    if seeds:  # a seed reading what this pass folds was replaced before it: never tried again
+        position = dict(zip(order, range(len(order))))
+        queued.update(position[op] for op in seeded)
+    folds: list = list(seeds)
     keys = FoldKeys()
     memo: dict = {}  # fold key -> (arrays, read-only views), or None when that fold is refused
     kernels: dict = {}  # one reference evaluator per kind of node, for this pass
     pop, push = heapq.heappop, heapq.heappush
     key_of = keys.key
+    refused: dict[str, bool] = {}  # op type -> `fold_eval.refused_type`
+    nested = any_nested_graphs(graph)
     while ready:
         op = order[pop(ready)]
         values = known_values(op, pending)
-        if values is None or not foldable_reading_values(op, keep):
+        if values is None:
             continue
+        kind = op.type
+        no = refused.get(kind)
+        if no is None:
+            no = refused[kind] = refused_type(kind)
+        outputs = op.get_output_tensors()
+        if no or (nested and not foldable_reading_values(op, keep)) or not keep.isdisjoint(outputs):
+            continue  # `fold_eval.foldable`, asked in parts
         key = key_of(op, values)
         entry = memo.get(key, _UNSEEN) if key is not None else _UNSEEN
         if entry is _UNSEEN:
@@ -66,7 +94,7 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
         folds.append((op, entry[0]))
         if position is None:
             position = dict(zip(order, range(len(order))))
-        for t, view in zip(op.get_output_tensors(), entry[1]):
+        for t, view in zip(outputs, entry[1]):
             readers = t.consumers
             if not readers:
                 continue
@@ -77,7 +105,7 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
                     queued.add(i)
                     push(ready, i)
     replace_ops_by_weights(graph, folds, keep_unread)
-    return len(folds)
+    return len(folds) - len(seeds)
 
 
 __all__ = ["fold_pass"]

@@ -161,22 +161,25 @@ def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     replace_op_by_weights(graph, op, arrays)
 
 
-def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES, keep_unread: bool = True) -> int:
+def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES, keep_unread: bool = True,
+                   queries: "Sequence[tuple[Op, list[np.ndarray]]]" = ()) -> int:
     """Evaluate ops whose inputs are all weights and make their results weights, then drop the
     `Where`s a weight condition decides (`select_fold`). Returns ops folded or dropped.
 
     One worklist pass in topological order, the IR edited once at the end (`fold_pass`).
     `keep_unread=False` leaves out the weights only folded ops read (for a caller that removes
     unread weights next, as the stage does): the graph is then what folding and
-    `remove_unused_weights` leave."""
+    `remove_unused_weights` leave. `queries`: the planned shape queries
+    (`shape_fixpoint.plan_shape_queries`) to replace in the same edit, as if they had been replaced
+    first; not counted in the result."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
-    folded = fold_pass(graph, keep, max_bytes, keep_unread)
+    folded = fold_pass(graph, keep, max_bytes, keep_unread, queries)
     return folded + fold_constant_selects(graph, keep)
 
 
-def _fold_for_stage(graph: Graph) -> int:
+def _fold_for_stage(graph: Graph, queries: "Sequence[tuple[Op, list[np.ndarray]]]" = ()) -> int:
     """`fold_constants` as the stage runs it: dead-op removal (and with it unread weights) comes next."""
-    return fold_constants(graph, keep_unread=False)
+    return fold_constants(graph, keep_unread=False, queries=queries)
 
 
 # ----------------------------------------------------------------------------- dead ops
@@ -218,7 +221,7 @@ def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
     apply_input_shape(graph, options.input_shape)
     summary["cut_ops"] = cut_at_output_ops(graph, options.output_ops) if options.output_ops else 0
-    fixpoint = resolve_shapes(graph, _fold_for_stage, remove_dead_ops)  # infer <-> fold
+    fixpoint = resolve_shapes(graph, _fold_for_stage, remove_dead_ops, fold_with_queries=_fold_for_stage)  # infer <-> fold
     summary["folded_ops"] = fixpoint["folded_ops"] + fixpoint["shape_ops"]
     summary["dead_ops"] = fixpoint["dead_ops"]
     return summary

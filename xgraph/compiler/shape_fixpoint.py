@@ -24,13 +24,17 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import distinct_output_shapes
+from xgraph.ir.op_facts import distinct_output_shapes, order_survives_removals
 from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
 Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
 #: One folding pass (`prepare.fold_constants`) or dead-op removal: returns ops changed.
 Step = Callable[[Graph], int]
+
+#: The stage's fold given the planned shape queries (op, [value]) to replace in the same edit: returns ops
+#: folded besides the queries.
+FoldWithQueries = Callable[[Graph, "list[tuple[Op, list[np.ndarray]]]"], int]
 
 #: Rounds of (fold, infer); each round that changes something removes at least one op, so this
 #: only bounds pathological graphs.
@@ -66,31 +70,39 @@ def _query_value(op: Op, pending: "dict[Tensor, np.ndarray] | None" = None) -> n
     return np.array(shape[start:end], dtype=np.int64)
 
 
+def plan_shape_queries(graph: Graph) -> "list[tuple[Op, list[np.ndarray]]]":
+    """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, in topological order: what
+    `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
+    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
+    if not any(_query_value(op) is not None for op in queries):
+        return []  # nothing to fold: no need to order the graph
+    keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
+    walk = queries if order_survives_removals(graph) else [op for op in graph.toposort() if op.type in _QUERIES]
+    plan: list = []
+    pending: dict[Tensor, np.ndarray] = {}
+    for op in walk:
+        if not keep.isdisjoint(op.get_output_tensors()):
+            continue
+        value = _query_value(op, pending)
+        if value is None:
+            continue
+        pending[op.get_output_tensor()] = value
+        plan.append((op, [value]))
+    return plan
+
+
 def fold_shape_queries(graph: Graph, replace: "Replace | None" = None) -> int:
     """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded.
 
     With `replace` each op is replaced by that call, in topological order; without, all of them in
     one edit (`replace_ops_by_weights`), which leaves the graph those calls would."""
-    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
-    if not any(_query_value(op) is not None for op in queries):
-        return 0  # nothing to fold: no need to order the graph
-    keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
-    folds: list = []
-    pending: dict[Tensor, np.ndarray] = {}
-    for op in graph.toposort():
-        if op.type not in _QUERIES or any(t in keep for t in op.get_output_tensors()):
-            continue
-        value = _query_value(op, pending)
-        if value is None:
-            continue
-        if replace is not None:
-            replace(graph, op, [value])
-        else:
-            pending[op.get_output_tensor()] = value
-        folds.append((op, [value]))
-    if replace is None and folds:
-        replace_ops_by_weights(graph, folds)
-    return len(folds)
+    plan = plan_shape_queries(graph)
+    if replace is not None:
+        for op, value in plan:
+            replace(graph, op, value)
+    elif plan:
+        replace_ops_by_weights(graph, plan)
+    return len(plan)
 
 
 def _reinfer(graph: Graph) -> None:
@@ -118,16 +130,24 @@ def _has_dynamic_outputs(graph: Graph) -> bool:
     return None in shapes or not all(all(isinstance(d, int) and d >= 0 for d in shape) for shape in shapes)
 
 
-def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replace | None" = None) -> dict[str, Any]:
+def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replace | None" = None, *,
+                   fold_with_queries: "FoldWithQueries | None" = None) -> dict[str, Any]:
     """Fold and infer until nothing changes; returns {"rounds", "shape_ops", "folded_ops", "dead_ops"}.
 
     `fold`, `remove_dead` and `replace` are the prepare stage's own steps (passed in, so this module
     does not import the stage that calls it); without `replace` the shape queries of a round are
-    replaced in one edit."""
+    replaced in one edit. With `fold_with_queries` (and no `replace`) a round whose topological order
+    is the table order hands it the planned queries (`plan_shape_queries`) to replace within its
+    folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
-        queries = fold_shape_queries(graph, replace)
-        folded = fold(graph)
+        if fold_with_queries is not None and replace is None and order_survives_removals(graph):
+            plan = plan_shape_queries(graph)
+            queries = len(plan)
+            folded = fold_with_queries(graph, plan)
+        else:
+            queries = fold_shape_queries(graph, replace)
+            folded = fold(graph)
         dead = remove_dead(graph)
         summary["rounds"] += 1
         summary["shape_ops"] += queries
@@ -139,4 +159,4 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     return summary
 
 
-__all__ = ["MAX_ROUNDS", "fold_shape_queries", "resolve_shapes"]
+__all__ = ["MAX_ROUNDS", "fold_shape_queries", "plan_shape_queries", "resolve_shapes"]

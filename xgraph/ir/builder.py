@@ -14,6 +14,7 @@ build, so nothing here can fail halfway. Bulk callers (import of 100k-op models)
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -24,6 +25,11 @@ from xgraph.ir.tensor import Tensor
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
+
+
+def _drain(calls: Iterable) -> None:
+    """Run a lazy map to its end (its calls happen in C), keeping none of the results."""
+    deque(calls, maxlen=0)
 
 
 def link_input(op: Op, index: int, tensor: "Tensor | None") -> None:
@@ -180,7 +186,7 @@ class GraphBuilder:
 
     def remove_ops(self, ops: "Sequence[Op]") -> None:
         """`remove_op` for each of `ops` in turn (constant folding removes thousands at once)."""
-        tensors, table, leaf_of = self._tensors, self._ops, self._leaf_of
+        tensors, table, leaf_of, root = self._tensors, self._ops, self._leaf_of, self._root
         for op in ops:
             for t in op._inputs:  # unlink_input per slot
                 if t is not None:
@@ -190,16 +196,21 @@ class GraphBuilder:
                         consumers.pop(op, None)
                     else:
                         consumers[op] = n
-            for t in op._outputs:
-                del tensors[t.name]
-            del table[op.name]
-            s = leaf_of.pop(op)
-            while s is not None:
-                s._ops.discard(op)
-                parent = s._parent
-                if parent is not None and not s._ops:
-                    del parent._children[s]
-                s = parent
+        outputs = [t.name for op in ops for t in op._outputs]
+        _drain(map(tensors.__delitem__, outputs))  # the tables' deletions, in C
+        _drain(map(table.__delitem__, [op.name for op in ops]))
+        if not root._children:  # every op's leaf is the root (before any plugin ran)
+            _drain(map(leaf_of.__delitem__, ops))
+            root._ops.difference_update(ops)
+        else:
+            for op in ops:
+                s = leaf_of.pop(op)
+                while s is not None:
+                    s._ops.discard(op)
+                    parent = s._parent
+                    if parent is not None and not s._ops:
+                        del parent._children[s]
+                    s = parent
         self.graph._nested_ops.difference_update(ops)
 
     def remove_tensor(self, t: Tensor) -> None:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Container, Iterable, Mapping, Sequence
+
+from xgraph.ir.op_order import TABLE_ORDER
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from xgraph.ir.graph_core import GraphCore
 
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
@@ -52,6 +56,11 @@ def known_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]") -> "list[np.n
     return values
 
 
+def any_nested_graphs(graph: "GraphCore") -> bool:
+    """True when some op of `graph` has a graph attribute (an If/Loop/Scan body)."""
+    return bool(graph._nested_ops)
+
+
 def has_nested_graphs(op: "Op") -> bool:
     """True when some attribute of `op` is a graph (an If/Loop/Scan body): the graph's own index, no attribute walk."""
     return op in op._graph._nested_ops
@@ -80,6 +89,28 @@ def output_types(op: "Op") -> tuple:
     return tuple([(t._shape, t._dtype) for t in op._outputs])
 
 
+def order_survives_removals(graph: "GraphCore") -> bool:
+    """True when `graph.toposort()` is the table order and stays so, less the removed ops, after edits that
+    remove ops or add weights (no op has nested graphs, and the table order is known topological): an
+    order taken before such edits is then the order after them, restricted to what is left."""
+    graph.toposort()  # finds (and caches) whether the table order is topological
+    return not graph._nested_ops and bool(graph._cache.get(TABLE_ORDER))
+
+
+def value_fed_positions(ops: "Sequence[Op]", pending: "Mapping[Tensor, Any]", skip: "Container[Op]") -> "list[int]":
+    """Positions in `ops` of the ops not in `skip` whose inputs (omitted optionals aside) are all weights or
+    keys of `pending`, in order (`weight_edits.weight_fed_positions` with pending values)."""
+    found = []
+    for i, op in enumerate(ops):
+        for t in op._inputs:
+            if t is not None and t._data is None and t not in pending:
+                break
+        else:
+            if op not in skip:
+                found.append(i)
+    return found
+
+
 _OUTPUTS = attrgetter("_outputs")
 _SHAPE = attrgetter("_shape")
 
@@ -89,4 +120,5 @@ def distinct_output_shapes(ops: "Iterable[Op]") -> set:
     return set(map(_SHAPE, chain.from_iterable(map(_OUTPUTS, ops))))
 
 
-__all__ = ["attribute_identity", "distinct_output_shapes", "fold_identity", "known_values", "has_nested_graphs", "input_values", "output_types", "reads_only_values"]
+__all__ = ["any_nested_graphs", "attribute_identity", "distinct_output_shapes", "fold_identity", "has_nested_graphs", "input_values",
+           "known_values", "order_survives_removals", "output_types", "reads_only_values", "value_fed_positions"]

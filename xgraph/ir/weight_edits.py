@@ -12,12 +12,17 @@ They are what `xgraph.compiler.prepare` calls; like every IR write they go throu
 """
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from xgraph.errors import GraphError
 from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_NAME, _OUTPUTS = attrgetter("name"), attrgetter("_outputs")
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
@@ -104,23 +109,27 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
     and no reader is relinked only to be removed. GraphError, changing nothing, on what
     `replace_op_by_weights` refuses or an op given twice.
     """
-    ops = [op for op, _ in folds]
+    ops = list(map(_FIRST, folds))
     table = graph._ops
-    for op in ops:
-        if table.get(getattr(op, "name", None)) is not op:
+    try:
+        known = list(map(table.get, map(_NAME, ops))) == ops  # each op the one of its name here (in C)
+    except (AttributeError, TypeError):
+        known = False
+    if not known:
+        for op in ops:
             graph._resolve_op(op)  # raises, naming what it is
     rank = dict(zip(ops, range(len(ops))))  # the order of the calls
     if len(rank) != len(ops):
         twice = next(op for op in ops if ops.count(op) > 1)
         raise GraphError(f"op {twice.name!r} is given twice to replace by weights; give each op once")
+    if list(map(len, map(_SECOND, folds))) != list(map(len, map(_OUTPUTS, ops))):
+        for op, (_, arrays) in zip(ops, folds):
+            if len(arrays) != len(op._outputs):
+                raise GraphError(f"op {op.name!r} has {len(op._outputs)} output(s) but {len(arrays)} array(s) were "
+                                 "given to replace them; give one array per output")
     exposed = graph._output_set()
     implicit = graph._implicit_index()[1].keys() if graph._nested_ops else exposed
-    for op, (_, arrays) in zip(ops, folds):
-        outputs = op._outputs
-        if len(arrays) != len(outputs):
-            raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
-                             "to replace them; give one array per output")
-    every = [t for op in ops for t in op._outputs]
+    every = list(chain.from_iterable(map(_OUTPUTS, ops)))
     if not (exposed.isdisjoint(every) and implicit.isdisjoint(every)):  # asked in C; the op named below
         for op in ops:
             kept = [t.name for t in op._outputs if t in exposed or t in implicit]
@@ -128,19 +137,23 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
                 raise GraphError(f"cannot replace op {op.name!r} by weights: its output(s) {kept} are graph outputs "
                                  "or read by a nested graph")
     # checks done: nothing below can fail
-    moved = [(i, t, list(t._consumers), a) for i, (op, (_, arrays)) in enumerate(zip(ops, folds))
-             for t, a in zip(op._outputs, arrays) if t._consumers]
+    arrays = list(chain.from_iterable(map(_SECOND, folds)))  # one per output, as `every`
+    if keep_unread:  # whether a weight is made depends on the readers when its producer's call runs
+        calls = list(chain.from_iterable([i] * len(op._outputs) for i, op in enumerate(ops)))
+        moved = [(call, t, list(t._consumers), a) for call, t, a in zip(calls, every, arrays) if t._consumers]
     builder = GraphBuilder(graph)
     builder.remove_ops(ops)  # an op removed later than a producer reads the old tensor: never relinked
+    if not keep_unread:  # an output's readers now are those no call removes, in their order: the weight's
+        moved = [(0, t, t._consumers, a) for t, a in zip(every, arrays) if t._consumers]
     add_const, asarray, last = builder.add_const, np.asarray, len(ops)
     made = []
     for call, old, consumers, array in moved:
-        readers = [c for c in consumers if c not in rank]  # the readers no call removes: the weight keeps them
-        if not readers:
-            if not keep_unread:
-                continue
-            if all(rank.get(c, last) < call for c in consumers):
+        if keep_unread:
+            readers = [c for c in consumers if c not in rank]  # the readers no call removes: the weight keeps them
+            if not readers and all(rank.get(c, last) < call for c in consumers):
                 continue  # every reader was removed by an earlier call: that call made no weight
+        else:
+            readers = list(consumers)
         weight = add_const(old.name, asarray(array))
         for c in readers:
             inputs = c._inputs
