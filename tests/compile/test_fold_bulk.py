@@ -175,3 +175,64 @@ def test_queries_replaced_in_the_fold_edit_equal_queries_replaced_first():
                          fold_with_queries=lambda g, q: prep.fold_constants(g, keep_unread=False, queries=q))
     two = resolve_shapes(again[1], prep.fold_constants, prep.remove_dead_ops, prep.replace_by_weights)
     assert one == two and state(again[0]) == state(again[1])
+
+
+def _fed_by_definition(ops, pending=()):
+    return [i for i, op in enumerate(ops)
+            if all(t is None or t.is_const or t in pending for t in op.get_input_tensors())]
+
+
+def _unread_by_definition(ops, used):
+    return [i for i, op in enumerate(ops) if not any(t.consumers or t in used for t in op.get_output_tensors())]
+
+
+@settings(max_examples=60, deadline=None)
+@given(models(), st.data())
+def test_position_scans_equal_their_definitions(model, data):
+    from xgraph.ir.weight_edits import fed_positions, unread_op_positions, weight_fed_positions
+    g = xgraph.Graph.from_onnx(model)
+    ops = g.get_ops()
+    tensors = [t for t in g.get_tensors() if not t.is_const]
+    pending = set(data.draw(st.lists(st.sampled_from(tensors), max_size=3))) if tensors else set()
+    used = set(data.draw(st.lists(st.sampled_from(g.get_tensors()), max_size=3)))
+    assert weight_fed_positions(ops) == _fed_by_definition(ops)
+    assert fed_positions(ops, pending) == _fed_by_definition(ops, pending)
+    assert unread_op_positions(ops, used) == _unread_by_definition(ops, used)
+
+
+def test_position_scans_with_omitted_inputs():
+    from xgraph.ir.weight_edits import fed_positions, weight_fed_positions
+    g = xgraph.Graph("g")
+    x = g.create_input("x", (2,))
+    lo = g.create_const("lo", np.zeros(1, np.float32))
+    a = g.create_op("a", "Clip", inputs=[lo, None, lo])
+    g.create_op("b", "Clip", inputs=[x, None, lo])
+    g.create_op("c", "Relu", inputs=[a.get_output_tensor()])
+    ops = g.get_ops()
+    assert weight_fed_positions(ops) == [0] == _fed_by_definition(ops)
+    assert fed_positions(ops, {x}) == [0, 1] == _fed_by_definition(ops, {x})
+
+
+def test_queries_of_a_graph_whose_table_order_is_not_topological_are_replaced_first():
+    from xgraph.compiler.shape_fixpoint import resolve_shapes
+
+    def build():
+        g = xgraph.Graph("g")
+        x = g.create_input("x", (2, 3))
+        z = g.create_input("z", (1,))
+        late = g.create_op("late_cast", "Cast", {"to": TensorProto.FLOAT}, [x])  # rewired below to a later tensor
+        shape = g.create_op("shape", "Shape", inputs=[x])
+        relu = g.create_op("relu", "Relu", inputs=[z])
+        late.set_input(0, shape.get_output_tensor())
+        g.create_op("out", "Add", inputs=[late.get_output_tensor(), relu.get_output_tensor()])
+        g.set_outputs([g.get_op("out").get_output_tensor()])
+        return g
+
+    stage, oracle = build(), build()
+    assert stage.toposort() != stage.get_ops()
+    one = resolve_shapes(stage, lambda g: prep.fold_constants(g, keep_unread=False), prep.remove_dead_ops,
+                         fold_with_queries=lambda g, q: prep.fold_constants(g, keep_unread=False, queries=q))
+    two = resolve_shapes(oracle, prep.fold_constants, prep.remove_dead_ops, prep.replace_by_weights)
+    assert one == two and one["shape_ops"] == 1 and one["folded_ops"] == 1
+    assert state(stage) == state(oracle)
+    assert stage.get_tensor("late_cast").data.tolist() == [2.0, 3.0]

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import distinct_output_shapes, order_survives_removals
+from xgraph.ir.op_facts import distinct_output_shapes, ops_of_types, order_survives_removals
 from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
@@ -73,7 +73,7 @@ def _query_value(op: Op, pending: "dict[Tensor, np.ndarray] | None" = None) -> n
 def plan_shape_queries(graph: Graph) -> "list[tuple[Op, list[np.ndarray]]]":
     """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, in topological order: what
     `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
-    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
+    queries = ops_of_types(graph.get_ops(), _QUERIES)
     if not any(_query_value(op) is not None for op in queries):
         return []  # nothing to fold: no need to order the graph
     keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
@@ -141,9 +141,12 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
-        if fold_with_queries is not None and replace is None and order_survives_removals(graph):
-            plan = plan_shape_queries(graph)
+        if fold_with_queries is not None and replace is None:
+            plan = plan_shape_queries(graph)  # ordered (and the order's kind known) only when there are queries
             queries = len(plan)
+            if plan and not order_survives_removals(graph):
+                replace_ops_by_weights(graph, plan)  # removing them may change the order: replaced first
+                plan = []
             folded = fold_with_queries(graph, plan)
         else:
             queries = fold_shape_queries(graph, replace)

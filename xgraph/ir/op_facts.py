@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Container, Iterable, Mapping, Sequence
 
 from xgraph.ir.op_order import TABLE_ORDER
+from xgraph.ir.weight_edits import fed_positions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,19 +101,16 @@ def order_survives_removals(graph: "GraphCore") -> bool:
 def value_fed_positions(ops: "Sequence[Op]", pending: "Mapping[Tensor, Any]", skip: "Container[Op]") -> "list[int]":
     """Positions in `ops` of the ops not in `skip` whose inputs (omitted optionals aside) are all weights or
     keys of `pending`, in order (`weight_edits.weight_fed_positions` with pending values)."""
-    found = []
-    for i, op in enumerate(ops):
-        for t in op._inputs:
-            if t is not None and t._data is None and t not in pending:
-                break
-        else:
-            if op not in skip:
-                found.append(i)
-    return found
+    return [i for i in fed_positions(ops, pending) if ops[i] not in skip]
 
 
 _OUTPUTS = attrgetter("_outputs")
 _SHAPE = attrgetter("_shape")
+
+
+def ops_of_types(ops: "Sequence[Op]", types: "Container[str]") -> "list[Op]":
+    """The ops of `ops` whose type is in `types`, in order."""
+    return [op for op in ops if op.type in types]
 
 
 def distinct_output_shapes(ops: "Iterable[Op]") -> set:
@@ -121,4 +119,4 @@ def distinct_output_shapes(ops: "Iterable[Op]") -> set:
 
 
 __all__ = ["any_nested_graphs", "attribute_identity", "distinct_output_shapes", "fold_identity", "has_nested_graphs", "input_values",
-           "known_values", "order_survives_removals", "output_types", "reads_only_values", "value_fed_positions"]
+           "known_values", "ops_of_types", "order_survives_removals", "output_types", "reads_only_values", "value_fed_positions"]

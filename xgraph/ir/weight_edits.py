@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Container, Iterable, Sequence
 
 import numpy as np
 
@@ -44,6 +44,18 @@ def weight_fed_positions(ops: "Sequence[Op]") -> list[int]:
     for i, op in enumerate(ops):
         for t in op._inputs:
             if t is not None and t._data is None:
+                break
+        else:
+            found.append(i)
+    return found
+
+
+def fed_positions(ops: "Sequence[Op]", pending: "Container[Tensor]") -> list[int]:
+    """`weight_fed_positions`, an input in `pending` counting as a weight."""
+    found = []
+    for i, op in enumerate(ops):
+        for t in op._inputs:
+            if t is not None and t._data is None and t not in pending:
                 break
         else:
             found.append(i)
@@ -194,5 +206,5 @@ def unread_op_positions(ops: "Sequence[Op]", used: "set[Tensor]") -> list[int]:
     return found
 
 
-__all__ = ["nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
+__all__ = ["fed_positions", "nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
            "replace_ops_by_weights", "unread_op_positions", "weight_fed_positions"]
