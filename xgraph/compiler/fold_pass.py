@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import any_nested_graphs, known_values, reads_only_values, value_fed_positions
+from xgraph.ir.op_facts import (any_nested_graphs, creation_number, known_values, order_survives_removals,
+                                reads_only_values, value_fed_positions)
 from xgraph.ir.tensor import frozen
 from xgraph.ir.weight_edits import replace_ops_by_weights, weight_fed_positions
 from xgraph.compiler.fold_eval import fold_values, foldable_reading_values, refused_type
@@ -57,11 +58,14 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
     order = graph.toposort()
     if order != ops:  # the table order is mostly topological already (compared object by object, in C)
         ready = value_fed_positions(order, pending, seeded) if seeds else weight_fed_positions(order)
+    # the heap holds numbers rising along `order`: creation numbers when the order is the table's
+    # (no position map of every op to build), else positions
+    number = creation_number if order_survives_removals(graph) else dict(zip(order, range(len(order)))).__getitem__
+    at = {number(order[i]): order[i] for i in ready}  # number -> op, for the ops queued
+    ready = list(at)  # ascending: already a heap
     queued = set(ready)
-    position: "dict | None" = None
     if seeds:  # a seed reading what this pass folds was replaced before it: never tried again
-        position = dict(zip(order, range(len(order))))
-        queued.update(position[op] for op in seeded)
+        queued.update(map(number, seeded))
     folds: list = list(seeds)
     keys = FoldKeys()
     memo: dict = {}  # fold key -> (arrays, read-only views), or None when that fold is refused
@@ -71,7 +75,7 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
     refused: dict[str, bool] = {}  # op type -> `fold_eval.refused_type`
     nested = any_nested_graphs(graph)
     while ready:
-        op = order[pop(ready)]
+        op = at[pop(ready)]
         values = known_values(op, pending)
         if values is None:
             continue
@@ -92,17 +96,16 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
         if entry is None:
             continue
         folds.append((op, entry[0]))
-        if position is None:
-            position = dict(zip(order, range(len(order))))
         for t, view in zip(outputs, entry[1]):
             readers = t.consumers
             if not readers:
                 continue
             pending[t] = view
             for reader in readers:
-                i = position[reader]
+                i = number(reader)
                 if i not in queued and reads_only_values(reader, pending):
                     queued.add(i)
+                    at[i] = reader
                     push(ready, i)
     replace_ops_by_weights(graph, folds, keep_unread)
     return len(folds) - len(seeds)

@@ -98,6 +98,12 @@ def order_survives_removals(graph: "GraphCore") -> bool:
     return not graph._nested_ops and bool(graph._cache.get(TABLE_ORDER))
 
 
+def creation_number(op: "Op") -> int:
+    """The op's creation number: along a table order `order_survives_removals` vouches for, it rises with
+    the topological position (so it can stand for the position without a map of every op)."""
+    return op._seq
+
+
 def value_fed_positions(ops: "Sequence[Op]", pending: "Mapping[Tensor, Any]", skip: "Container[Op]") -> "list[int]":
     """Positions in `ops` of the ops not in `skip` whose inputs (omitted optionals aside) are all weights or
     keys of `pending`, in order (`weight_edits.weight_fed_positions` with pending values)."""
@@ -118,5 +124,5 @@ def distinct_output_shapes(ops: "Iterable[Op]") -> set:
     return set(map(_SHAPE, chain.from_iterable(map(_OUTPUTS, ops))))
 
 
-__all__ = ["any_nested_graphs", "attribute_identity", "distinct_output_shapes", "fold_identity", "has_nested_graphs", "input_values",
+__all__ = ["any_nested_graphs", "attribute_identity", "creation_number", "distinct_output_shapes", "fold_identity", "has_nested_graphs", "input_values",
            "known_values", "ops_of_types", "order_survives_removals", "output_types", "reads_only_values", "value_fed_positions"]
