@@ -90,7 +90,7 @@ class FoldKeys:
     op's attributes and each input array are looked at once per distinct object, not per op.
 
     An array is numbered once by its contents (arrays folded once and read by many ops are the same
-    object); attributes once per distinct attribute identity (`xgraph.ir.op_facts.attribute_identity`:
+    object); attributes once per distinct attribute identity (`xgraph.ir.op_facts.fold_identity`:
     ops decoded from equal ONNX attributes share the value objects). Everything numbered is kept
     alive by this object, so an id seen again is the same object."""
 

@@ -3,12 +3,14 @@ edited once at the end.
 
 Ops are tried in topological order, as one sweep would, but only those whose inputs are all
 weights: the ones that were so from the start, and the readers of each fold's results as they
-become so (a heap of topological positions), so the ops no fold can reach are looked at once.
+become so (a heap of numbers rising along the order: creation numbers when the order is the
+table's, else positions), so the ops no fold can reach are looked at once.
 A fold's results are not made weights at once: they are kept as the values of the tensors they
 replace (`pending`), which later folds read, and every fold of the pass is applied in one edit
 (`xgraph.ir.weight_edits.replace_ops_by_weights`), which leaves the graph as folding one op at a
-time would. A transformer's shape arithmetic (`Shape -> Gather -> Unsqueeze -> Concat`) then
-costs one weight per `Concat` a `Reshape` reads instead of a weight per op of the chain.
+time would. For the stage, which drops unread weights next, a transformer's shape arithmetic
+(`Shape -> Gather -> Unsqueeze -> Concat`) then costs one weight per `Concat` a `Reshape` reads
+instead of a weight per op of the chain.
 
 Folds of one kind on the same small values are evaluated once (`fold_memo.FoldKeys`).
 """

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from xgraph.ir.graph_core import GraphCore
-
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
 
@@ -35,14 +34,9 @@ def reads_only_values(op: "Op", pending: "Mapping[Tensor, Any]" = _NONE) -> bool
     return True
 
 
-def input_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]" = _NONE) -> "list[np.ndarray | None]":
-    """The arrays `op` reads, in input order: a weight's data, else `pending[t]`; None for an omitted
-    input (KeyError for an input that is neither: ask `reads_only_values` first)."""
-    return [None if t is None else (t._data if t._data is not None else pending[t]) for t in op._inputs]
-
-
 def known_values(op: "Op", pending: "Mapping[Tensor, np.ndarray]") -> "list[np.ndarray | None] | None":
-    """`input_values(op, pending)` when `reads_only_values(op, pending)`, else None: one look at the inputs."""
+    """The arrays `op` reads, in input order (a weight's data, else `pending[t]`; None for an omitted
+    input), or None when some input is neither a weight nor in `pending`: one look at the inputs."""
     values = []
     for t in op._inputs:
         if t is None:
@@ -67,27 +61,16 @@ def has_nested_graphs(op: "Op") -> bool:
     return op in op._graph._nested_ops
 
 
-def attribute_identity(op: "Op") -> "tuple[tuple, tuple]":
-    """(key, values): the key is (type, domain, attribute names, their kinds, the ids of their values), a
-    hashable tuple; two ops with equal keys have equal attributes as long as `values` (the attribute
-    values, which the caller holds on to with the key) stays alive, so no id is reused. Ops with equal
-    attributes may still have different keys."""
-    attrs = op._attrs
-    values = tuple(attrs.values())
-    return (op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values
-
-
 def fold_identity(op: "Op") -> "tuple[tuple, tuple, tuple]":
-    """(`attribute_identity(op)`'s key, its values, `output_types(op)`) in one call."""
+    """(key, values, output types) of `op`, in one call. The key is (type, domain, attribute names, their
+    kinds, the ids of their values), a hashable tuple: two ops with equal keys have equal attributes as
+    long as `values` (the attribute values, which the caller holds on to with the key) stays alive, so
+    no id is reused; ops with equal attributes may still have different keys. The output types are
+    ((shape, dtype) per output), as inferred."""
     attrs = op._attrs
     values = tuple(attrs.values())
     return ((op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values,
             tuple([(t._shape, t._dtype) for t in op._outputs]))
-
-
-def output_types(op: "Op") -> tuple:
-    """((shape, dtype) per output), as inferred."""
-    return tuple([(t._shape, t._dtype) for t in op._outputs])
 
 
 def order_survives_removals(graph: "GraphCore") -> bool:
@@ -120,9 +103,9 @@ def ops_of_types(ops: "Sequence[Op]", types: "Container[str]") -> "list[Op]":
 
 
 def distinct_output_shapes(ops: "Iterable[Op]") -> set:
-    """The distinct shapes (tuples, or None when unknown) of the outputs of `ops`, read in one C-level pass."""
+    """The distinct shapes (tuples, or None when unknown) of the outputs of `ops`, read in C."""
     return set(map(_SHAPE, chain.from_iterable(map(_OUTPUTS, ops))))
 
 
-__all__ = ["any_nested_graphs", "attribute_identity", "creation_number", "distinct_output_shapes", "fold_identity", "has_nested_graphs", "input_values",
-           "known_values", "ops_of_types", "order_survives_removals", "output_types", "reads_only_values", "value_fed_positions"]
+__all__ = ["any_nested_graphs", "creation_number", "distinct_output_shapes", "fold_identity", "has_nested_graphs",
+           "known_values", "ops_of_types", "order_survives_removals", "reads_only_values", "value_fed_positions"]
