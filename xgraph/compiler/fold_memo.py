@@ -16,6 +16,7 @@ import struct
 import numpy as np
 
 from xgraph.ir import Op
+from xgraph.ir.op_facts import fold_identity
 
 #: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
 SMALL_VALUES = 4096
@@ -59,20 +60,82 @@ def fold_key(op: Op, values: list) -> tuple | None:
     vkey = values_key(values)
     if vkey is None:
         return None
+    static = _static_key(op)
+    if static is None:
+        return None
+    return static[0], static[1], static[2], vkey, tuple((t.shape, t.dtype) for t in op.get_output_tensors()), static[3]
+
+
+def _static_key(op: Op) -> tuple | None:
+    """(type, domain, ONNX attributes, what else the size estimate reads) of `fold_key`; None when an
+    attribute holds something other than numbers and strings."""
     attrs = []
     for name, value in op.get_onnx_attrs().items():
         key = _attr_key(value)
         if key is None:
             return None
         attrs.append((name, op.get_attr_kind(name), key))
-    outputs = tuple((t.shape, t.dtype) for t in op.get_output_tensors())
     extra = None
     if op.type == "Gemm":  # the size estimate reads transA/transB with annotations included
         every = op.get_attrs()
         extra = (_attr_key(every.get("transA", 0)), _attr_key(every.get("transB", 0)))
         if None in extra:
             return None
-    return op.type, op.domain, tuple(attrs), vkey, outputs, extra
+    return op.type, op.domain, tuple(attrs), extra
 
 
-__all__ = ["SMALL_VALUES", "fold_key", "values_key"]
+class FoldKeys:
+    """`fold_key` for one folding pass, from numbers given out once per distinct thing: the same
+    equality of keys (two ops get equal keys exactly when `fold_key` gives them equal ones), but an
+    op's attributes and each input array are looked at once per distinct object, not per op.
+
+    An array is numbered once by its contents (arrays folded once and read by many ops are the same
+    object); attributes once per distinct attribute identity (`xgraph.ir.op_facts.fold_identity`:
+    ops decoded from equal ONNX attributes share the value objects). Everything numbered is kept
+    alive by this object, so an id seen again is the same object."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[int, tuple] = {}  # id(array) -> (array, number or None, nbytes)
+        self._contents: dict[tuple, int] = {}  # (dtype, shape, bytes) -> number
+        self._attributes: dict[tuple, tuple] = {}  # attribute identity -> (values, number or None)
+        self._statics: dict[tuple, int] = {}  # `_static_key` -> number
+
+    def _array(self, v) -> tuple:
+        seen = self._arrays.get(id(v))
+        if seen is None:
+            if not isinstance(v, np.ndarray) or v.dtype.kind == "O" or v.nbytes > SMALL_VALUES:
+                number = None
+            else:
+                number = self._contents.setdefault((v.dtype.str, v.shape, v.tobytes()), len(self._contents))
+            seen = self._arrays[id(v)] = (v, number, v.nbytes if isinstance(v, np.ndarray) else 0)
+        return seen
+
+    def key(self, op: Op, values: list) -> tuple | None:
+        """The key of folding `op` on `values` (None for omitted inputs); None when `fold_key` is None."""
+        numbers, total = [], 0
+        arrays = self._arrays
+        for v in values:
+            if v is None:
+                numbers.append(None)
+                continue
+            seen = arrays.get(id(v))
+            if seen is None:
+                seen = self._array(v)
+            if seen[1] is None:
+                return None
+            total += seen[2]
+            if total > SMALL_VALUES:
+                return None
+            numbers.append(seen[1])
+        identity, attr_values, outputs = fold_identity(op)
+        seen = self._attributes.get(identity)
+        if seen is None:
+            static = _static_key(op)
+            seen = self._attributes[identity] = (
+                attr_values, None if static is None else self._statics.setdefault(static, len(self._statics)))
+        if seen[1] is None:
+            return None
+        return seen[1], tuple(numbers), outputs
+
+
+__all__ = ["SMALL_VALUES", "FoldKeys", "fold_key", "values_key"]

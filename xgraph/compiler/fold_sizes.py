@@ -115,9 +115,13 @@ def _matmul(shapes: list[tuple[int, ...]]) -> int | None:
     return _numel(batch) * a2[-2] * b2[-1]
 
 
-def estimated_output_bytes(op: Op) -> int | None:
-    """Bytes the op's outputs will take when evaluated on its (constant) inputs; None when unknown."""
-    data = [None if t is None else t.data for t in op.get_input_tensors()]
+def estimated_output_bytes(op: Op, data: "list[np.ndarray | None] | None" = None) -> int | None:
+    """Bytes the op's outputs will take when evaluated on its (constant) inputs; None when unknown.
+
+    `data`: the input arrays (None for omitted ones) when they are not the inputs' weights yet (a
+    folding pass that makes its weights at the end)."""
+    if data is None:
+        data = [None if t is None else t.data for t in op.get_input_tensors()]
     present = [d for d in data if d is not None]
     shapes = [tuple(d.shape) for d in present]
     elements = _from_values(op, data)

@@ -15,25 +15,22 @@ A `Where` whose condition folded to all true (or all false) becomes the input it
 from __future__ import annotations
 
 import difflib
-import heapq
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import onnx
 
-from xgraph.errors import OptionError, XGraphError
+from xgraph.errors import OptionError
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import (nested_read_tensors, reads_only_weights, remove_unused_weights,
-                                    replace_op_by_weights, unread_op_positions, weight_fed_positions)
-from xgraph.compiler.fold_memo import fold_key, values_key
-from xgraph.compiler.fold_sizes import estimated_output_bytes
+from xgraph.ir.weight_edits import (nested_read_tensors, remove_unused_weights, replace_op_by_weights,
+                                    unread_op_positions)
+from xgraph.compiler.fold_eval import evaluate, foldable
+from xgraph.compiler.fold_pass import fold_pass
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
 from xgraph.compiler.shape_fixpoint import resolve_shapes
 
 #: Results larger than this stay computed at run time rather than becoming weights.
 MAX_FOLD_BYTES = 64 << 20
-_NONDETERMINISTIC = frozenset({"Bernoulli", "Multinomial"})
 
 
 # ------------------------------------------------------------------------------------ copy
@@ -45,11 +42,6 @@ def copy_graph(graph: Graph, drop_annotations: Sequence[str] = ()) -> Graph:
 
 
 # ---------------------------------------------------------------------------- nested graphs
-
-def _nested_graphs(op: Op) -> list[tuple[str, Any]]:
-    return [(k, v) for k, v in op.get_onnx_attrs().items()
-            if isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))]
-
 
 def outer_scope_inputs(op: Op) -> list[Tensor]:
     """Tensors of the graph that `op`'s nested graphs (If/Loop/Scan bodies) read by name: hidden inputs."""
@@ -154,54 +146,13 @@ def _unused_placeholder(t: Tensor) -> bool:
 
 # ------------------------------------------------------------------------- constant folding
 
-#: Ops never folded: DequantizeLinear of a constant stays an int8 (int32 bias) weight with its scale.
-_KEEP_QUANTIZED = frozenset({"DequantizeLinear"})
-
 def _foldable(op: Op, keep: set[Tensor]) -> bool:
-    if not reads_only_weights(op):
-        return False  # the common case, and the cheapest test: asked first
-    if op.type.startswith("Random") or op.type in _NONDETERMINISTIC or _nested_graphs(op):
-        return False
-    if op.type in _KEEP_QUANTIZED:
-        return False  # an int8 weight keeps its scale and zero point: the device decides what it needs
-    return not any(t in keep for t in op.get_output_tensors())
+    return foldable(op, keep)
 
 
 def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
-    """`op`'s outputs by the ONNX reference evaluator; None when it cannot run the op.
-
-    `kernels` (one dict per fold) keeps the evaluator of each kind of node: building one costs
-    about four times running it, and a transformer's blocks repeat the same Shape/Gather/Concat
-    nodes thousands of times."""
-    from xgraph.kernels.reference import make_reference_kernel
-    inputs = op.get_input_tensors()
-    graph = op.graph
-    try:
-        attributes = op.attribute_protos()
-        omitted = [i for i, t in enumerate(inputs) if t is None]
-        key = (op.type, op.domain, tuple(a.SerializeToString(deterministic=True) for a in attributes),
-               tuple(sorted(graph.opset_imports.items())), len(inputs), len(op.get_output_tensors()),
-               tuple(omitted), id(graph.functions), len(graph.functions))
-        values = [None if t is None else t.data for t in inputs]
-        seen = ("outputs", key, values_key(values)) if kernels is not None else None
-        if seen is not None and seen[2] is not None and seen in kernels:
-            return kernels[seen]  # the same node on the same small values: the same results
-        kernel = kernels.get(key) if kernels is not None else None
-        if kernel is None:
-            kernel = make_reference_kernel(op.type, op.domain, attributes, graph.opset_imports, len(inputs),
-                                           len(op.get_output_tensors()), graph.functions, omitted_inputs=omitted)
-            if kernels is not None:
-                kernels[key] = kernel
-        with np.errstate(all="ignore"):  # the model's own arithmetic (T5's log(0) in a branch Where drops)
-            results = kernel(*values)
-    except XGraphError:
-        return None  # the evaluator cannot run it (custom op, bad data): it stays an op
-    if len(results) != len(op.get_output_tensors()) or not all(isinstance(r, np.ndarray) for r in results):
-        return None
-    arrays = [np.asarray(r) for r in results]
-    if seen is not None and seen[2] is not None:
-        kernels[seen] = arrays  # weights hold read-only views: sharing the arrays is safe
-    return arrays
+    """`op`'s outputs on its weights by the ONNX reference evaluator (`fold_eval.evaluate`); None when it cannot run."""
+    return evaluate(op, [None if t is None else t.data for t in op.get_input_tensors()], kernels)
 
 
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
@@ -210,59 +161,25 @@ def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     replace_op_by_weights(graph, op, arrays)
 
 
-_UNSEEN = object()
-
-
-def _fold_values(op: Op, kernels: dict, max_bytes: int) -> list[np.ndarray] | None:
-    """The arrays `op` folds to, or None when it does not fold (size unknown or too large, or the
-    evaluator cannot run it)."""
-    estimate = estimated_output_bytes(op)  # from the input values, before anything is allocated
-    if estimate is None or estimate > max_bytes:
-        return None
-    arrays = _evaluate(op, kernels)
-    if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
-        return None
-    return arrays
-
-
-def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> int:
+def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES, keep_unread: bool = True,
+                   queries: "Sequence[tuple[Op, list[np.ndarray]]]" = ()) -> int:
     """Evaluate ops whose inputs are all weights and make their results weights, then drop the
     `Where`s a weight condition decides (`select_fold`). Returns ops folded or dropped.
 
-    Ops are tried in topological order, as one sweep would, but only those whose inputs are all
-    weights: the ones that were so from the start, and the readers of each fold's results as they
-    become so (a heap of topological positions), so the ops no fold can reach are looked at once."""
+    One worklist pass in topological order, the IR edited once at the end (`fold_pass`).
+    `keep_unread=False` leaves out the weights only folded ops read (for a caller that removes
+    unread weights next, as the stage does): the graph is then what folding and
+    `remove_unused_weights` leave. `queries`: the planned shape queries
+    (`shape_fixpoint.plan_shape_queries`) to replace in the same edit, as if they had been replaced
+    first; not counted in the result."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
-    folded = 0
-    kernels: dict = {}  # one reference evaluator per kind of node, for this fold
-    memo: dict = {}  # fold_key -> the arrays, or None when that fold is refused
-    order = graph.toposort() if weight_fed_positions(graph.get_ops()) else []  # nothing to fold: no order needed
-    ready = weight_fed_positions(order)  # ascending: already a heap
-    queued = set(ready)
-    position: dict[Op, int] | None = None
-    while ready:
-        op = order[heapq.heappop(ready)]
-        if not _foldable(op, keep):
-            continue
-        key = fold_key(op, [None if t is None else t.data for t in op.get_input_tensors()])
-        arrays = memo.get(key, _UNSEEN) if key is not None else _UNSEEN
-        if arrays is _UNSEEN:
-            arrays = _fold_values(op, kernels, max_bytes)
-            if key is not None:
-                memo[key] = arrays
-        if arrays is None:
-            continue
-        made = replace_op_by_weights(graph, op, arrays)
-        folded += 1
-        if position is None:
-            position = {o: i for i, o in enumerate(order)}
-        for weight in made:
-            for reader in weight.consumers:
-                i = position[reader]
-                if i not in queued and reads_only_weights(reader):
-                    queued.add(i)
-                    heapq.heappush(ready, i)
+    folded = fold_pass(graph, keep, max_bytes, keep_unread, queries)
     return folded + fold_constant_selects(graph, keep)
+
+
+def _fold_for_stage(graph: Graph, queries: "Sequence[tuple[Op, list[np.ndarray]]]" = ()) -> int:
+    """`fold_constants` as the stage runs it: dead-op removal (and with it unread weights) comes next."""
+    return fold_constants(graph, keep_unread=False, queries=queries)
 
 
 # ----------------------------------------------------------------------------- dead ops
@@ -304,7 +221,7 @@ def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
     apply_input_shape(graph, options.input_shape)
     summary["cut_ops"] = cut_at_output_ops(graph, options.output_ops) if options.output_ops else 0
-    fixpoint = resolve_shapes(graph, fold_constants, remove_dead_ops, replace_by_weights)  # infer <-> fold
+    fixpoint = resolve_shapes(graph, _fold_for_stage, remove_dead_ops, fold_with_queries=_fold_for_stage)  # infer <-> fold
     summary["folded_ops"] = fixpoint["folded_ops"] + fixpoint["shape_ops"]
     summary["dead_ops"] = fixpoint["dead_ops"]
     return summary

@@ -25,6 +25,7 @@ takes all of it or none. A unit a merge would make cyclic is left as it was.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph
 
 QDQ_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_TYPE = attrgetter("type")
 #: bits of each quantized element type (labels name both types when weights and activations differ)
 _WIDTH = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
 
@@ -64,6 +66,8 @@ def _is_qdq(op: "Op") -> bool:
 
 def qdq_units(graph: "Graph") -> list[list["Op"]]:
     """The QDQ units of `graph` with more than one op, each in topological order; pure."""
+    if QDQ_TYPES.isdisjoint(map(_TYPE, graph.get_ops())):
+        return []  # asked of the op types in C: most graphs have no Q/DQ at all
     ops = graph.toposort()
     if not any(_is_qdq(op) for op in ops):
         return []

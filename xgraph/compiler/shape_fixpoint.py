@@ -24,12 +24,17 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import nested_read_tensors
+from xgraph.ir.op_facts import distinct_output_shapes, ops_of_types, order_survives_removals
+from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
 Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
 #: One folding pass (`prepare.fold_constants`) or dead-op removal: returns ops changed.
 Step = Callable[[Graph], int]
+
+#: The stage's fold given the planned shape queries (op, [value]) to replace in the same edit: returns ops
+#: folded besides the queries.
+FoldWithQueries = Callable[[Graph, "list[tuple[Op, list[np.ndarray]]]"], int]
 
 #: Rounds of (fold, infer); each round that changes something removes at least one op, so this
 #: only bounds pathological graphs.
@@ -42,12 +47,19 @@ def _static(t: Tensor | None) -> bool:
     return t is not None and t.shape is not None and all(isinstance(d, int) and d >= 0 for d in t.shape)
 
 
-def _query_value(op: Op) -> np.ndarray | None:
-    """The value of a Shape/Size op whose input shape is static (None when it is not)."""
+def _query_value(op: Op, pending: "dict[Tensor, np.ndarray] | None" = None) -> np.ndarray | None:
+    """The value of a Shape/Size op whose input shape is static (None when it is not); an input in
+    `pending` (a query folded earlier in the same pass) has the shape of its value."""
     inputs = op.get_input_tensors()
-    if op.domain not in ("", "ai.onnx") or len(inputs) != 1 or not _static(inputs[0]):
+    if op.domain not in ("", "ai.onnx") or len(inputs) != 1:
         return None
-    shape = [int(d) for d in inputs[0].shape]
+    value = pending.get(inputs[0]) if pending else None
+    if value is not None:
+        shape = [int(d) for d in value.shape]
+    elif not _static(inputs[0]):
+        return None
+    else:
+        shape = [int(d) for d in inputs[0].shape]
     if op.type == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
     rank = len(shape)
@@ -58,22 +70,39 @@ def _query_value(op: Op) -> np.ndarray | None:
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def fold_shape_queries(graph: Graph, replace: Replace) -> int:
-    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded."""
-    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
+def plan_shape_queries(graph: Graph) -> "list[tuple[Op, list[np.ndarray]]]":
+    """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, in topological order: what
+    `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
+    queries = ops_of_types(graph.get_ops(), _QUERIES)
     if not any(_query_value(op) is not None for op in queries):
-        return 0  # nothing to fold: no need to order the graph
+        return []  # nothing to fold: no need to order the graph
     keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
-    folded = 0
-    for op in graph.toposort():
-        if op.type not in _QUERIES or any(t in keep for t in op.get_output_tensors()):
+    walk = queries if order_survives_removals(graph) else [op for op in graph.toposort() if op.type in _QUERIES]
+    plan: list = []
+    pending: dict[Tensor, np.ndarray] = {}
+    for op in walk:
+        if not keep.isdisjoint(op.get_output_tensors()):
             continue
-        value = _query_value(op)
+        value = _query_value(op, pending)
         if value is None:
             continue
-        replace(graph, op, [value])
-        folded += 1
-    return folded
+        pending[op.get_output_tensor()] = value
+        plan.append((op, [value]))
+    return plan
+
+
+def fold_shape_queries(graph: Graph, replace: "Replace | None" = None) -> int:
+    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded.
+
+    With `replace` each op is replaced by that call, in topological order; without, all of them in
+    one edit (`replace_ops_by_weights`), which leaves the graph those calls would."""
+    plan = plan_shape_queries(graph)
+    if replace is not None:
+        for op, value in plan:
+            replace(graph, op, value)
+    elif plan:
+        replace_ops_by_weights(graph, plan)
+    return len(plan)
 
 
 def _reinfer(graph: Graph) -> None:
@@ -97,19 +126,31 @@ def _known(shape) -> int:
 
 def _has_dynamic_outputs(graph: Graph) -> bool:
     """True when some op output's shape is not fully static (asked once per distinct shape)."""
-    shapes = {t.shape for t in graph.get_tensors() if t.producer is not None}
+    shapes = distinct_output_shapes(graph.get_ops())
     return None in shapes or not all(all(isinstance(d, int) and d >= 0 for d in shape) for shape in shapes)
 
 
-def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace) -> dict[str, Any]:
+def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replace | None" = None, *,
+                   fold_with_queries: "FoldWithQueries | None" = None) -> dict[str, Any]:
     """Fold and infer until nothing changes; returns {"rounds", "shape_ops", "folded_ops", "dead_ops"}.
 
     `fold`, `remove_dead` and `replace` are the prepare stage's own steps (passed in, so this module
-    does not import the stage that calls it)."""
+    does not import the stage that calls it); without `replace` the shape queries of a round are
+    replaced in one edit. With `fold_with_queries` (and no `replace`) a round whose topological order
+    is the table order hands it the planned queries (`plan_shape_queries`) to replace within its
+    folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
-        queries = fold_shape_queries(graph, replace)
-        folded = fold(graph)
+        if fold_with_queries is not None and replace is None:
+            plan = plan_shape_queries(graph)  # ordered (and the order's kind known) only when there are queries
+            queries = len(plan)
+            if plan and not order_survives_removals(graph):
+                replace_ops_by_weights(graph, plan)  # removing them may change the order: replaced first
+                plan = []
+            folded = fold_with_queries(graph, plan)
+        else:
+            queries = fold_shape_queries(graph, replace)
+            folded = fold(graph)
         dead = remove_dead(graph)
         summary["rounds"] += 1
         summary["shape_ops"] += queries
@@ -121,4 +162,4 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: Replace
     return summary
 
 
-__all__ = ["MAX_ROUNDS", "fold_shape_queries", "resolve_shapes"]
+__all__ = ["MAX_ROUNDS", "fold_shape_queries", "plan_shape_queries", "resolve_shapes"]

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 _ATTRS, _ATTR_TYPES = attrgetter("_attrs"), attrgetter("_attr_types")
 
 
+def _drain(calls: Iterable) -> None:
+    """Run a lazy map to its end (its calls happen in C), keeping none of the results."""
+    deque(calls, maxlen=0)
+
+
 def link_input(op: Op, index: int, tensor: "Tensor | None") -> None:
     """Point input slot `index` of `op` at `tensor` (which counts one more use by `op`)."""
     op._inputs[index] = tensor
@@ -188,6 +193,35 @@ class GraphBuilder:
             if parent is not None and not s._ops:
                 del parent._children[s]
             s = parent
+
+    def remove_ops(self, ops: "Sequence[Op]") -> None:
+        """`remove_op` for each of `ops` in turn (constant folding removes thousands at once)."""
+        tensors, table, leaf_of, root = self._tensors, self._ops, self._leaf_of, self._root
+        for op in ops:
+            for t in op._inputs:  # unlink_input per slot
+                if t is not None:
+                    consumers = t._consumers
+                    n = consumers.get(op, 0) - 1
+                    if n <= 0:
+                        consumers.pop(op, None)
+                    else:
+                        consumers[op] = n
+        outputs = [t.name for op in ops for t in op._outputs]
+        _drain(map(tensors.__delitem__, outputs))  # the tables' deletions, in C
+        _drain(map(table.__delitem__, [op.name for op in ops]))
+        if not root._children:  # every op's leaf is the root (before any plugin ran)
+            _drain(map(leaf_of.__delitem__, ops))
+            root._ops.difference_update(ops)
+        else:
+            for op in ops:
+                s = leaf_of.pop(op)
+                while s is not None:
+                    s._ops.discard(op)
+                    parent = s._parent
+                    if parent is not None and not s._ops:
+                        del parent._children[s]
+                    s = parent
+        self.graph._nested_ops.difference_update(ops)
 
     def remove_tensor(self, t: Tensor) -> None:
         """Take an unlinked tensor (weight or graph input) out of the tables."""
