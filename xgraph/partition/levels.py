@@ -290,15 +290,17 @@ def _between(starts: Iterable[int], neighbours: list[set[int]], position: list[i
     """
     found = {x for x in starts if low < position[x] < high}
     stack = list(found)
+    pop, push, add = stack.pop, stack.append, found.add
     looked = 0
     while stack:
-        for y in neighbours[stack.pop()]:
-            looked += 1
-            if y == target or looked > budget:
-                return None
+        around = neighbours[pop()]
+        looked += len(around)  # every edge of a reached node is looked at, so the budget check can come first
+        if looked > budget or target in around:
+            return None
+        for y in around:
             if y not in found and low < position[y] < high:
-                found.add(y)
-                stack.append(y)
+                add(y)
+                push(y)
     return found
 
 
