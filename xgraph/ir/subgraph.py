@@ -7,6 +7,7 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-def _seq(op: "Op") -> int:
-    return op._seq
+_SEQ = attrgetter("_seq")
+_NEW = object.__new__
 
 
 class Subgraph(AttrsMixin):
@@ -115,11 +116,15 @@ class Subgraph(AttrsMixin):
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
         if self._children:
             raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
-        leaf_of = self._graph._leaf_of
-        for op in sorted(self._ops, key=_seq):
-            child = Subgraph(self._graph, f"subgraph_{op.name}", self, (op,))
-            self._children[child] = None
-            leaf_of[op] = child
+        graph, ops = self._graph, sorted(self._ops, key=_SEQ)
+        children = []
+        append = children.append
+        for op in ops:  # what Subgraph(graph, "subgraph_<op>", self, (op,)) builds, without a call per op
+            sg = _NEW(Subgraph)
+            sg._graph, sg._name, sg._parent, sg._children, sg._ops, sg._attrs = graph, "subgraph_" + op.name, self, {}, {op}, {}
+            append(sg)
+        self._children.update(dict.fromkeys(children))
+        graph._leaf_of.update(zip(ops, children))
 
     def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
         """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
