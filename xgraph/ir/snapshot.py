@@ -174,7 +174,8 @@ class GraphState:
     @cached_property
     def subgraph_index(self) -> "dict[Subgraph, int]":
         """Subgraph -> its position in `subgraph_columns`."""
-        return {sg: i for i, sg in enumerate(self.subgraph_columns.subgraphs)}
+        subgraphs = self.subgraph_columns.subgraphs
+        return dict(zip(subgraphs, range(len(subgraphs))))
 
     def subgraph_state(self, sg: "Subgraph") -> "SubgraphState | None":
         """The captured state of `sg`, or None when it was not in the tree (no per-subgraph table is built)."""

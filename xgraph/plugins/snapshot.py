@@ -79,7 +79,8 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
         elif assigned:
             found.append(f"subgraphs assigned earlier were merged away: {', '.join(assigned[:5])}")
     touched = _touched_children(diff, before.root)  # the root now too: it was not replaced
-    for child in children:
+    # elsewhere (a captured child no subgraph change reached) the loop below finds nothing: skipped in C
+    for child in filter((touched | set(new)).__contains__, children):
         if child in free:
             continue
         if child in before.subgraph_index:
