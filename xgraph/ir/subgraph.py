@@ -7,6 +7,7 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 
 
 _SEQ = attrgetter("_seq")
+_OPS = attrgetter("_ops")
+_NAME = attrgetter("name")
 _NEW = object.__new__
 
 
@@ -153,12 +156,13 @@ class Subgraph(AttrsMixin):
         return self._merge_groups([self._check_merge_group(g) for g in groups], check_cycles=check_cycles)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
-        seen: set[Subgraph] = set()
-        for g in groups:
-            for c in g:
-                if c in seen:
-                    raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
-                seen.add(c)
+        if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
+            seen: set[Subgraph] = set()
+            for g in groups:
+                for c in g:
+                    if c in seen:
+                        raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
+                    seen.add(c)
         if check_cycles:
             cycle = merge_makes_cycle(self, groups)
             if cycle:
@@ -170,13 +174,12 @@ class Subgraph(AttrsMixin):
             if len(g) == 1:
                 result.append(g[0])
                 continue
-            ops = set().union(*(c._ops for c in g))
-            merged = Subgraph(self._graph, f"subgraph_{min(op.name for op in ops)}", self, ops)
+            ops = set().union(*map(_OPS, g))
+            merged = Subgraph(self._graph, f"subgraph_{min(map(_NAME, ops))}", self, ops)
             for c in g:
                 del self._children[c]
             self._children[merged] = None
-            for op in ops:
-                leaf_of[op] = merged
+            leaf_of.update(dict.fromkeys(ops, merged))
             result.append(merged)
         return result
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import attrgetter, lt, ne
+from operator import attrgetter, is_, lt, methodcaller, ne
 
 from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
@@ -31,6 +31,7 @@ from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
 from xgraph.partition.levels import FIXED, topological_order, coalesce_groups, level_partition
 
 _IS_LEAF = attrgetter("is_leaf")
+_PARENT = methodcaller("get_parent")
 
 #: The one label `merge_subgraph` gives every subgraph it was asked to merge.
 _MERGE_LABEL = "merge"
@@ -204,6 +205,9 @@ def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:
         return members
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
+    if (all(map(is_, map(_PARENT, members), repeat(root))) and set(members) <= root.get_children()
+            and all(map(_IS_LEAF, members)) and not any(map(methodcaller("has_attr", DEVICE_ATTR), members))):
+        return members  # the usual input, checked in bulk; the loop below names the first offender
     for sg in members:
         if not (sg.get_parent() is root and root.is_child(sg) and sg.is_leaf and not sg.has_attr(DEVICE_ATTR)):
             reason = unassigned_reason(sg, graph)
