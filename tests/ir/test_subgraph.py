@@ -223,3 +223,24 @@ def test_set_op_annotations_refuses_foreign_ops_and_bad_values_changing_nothing(
     g.set_op_annotations("device", {ops[0]: "CPU", ops[1]: ["a", 1]})
     assert ops[0].get_attr("device") == "CPU" and ops[1].get_attr("device") == ["a", 1]
     assert ops[1].is_annotation("device")
+
+
+def test_child_dependencies_count_each_producer_once_per_op():
+    g = Graph("g")
+    x = g.create_input("x", [1])
+    g.create_op("a", "Relu", inputs=[x])
+    g.create_op("b", "Relu", inputs=[x])
+    g.create_op("c", "Add", inputs=["a", "a"])  # one producer read twice
+    g.create_op("d", "Sum", inputs=["a", "b", "c"])  # three producers
+    g.create_op("e", "Sum", inputs=["x", "b", "b"])  # a graph input and one producer twice
+    g.create_op("f", "Clip", inputs=["d", None, None])  # omitted optional inputs
+    g.create_op("h", "Add", inputs=[None, "e"])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children, preds = root.child_dependencies()
+    assert [c.name for c in children] == [f"subgraph_{n}" for n in "abcdefh"]
+    assert preds == [[], [], [0], [0, 1, 2], [1], [3], [4]]
+    root.merge_children({g.get_leaf_subgraph("a"), g.get_leaf_subgraph("b")})
+    children, preds = root.child_dependencies()  # the links are cached; the numbering follows the new tree
+    assert [c.name for c in children] == [f"subgraph_{n}" for n in "acdefh"]
+    assert preds == [[], [0], [0, 0, 1], [0], [2], [3]]

@@ -275,6 +275,10 @@ COALESCE_CASES = [
     ([[], [0], [1]], [0, FIXED, 0], [0, 1, 2], [0, 1, 2]),       # a FIXED node lies on the path
     ([[], [], [0], [1]], [0, 1, 0, 1], [0, 0, 1, 1], [0, 1, 0, 1]),  # labels never mix
     ([[], [0], [1]], [0, 0, 0], [0, 1, 2], [0, 0, 0]),
+    # a -> f -> b -> g -> c: c's second attempt (with a) is refused from what the first searches found
+    ([[], [0], [1], [2], [3]], [0, FIXED, 0, FIXED, 0], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]),
+    # b is linked to a (through f); the unrelated d still joins b (a join forgets what the searches found)
+    ([[], [0], [1], [], [2, 3]], [0, FIXED, 0, 0, FIXED], [0, 1, 2, 3, 4], [0, 1, 2, 2, 4]),
 ]
 
 

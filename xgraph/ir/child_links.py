@@ -8,6 +8,7 @@ once per merge, and the op-to-op links it reads are worked out once per graph st
 from __future__ import annotations
 
 from array import array
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 
 _CHILDREN = attrgetter("_children")
+_INPUTS = attrgetter("_inputs")
+_OUTPUTS = attrgetter("_outputs")
 
 
 def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]]":
@@ -35,22 +38,19 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
     """
     ops = sg._graph._ops.values()
     first, more = _op_producers(sg._graph)
-    child_of = _child_lookup(sg)
-    number: dict["Subgraph", int] = {}
-    get = child_of.get
-    owner = [-1] * len(ops)  # per op position: the number of the child holding it, -1 outside sg
-    for i, op in enumerate(ops):  # one pass in insertion order: the children numbered by their first op
-        child = get(op)
-        if child is not None and child is not sg:
-            n = number.get(child)
-            if n is None:
-                n = number[child] = len(number)
-            owner[i] = n
-    preds: list[list[int]] = [[] for _ in number]
+    holder = list(map(_child_lookup(sg).get, ops))  # per op position: the child holding it (None or sg: outside)
+    numbered = dict.fromkeys(holder)  # the children in the order of their first op
+    numbered.pop(None, None)
+    numbered.pop(sg, None)
+    number = dict(zip(numbered, range(len(numbered))))
+    number[None] = number[sg] = -1
+    owner = list(map(number.__getitem__, holder))  # per op position: the child's number, -1 outside sg
+    owner.append(-1)  # owner[NONE]: an op reading no other op
+    preds: list[list[int]] = [[] for _ in numbered]
     for v, u in zip(owner, first):
-        if v < 0 or u == NONE:
+        if v < 0:
             continue
-        if u >= 0:  # the usual op: one producer
+        if u >= NONE:  # the usual op: one producer, or none
             u = owner[u]
             if u >= 0 and u != v:
                 preds[v].append(u)
@@ -60,7 +60,7 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
             u = owner[u]
             if u >= 0 and u != v:
                 found.append(u)
-    return list(number), preds
+    return list(numbered), preds
 
 
 def edges_go_forward(sg: "Subgraph", rank: "dict[Subgraph, int]") -> bool:
@@ -112,30 +112,55 @@ def _op_producers(graph: "Graph") -> "tuple[array, list[tuple[int, ...]]]":
     cached = graph._cache.get("op_producers")
     if cached is not None:
         return cached
-    ops = graph._ops.values()
-    position = {op: i for i, op in enumerate(ops)}
-    first = array("q", bytes(8 * len(position)))
+    ops = list(graph._ops.values())
+    first: list[int] = []
     more: list[tuple[int, ...]] = []
-    nested = bool(graph._nested_ops)
-    for i, op in enumerate(ops):
-        inputs = op._inputs
-        if nested:
+    append = first.append
+    if graph._nested_ops:
+        position = dict(zip(ops, range(len(ops))))
+        for op in ops:
             sources = tuple(position[p] for p in op.get_input_ops())
-        elif len(inputs) == 1:  # the usual op: one producer, nothing to deduplicate
-            t = inputs[0]
-            first[i] = NONE if t is None or t._producer is None else position[t._producer]
-            continue
+            if len(sources) == 1:
+                append(sources[0])
+            elif sources:
+                append(MANY - len(more))
+                more.append(sources)
+            else:
+                append(NONE)
+        return _keep(graph, first, more)
+    outputs = list(map(_OUTPUTS, ops))  # tensor -> the position of the op producing it, built in C
+    get = dict(zip(chain.from_iterable(outputs),
+                   chain.from_iterable(map(repeat, range(len(ops)), map(len, outputs))))).get
+    for inputs in map(_INPUTS, ops):  # get(None) and get(a graph input or weight) are None
+        n = len(inputs)
+        if n == 1:  # the usual ops: one or two inputs, nothing to deduplicate by hand
+            p = get(inputs[0])
+            append(NONE if p is None else p)
+        elif n == 2:
+            p, q = get(inputs[0]), get(inputs[1])
+            if p is None:
+                append(NONE if q is None else q)
+            elif q is None or q == p:
+                append(p)
+            else:
+                append(MANY - len(more))
+                more.append((p, q))
         else:
-            sources = tuple(position[p] for p in dict.fromkeys(
-                t._producer for t in inputs if t is not None and t._producer is not None))
-        if len(sources) == 1:
-            first[i] = sources[0]
-        elif sources:
-            first[i] = MANY - len(more)
-            more.append(sources)
-        else:
-            first[i] = NONE
-    cached = graph._cache["op_producers"] = (first, more)
+            sources = dict.fromkeys(map(get, inputs))
+            sources.pop(None, None)
+            if len(sources) == 1:
+                append(next(iter(sources)))
+            elif sources:
+                append(MANY - len(more))
+                more.append(tuple(sources))
+            else:
+                append(NONE)
+    return _keep(graph, first, more)
+
+
+def _keep(graph: "Graph", first: list[int], more: list[tuple[int, ...]]) -> "tuple[array, list[tuple[int, ...]]]":
+    """Store `_op_producers`' result in the graph's cache, `first` packed (8 bytes per op)."""
+    cached = graph._cache["op_producers"] = (array("q", first), more)
     return cached
 
 

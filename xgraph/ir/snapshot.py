@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
@@ -121,6 +123,8 @@ class SubgraphColumns(NamedTuple):
     attrs: "list[Mapping[str, Any]]"
 
 
+_CHILDREN = attrgetter("_children")
+
 #: what an object without attrs captures: one shared, read-only empty mapping instead of a new dict each
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -174,7 +178,8 @@ class GraphState:
     @cached_property
     def subgraph_index(self) -> "dict[Subgraph, int]":
         """Subgraph -> its position in `subgraph_columns`."""
-        return {sg: i for i, sg in enumerate(self.subgraph_columns.subgraphs)}
+        subgraphs = self.subgraph_columns.subgraphs
+        return dict(zip(subgraphs, range(len(subgraphs))))
 
     def subgraph_state(self, sg: "Subgraph") -> "SubgraphState | None":
         """The captured state of `sg`, or None when it was not in the tree (no per-subgraph table is built)."""
@@ -217,11 +222,21 @@ def _attrs_of(objects: list) -> "list[Mapping[str, Any]]":
     return [copy_attrs(x._attrs) if x._attrs else EMPTY for x in objects]
 
 
+def _tree(root: "Subgraph") -> "list[Subgraph]":
+    """Every subgraph, breadth first from the root (`Graph.iter_subgraphs`' order), a level at a time in C."""
+    found: list[Subgraph] = []
+    level = [root]
+    while level:
+        found += level
+        level = list(chain.from_iterable(map(_CHILDREN, level)))
+    return found
+
+
 def capture_state(g: "GraphCore") -> GraphState:
     """The state of `g` now (`Graph.snapshot`)."""
     with collector_paused():
         functions = tuple(g.functions)
-        ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), list(g.iter_subgraphs())
+        ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), _tree(g._root)
         op_columns = OpColumns(
             ops, [op.name for op in ops], [op.type for op in ops], [op.domain for op in ops],
             [op.doc_string for op in ops], _attrs_of(ops),
@@ -234,11 +249,13 @@ def capture_state(g: "GraphCore") -> GraphState:
         subgraph_columns = SubgraphColumns(
             subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
             [tuple(sg._children) for sg in subgraphs], _attrs_of(subgraphs))
+        # dict.copy, not dict(): a table with deleted entries (folded ops) is copied compacted in one pass,
+        # where dict() would insert the entries again one by one
         return GraphState(
             graph=g, version=g._version, name=g.name, attrs=copy_attrs(g._attrs),
-            ops=dict(g._ops), tensors=dict(g._tensors), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
+            ops=g._ops.copy(), tensors=g._tensors.copy(), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
             op_columns=op_columns, tensor_columns=tensor_columns, root=g._root, subgraph_columns=subgraph_columns,
-            leaf_of=dict(g._leaf_of),
+            leaf_of=g._leaf_of.copy(),
             model=ModelState(dict(g.opset_imports), g.ir_version, copy_value(g.model_info), functions,
                              tuple(f.SerializeToString(deterministic=True) for f in functions)),
             seq=g._seq, nested_ops=frozenset(g._nested_ops))
@@ -258,7 +275,7 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
             sg._name, sg._parent = name, parent
             sg._children = dict.fromkeys(children)
             sg._attrs = copy_attrs(attrs)
-        g._leaf_of = dict(state.leaf_of)
+        g._leaf_of = state.leaf_of.copy()
         for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
             op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
             op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)
@@ -276,7 +293,7 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
                 f.ParseFromString(data)
         g._nested_ops = set(state.nested_ops)
         if structural:
-            g._ops, g._tensors = dict(state.ops), dict(state.tensors)
+            g._ops, g._tensors = state.ops.copy(), state.tensors.copy()
             g._inputs, g._outputs, g._seq = list(state.inputs), list(state.outputs), state.seq
             _rebuild_op_sets(state)
         g._cache.clear()  # toposort, networkx view... computed from a changed structure

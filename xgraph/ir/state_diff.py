@@ -175,7 +175,7 @@ def _tensor_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
     if (_same_columns([t.name for t in ts], c.names) and _same_columns([t._attrs for t in ts], c.attrs)
             and _same_columns([t._shape for t in ts], c.shapes) and _same_columns([t._dtype for t in ts], c.dtypes)
             and all(map(operator.is_, [t._data for t in ts], c.data))
-            and all(t._type_proto is None for t in ts) and all(tp is None for tp in c.type_protos)):
+            and [t._type_proto for t in ts].count(None) == len(ts) and c.type_protos.count(None) == len(ts)):
         return  # the usual case, compared column by column; else tensor by tensor, as below
     for t, name, shape, dtype, data, attrs, type_proto in zip(ts, c.names, c.shapes, c.dtypes, c.data, c.attrs,
                                                               c.type_protos):

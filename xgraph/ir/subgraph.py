@@ -7,6 +7,8 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
@@ -23,8 +25,10 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-def _seq(op: "Op") -> int:
-    return op._seq
+_SEQ = attrgetter("_seq")
+_OPS = attrgetter("_ops")
+_NAME = attrgetter("name")
+_NEW = object.__new__
 
 
 class Subgraph(AttrsMixin):
@@ -115,11 +119,15 @@ class Subgraph(AttrsMixin):
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
         if self._children:
             raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
-        leaf_of = self._graph._leaf_of
-        for op in sorted(self._ops, key=_seq):
-            child = Subgraph(self._graph, f"subgraph_{op.name}", self, (op,))
-            self._children[child] = None
-            leaf_of[op] = child
+        graph, ops = self._graph, sorted(self._ops, key=_SEQ)
+        children = []
+        append = children.append
+        for op in ops:  # what Subgraph(graph, "subgraph_<op>", self, (op,)) builds, without a call per op
+            sg = _NEW(Subgraph)
+            sg._graph, sg._name, sg._parent, sg._children, sg._ops, sg._attrs = graph, "subgraph_" + op.name, self, {}, {op}, {}
+            append(sg)
+        self._children.update(dict.fromkeys(children))
+        graph._leaf_of.update(zip(ops, children))
 
     def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
         """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
@@ -148,12 +156,13 @@ class Subgraph(AttrsMixin):
         return self._merge_groups([self._check_merge_group(g) for g in groups], check_cycles=check_cycles)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
-        seen: set[Subgraph] = set()
-        for g in groups:
-            for c in g:
-                if c in seen:
-                    raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
-                seen.add(c)
+        if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
+            seen: set[Subgraph] = set()
+            for g in groups:
+                for c in g:
+                    if c in seen:
+                        raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
+                    seen.add(c)
         if check_cycles:
             cycle = merge_makes_cycle(self, groups)
             if cycle:
@@ -165,13 +174,12 @@ class Subgraph(AttrsMixin):
             if len(g) == 1:
                 result.append(g[0])
                 continue
-            ops = set().union(*(c._ops for c in g))
-            merged = Subgraph(self._graph, f"subgraph_{min(op.name for op in ops)}", self, ops)
+            ops = set().union(*map(_OPS, g))
+            merged = Subgraph(self._graph, f"subgraph_{min(map(_NAME, ops))}", self, ops)
             for c in g:
                 del self._children[c]
             self._children[merged] = None
-            for op in ops:
-                leaf_of[op] = merged
+            leaf_of.update(dict.fromkeys(ops, merged))
             result.append(merged)
         return result
 

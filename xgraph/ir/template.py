@@ -288,7 +288,7 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
         return ""
 
     def consistent(t: TemplateOp, op: "Op") -> bool:
-        if op in used or not t.accepts(op):
+        if op in used or op.type not in t.types or (t.filter is not None and not t.filter(op)):  # t.accepts(op)
             return False
         for i in t.inputs:
             if i in mapping and not op._reads_from(mapping[i]):

@@ -84,12 +84,13 @@ def filter_by_template(graph: Graph, template: GraphTemplate) -> set[Subgraph]:
     if not isinstance(template, GraphTemplate):
         raise PartitionError(f"filter_by_template: expected a GraphTemplate, got {type(template).__name__}; "
                              "build one with xgraph.GraphTemplate(name).add_op(...)")
-    result: set[Subgraph] = set()
-    for match in graph.isomorphism(template):
-        leaves = {graph.get_leaf_subgraph(op) for op in match.values()}
-        if all(leaf.get_parent() is root and _is_free(leaf) for leaf in leaves):
-            result |= leaves
-    return result
+    get_leaf = graph.get_leaf_subgraph
+    per_match = [set(map(get_leaf, match.values())) for match in graph.isomorphism(template)]
+    held = set().union(*per_match)
+    taken = {leaf for leaf in held if not (leaf.get_parent() is root and _is_free(leaf))}  # once per subgraph
+    if not taken:
+        return held
+    return set().union(*(leaves for leaves in per_match if leaves.isdisjoint(taken)))
 
 
 def filter(graph: Graph, func: Callable[[set[Subgraph]], Iterable[Subgraph]]) -> set[Subgraph]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xgraph.errors import PartitionError
 
@@ -212,6 +212,8 @@ class _Contracted:
     position: list[int]
     #: union-find parent of every contracted node (itself while it has not been joined into another)
     parent: list[int]
+    #: a -> nodes b that a reaches through a third node, as searches found (forgotten on every join)
+    linked: dict[int, set[int]] = field(default_factory=dict)
 
     def find(self, node: int) -> int:
         """The surviving node `node` was joined into (itself if none), with path halving."""
@@ -265,12 +267,19 @@ def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
 def _try_join(graph: _Contracted, p: int, q: int, budget: int) -> int | None:
     """Join contracted nodes p and q when no path links them through a third node; the survivor, else None."""
     a, b = (p, q) if graph.position[p] < graph.position[q] else (q, p)
+    linked = graph.linked
+    if b in linked.get(a, ()) or any(b in linked.get(k, ()) for k in linked.get(a, ())):
+        return None  # a path a -> k -> b through a third node is known: the searches below would hit it
     low, high = graph.position[a], graph.position[b]
     descendants = _between(graph.successors[a], graph.successors, graph.position, low, high, b, budget)
-    if descendants is None:
+    if descendants is None or descendants is _LINKED:
+        if descendants is _LINKED:
+            linked.setdefault(a, set()).add(b)
         return None
     ancestors = _between(graph.predecessors[b], graph.predecessors, graph.position, low, high, a, budget)
-    if ancestors is None:
+    if ancestors is None or ancestors is _LINKED:
+        if ancestors is _LINKED:
+            linked.setdefault(a, set()).add(b)
         return None
     slots = sorted([low, high] + [graph.position[x] for x in descendants | ancestors])
     survivor = _merge_nodes(graph, a, b)
@@ -281,24 +290,33 @@ def _try_join(graph: _Contracted, p: int, q: int, budget: int) -> int | None:
     return survivor
 
 
+#: what `_between` returns when it reached its target: a path through a third node links the pair
+_LINKED: set[int] = set()
+
+
 def _between(starts: Iterable[int], neighbours: list[set[int]], position: list[int], low: int, high: int,
              target: int, budget: int) -> set[int] | None:
-    """Nodes reachable from `starts` inside positions (low, high), or None on reaching `target` or the budget.
+    """Nodes reachable from `starts` inside positions (low, high); `_LINKED` on reaching `target`, None when
+    more than `budget` edges were looked at (the search gave up: a path may link the pair).
 
-    None means "a path may link the pair": `target` was reached, or more than `budget`
-    edges were looked at and the search gave up.
+    Either way the pair may not join; which of the two it is does not depend on the order of
+    the search (every edge of a reached node is looked at, so the budget is checked per node).
     """
     found = {x for x in starts if low < position[x] < high}
     stack = list(found)
+    pop, push, add = stack.pop, stack.append, found.add
     looked = 0
     while stack:
-        for y in neighbours[stack.pop()]:
-            looked += 1
-            if y == target or looked > budget:
-                return None
+        around = neighbours[pop()]
+        if target in around:
+            return _LINKED
+        looked += len(around)
+        if looked > budget:
+            return None
+        for y in around:
             if y not in found and low < position[y] < high:
-                found.add(y)
-                stack.append(y)
+                add(y)
+                push(y)
     return found
 
 
@@ -320,6 +338,7 @@ def _merge_nodes(graph: _Contracted, a: int, b: int) -> int:
     graph.predecessors[keep].discard(drop)
     graph.successors[drop], graph.predecessors[drop] = set(), set()
     graph.parent[drop] = keep
+    graph.linked.clear()  # paths through a or b may now run through the joined node only
     return keep
 
 

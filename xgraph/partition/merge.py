@@ -21,12 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, lt, methodcaller, ne
 
 from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
 from xgraph.ir import Subgraph
 from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
 from xgraph.partition.levels import FIXED, topological_order, coalesce_groups, level_partition
+
+_IS_LEAF = attrgetter("is_leaf")
+_PARENT = methodcaller("get_parent")
 
 #: The one label `merge_subgraph` gives every subgraph it was asked to merge.
 _MERGE_LABEL = "merge"
@@ -52,7 +57,7 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     if root.is_leaf:
         return ChildrenDag([], [])
     children, preds = root.child_dependencies()
-    if all(u < v for v, sources in enumerate(preds) for u in sources):
+    if _numbered_forward(preds):
         return ChildrenDag(children, preds)
     order = topological_order(preds)
     if len(order) < len(preds):
@@ -62,6 +67,13 @@ def children_dag(root: Subgraph) -> ChildrenDag:
     for i, v in enumerate(order):
         position[v] = i
     return ChildrenDag([children[v] for v in order], [[position[u] for u in preds[v]] for v in order])
+
+
+def _numbered_forward(preds: list[list[int]]) -> bool:
+    """True when every predecessor index is smaller than its node's: the edges and the check flattened, in C."""
+    sources = chain.from_iterable(preds)
+    nodes = chain.from_iterable(map(repeat, range(len(preds)), map(len, preds)))
+    return all(map(lt, sources, nodes))
 
 
 def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
@@ -100,25 +112,41 @@ def _plan(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subg
     if not labels:
         return []
     dag = children_dag(root)
-    label_ids: dict[Hashable, int] = {}
-    node_labels = []
-    for child in dag.children:
-        if child in labels:
-            label = labels[child]
-            try:
-                node_labels.append(label_ids.setdefault(label, len(label_ids)))
-            except TypeError:
-                raise PartitionError(f"plan_merge: the label of {child.name!r} is {label!r:.60}, which is not "
-                                     "hashable; use a str such as a device name") from None
-        else:
-            node_labels.append(FIXED)
+    node_labels = _label_numbers(dag.children, labels)
     levels = level_partition(dag.preds, node_labels)
     group_ids = coalesce_groups(dag.preds, node_labels, levels)
     groups: dict[int, list[Subgraph]] = {}
-    for child, label, group in zip(dag.children, node_labels, group_ids):
-        if label != FIXED:
-            groups.setdefault(group, []).append(child)
+    for child, group in compress(zip(dag.children, group_ids), map(ne, node_labels, repeat(FIXED))):
+        groups.setdefault(group, []).append(child)
     return list(groups.values())
+
+
+#: what `_label_numbers` looks up for a child without a label
+_UNLABELLED = object()
+
+
+def _label_numbers(children: list[Subgraph], labels: Mapping[Subgraph, Hashable]) -> list[int]:
+    """Per child its label as a number (labels numbered in the order of the first child carrying each), or FIXED."""
+    given = list(map(labels.get, children, repeat(_UNLABELLED)))
+    try:
+        number = dict(zip(dict.fromkeys(given), range(len(labels) + 1)))
+    except TypeError:  # name the first child with a label that cannot be hashed
+        child, label = next((c, x) for c, x in zip(children, given) if _unhashable(x))
+        raise PartitionError(f"plan_merge: the label of {child.name!r} is {label!r:.60}, which is not "
+                             "hashable; use a str such as a device name") from None
+    if _UNLABELLED in number:  # the unlabelled children's place in the numbering goes to the labels after it
+        after = number.pop(_UNLABELLED)
+        number = {label: n - (n > after) for label, n in number.items()}
+        number[_UNLABELLED] = FIXED
+    return list(map(number.__getitem__, given))
+
+
+def _unhashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return True
+    return False
 
 
 def _check_plan_input(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> None:
@@ -128,7 +156,7 @@ def _check_plan_input(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> No
     if not isinstance(labels, Mapping):
         raise PartitionError(f"plan_merge: labels must map children of the root to labels, "
                              f"got {type(labels).__name__}")
-    if labels.keys() <= root.get_children() and all(child.is_leaf for child in labels):
+    if labels.keys() <= root.get_children() and all(map(_IS_LEAF, labels)):
         return  # the usual input, checked in bulk; the loop below names the first offender
     for child in labels:
         if not isinstance(child, Subgraph) or not root.is_child(child):
@@ -177,6 +205,9 @@ def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:
         return members
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
+    if (all(map(is_, map(_PARENT, members), repeat(root))) and set(members) <= root.get_children()
+            and all(map(_IS_LEAF, members)) and not any(map(methodcaller("has_attr", DEVICE_ATTR), members))):
+        return members  # the usual input, checked in bulk; the loop below names the first offender
     for sg in members:
         if not (sg.get_parent() is root and root.is_child(sg) and sg.is_leaf and not sg.has_attr(DEVICE_ATTR)):
             reason = unassigned_reason(sg, graph)

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import inspect
 import time
+from itertools import repeat
+from operator import attrgetter, is_, methodcaller
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -53,6 +55,7 @@ from xgraph.plugins.snapshot import GraphSnapshot
 if TYPE_CHECKING:
     from xgraph.ir import Op
 
+_GRAPH = attrgetter("graph")
 _METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
 
 
@@ -235,6 +238,26 @@ def _check_partition(call: _Call, graph: Graph, returned: Any) -> list[Subgraph]
                          "(empty when it takes nothing)")
     items = call("iterating what partition() returned", list, returned)
     root = graph.get_root_subgraph()
+    if not _plainly_fine(graph, root, items):
+        _name_first_problem(call, graph, root, items)
+    if len(items) < 2:
+        return items
+    ops_of = [sg.get_ops() for sg in items]
+    _check_disjoint(call, items, ops_of)
+    position = dict(zip(graph.toposort(), range(graph.get_op_num())))
+    first = [min(map(position.__getitem__, ops)) for ops in ops_of]
+    return [items[i] for i in sorted(range(len(items)), key=first.__getitem__)]
+
+
+def _plainly_fine(graph: Graph, root: Subgraph, items: list[Any]) -> bool:
+    """True when `items` are distinct, unassigned children of the root of `graph` (checked in bulk, in C)."""
+    return (all(map(isinstance, items, repeat(Subgraph))) and all(map(is_, map(_GRAPH, items), repeat(graph)))
+            and len(set(items)) == len(items) and set(items) <= root.get_children()
+            and not any(map(methodcaller("has_attr", "device"), items)))
+
+
+def _name_first_problem(call: _Call, graph: Graph, root: Subgraph, items: list[Any]) -> None:
+    """Raise the PluginError naming the first of `items` that is not a distinct unassigned child of the root."""
     seen: set[Subgraph] = set()
     for sg in items:
         if not isinstance(sg, Subgraph):
@@ -252,11 +275,6 @@ def _check_partition(call: _Call, graph: Graph, returned: Any) -> list[Subgraph]
             raise call.error(f"{where}, which is already assigned to device {sg.get_attr('device')!r}; "
                              "select only unassigned subgraphs (the filter_by_* helpers do)")
         seen.add(sg)
-    _check_disjoint(call, items)
-    if len(items) < 2:
-        return items
-    position = {op: i for i, op in enumerate(graph.toposort())}
-    return sorted(items, key=lambda sg: min(position[op] for op in sg.get_ops()))
 
 
 def _tree_position(sg: Subgraph, root: Subgraph) -> str:
@@ -271,11 +289,13 @@ def _tree_position(sg: Subgraph, root: Subgraph) -> str:
     return f"at depth {sg.depth} (a child of {sg.get_parent().name!r})"
 
 
-def _check_disjoint(call: _Call, subgraphs: list[Subgraph]) -> None:
+def _check_disjoint(call: _Call, subgraphs: list[Subgraph], ops_of: "list[set[Op]]") -> None:
     """Siblings never share ops; this guards the invariant the checks above rely on."""
+    if len(set().union(*ops_of)) == sum(map(len, ops_of)):
+        return
     owner: dict[Op, Subgraph] = {}
-    for sg in subgraphs:
-        for op in sg.get_ops():
+    for sg, ops in zip(subgraphs, ops_of):
+        for op in ops:
             other = owner.setdefault(op, sg)
             if other is not sg:
                 raise call.error(f"partition() returned subgraphs {other.name!r} and {sg.name!r} that both hold "
