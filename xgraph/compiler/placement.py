@@ -70,7 +70,7 @@ def candidate_devices(devices: Mapping[str, DeviceSpec], options: CompileOptions
     return chosen, host
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Unit:
     """One unassigned child: its ops, and the verdicts of the candidates (asked when first needed)."""
 
@@ -124,11 +124,13 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     checks = {s.name: op_info(s, options.precision_mode) for s in specs}
     memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
     units = []
+    append = units.append
     for child in graph.get_root_subgraph().toposort_child_subgraph():
         if child.has_attr("device"):
             continue
         ops = child.get_ops()
-        units.append(_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo))
+        append(_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo))
+    memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
 
 
@@ -156,12 +158,16 @@ def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpe
     choice: dict[_Unit, tuple[str, dict]] = {}
     failures = []
     single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
-    for unit in units:
-        sig = unit.memo.signature(unit.ops[0]) if len(unit.ops) == 1 else None
-        hit = single.get(sig) if sig is not None else None
-        if hit is not None:
-            choice[unit] = (hit[0], {unit.ops[0]: hit[1]})
-            continue
+    signatures = units[0].memo.signatures([unit.ops[0] for unit in units]) if units else []
+    for unit, sig in zip(units, signatures):
+        ops = unit.ops
+        if len(ops) == 1:
+            hit = single.get(sig)
+            if hit is not None:
+                choice[unit] = (hit[0], {ops[0]: hit[1]})
+                continue
+        else:
+            sig = None
         device, reasons = _fit(unit, candidates, host)
         if device is None:
             failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"

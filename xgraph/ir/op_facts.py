@@ -1,0 +1,73 @@
+"""What many ops and tensors are, read as columns in one pass: for stages that key every op of a graph.
+
+Placement and kernel annotation give each op a signature (`xgraph.compiler.verdicts`) built
+from its type, domain, ONNX attributes and, per input and output tensor, dtype, shape,
+weight-ness and use. Read through the public `Op`/`Tensor` accessors that is several
+method calls and a copied list or dict per op and per tensor; a 100,000-op graph pays for
+it in every stage that signs ops. These functions read the same facts straight from the
+IR's tables, one comprehension per column, and hand back copies (tuples), so the caller
+can keep them without being able to change the graph.
+
+Both are pure and O(number of ops or tensors asked about, plus their attributes and links).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+
+from xgraph.ir.op import ANNOTATION
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from xgraph.ir.graph_core import GraphCore as Graph
+    from xgraph.ir.op import Op
+    from xgraph.ir.tensor import Tensor
+
+
+class OpFacts(NamedTuple):
+    """Per op (in the order asked): its type, domain, ONNX attributes as (name, value) pairs in the
+    op's own order (annotations left out: what `Op.get_onnx_attrs` returns), inputs (None for an
+    omitted optional input) and outputs."""
+
+    types: list[str]
+    domains: list[str]
+    onnx_attrs: list[tuple[tuple[str, Any], ...]]
+    inputs: list[tuple["Tensor | None", ...]]
+    outputs: list[tuple["Tensor", ...]]
+
+
+class TensorFacts(NamedTuple):
+    """Per tensor of the graph (in creation order, as `Graph.get_tensors`): dtype, shape, whether it is
+    a weight, and whether it is used (read by an op, or a graph output)."""
+
+    tensors: list["Tensor"]
+    dtypes: list["np.dtype | None"]
+    shapes: list["tuple | None"]
+    is_const: list[bool]
+    used: list[bool]
+
+
+def _onnx_items(op: "Op") -> tuple[tuple[str, Any], ...]:
+    kinds = op._attr_types
+    return tuple((k, v) for k, v in op._attrs.items() if kinds.get(k) is not ANNOTATION)
+
+
+def op_facts(ops: Iterable["Op"]) -> OpFacts:
+    """The facts of `ops`, one list per field."""
+    ops = list(ops)
+    empty = ()
+    return OpFacts([op.type for op in ops], [op.domain for op in ops],
+                   [_onnx_items(op) if op._attrs else empty for op in ops],
+                   [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
+
+
+def tensor_facts(graph: "Graph") -> TensorFacts:
+    """The facts of every tensor of `graph`, one list per field."""
+    tensors = list(graph._tensors.values())
+    outputs = set(graph._outputs)
+    return TensorFacts(tensors, [t._dtype for t in tensors], [t._shape for t in tensors],
+                       [t._data is not None for t in tensors],
+                       [bool(t._consumers) or t in outputs for t in tensors])
+
+
+__all__ = ["OpFacts", "TensorFacts", "op_facts", "tensor_facts"]
