@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 import xgraph
 from xgraph.errors import PartitionError
 from xgraph.compiler.options import parse_options
-from xgraph.compiler.placement import apply_placement, count_crossings, join_refusals, propose_placement
+from xgraph.compiler.placement import apply_placement, count_crossings, join_refusals, place, propose_placement
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices
 
@@ -176,3 +176,22 @@ def test_random_dags_compile_to_a_consistent_acyclic_partition(models, case):
             assert (op.get_attr("placement_reason") == "") == (first == "AICORE")
     r = xgraph.report(g)
     assert sum(d["ops"] for d in r["devices"].values()) == g.get_op_num()
+
+
+def tree_and_annotations(g: xgraph.Graph) -> tuple:
+    children = sorted((sorted(op.name for op in c.get_ops()), c.get_attrs()) for c in g.get_root_subgraph().get_children())
+    return children, {op.name: op.get_attrs() for op in g.get_ops()}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(random_models())
+def test_place_is_propose_then_apply(case):
+    model, min_ops = case
+    devices = get_devices()
+    opts = parse_options({"min_subgraph_ops": min_ops})
+    one, two = fresh(model), fresh(model)
+    merged = place(one, devices, opts)
+    expected = apply_placement(two, propose_placement(two, devices, opts), devices)
+    assert [sorted(op.name for op in sg.get_ops()) for sg in merged] == \
+        [sorted(op.name for op in sg.get_ops()) for sg in expected]
+    assert tree_and_annotations(one) == tree_and_annotations(two)

@@ -163,9 +163,12 @@ def promote_host_islands(graph: "Graph", units: list["_Unit"], choice: dict, can
     if host is None:
         return
     device_side = [s for s in candidates if _memory(s.name, devices) == "device"]
+    islands = _islands(units, choice, host)
+    if not islands:
+        return  # nothing on the host: no op-to-memory table to build
     memory_of_op = _memory_lookup(graph, units, choice, devices)
 
-    for island in _islands(units, choice, host):
+    for island in islands:
         alternatives = {}
         for unit in island:
             spec = next((s for s in device_side if unit.accepts(s.name)), None)

@@ -25,7 +25,7 @@ import onnx
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
 from xgraph.compiler.options import CompileOptions, parse_options
-from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
+from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.compiler.verdicts import KernelMemo, Signatures
@@ -78,14 +78,16 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     table = kernels if kernels is not None else resolve(None).kernels
     choose = KernelMemo(lambda op, device: choose_kernel(op, device, table),
                         signatures if signatures is not None else Signatures(graph))
-    annotations: dict[Any, str] = {}
+    ops: list[Any] = []
+    kernels: list[str] = []
     for child in graph.get_root_subgraph().get_children():
         device = str(child.get_attr("device")) if child.has_attr("device") else ""
         built_in = device in devices and child.has_attr("runner") and \
             dict(child.get_attr("runner")) == dict(devices[device].runner)
-        for op in child.get_ops():
-            annotations[op] = choose(op, device) if built_in else PLUGIN
-    graph.set_op_annotations("kernel", annotations)
+        child_ops = list(child.get_ops())
+        ops += child_ops
+        kernels += choose.choose_many(child_ops, device) if built_in else [PLUGIN] * len(child_ops)
+    graph.set_op_annotations("kernel", dict(zip(ops, kernels)))
 
 
 def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
@@ -180,7 +182,7 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
         _report_stage(progress, "placement")
         bind_nested_graph_inputs(graph)
         signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
-        apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
+        place(graph, devices, opts, signatures=signatures)
         _report_stage(progress, "kernels")
         annotate_kernels(graph, devices, registries.kernels, signatures=signatures)
         annotate_precision(graph, devices, opts.precision_mode)

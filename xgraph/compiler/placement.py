@@ -39,9 +39,11 @@ from xgraph.compiler.support import op_info
 from xgraph.compiler.verdicts import Signatures, VerdictMemo
 from xgraph.compiler.islands import count_copies, count_crossings, demote_small_islands, promote_host_islands
 from xgraph.devices import DeviceSpec
+from xgraph.ir import Subgraph
+from xgraph.ir.weight_edits import nested_read_tensors
 
 if TYPE_CHECKING:
-    from xgraph.ir import Graph, Op, Subgraph
+    from xgraph.ir import Graph, Op
 
 Proposal = dict["Op", tuple[str, str]]
 
@@ -123,13 +125,9 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     """The unassigned children in dependency order; verdicts come from one memo (one check per op signature)."""
     checks = {s.name: op_info(s, options.precision_mode) for s in specs}
     memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
-    units = []
-    append = units.append
-    for child in graph.get_root_subgraph().toposort_child_subgraph():
-        if child.has_attr("device"):
-            continue
-        ops = child.get_ops()
-        append(_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo))
+    children = [c for c in graph.get_root_subgraph().toposort_child_subgraph() if not c.has_attr("device")]
+    units = [_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo)
+             for child, ops in zip(children, map(Subgraph.get_ops, children))]
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
 
@@ -158,13 +156,13 @@ def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpe
     choice: dict[_Unit, tuple[str, dict]] = {}
     failures = []
     single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
-    signatures = units[0].memo.signatures([unit.ops[0] for unit in units]) if units else []
-    for unit, sig in zip(units, signatures):
-        ops = unit.ops
-        if len(ops) == 1:
+    firsts = [unit.ops[0] for unit in units]
+    signatures = units[0].memo.signatures(firsts) if units else []
+    for unit, first, sig in zip(units, firsts, signatures):
+        if len(unit.ops) == 1:
             hit = single.get(sig)
             if hit is not None:
-                choice[unit] = (hit[0], {ops[0]: hit[1]})
+                choice[unit] = (hit[0], {first: hit[1]})
                 continue
         else:
             sig = None
@@ -200,8 +198,8 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
     root = graph.get_root_subgraph()
     merged: list["Subgraph"] = []
-    if not any(outer_scope_inputs(op) for op in graph.get_ops()):
-        return merged  # the usual case: no nested graph reads anything from outside
+    if not nested_read_tensors(graph):
+        return merged  # the usual case: no nested graph reads anything from outside (known without a walk)
     for op in graph.toposort():
         producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]
         if not producers:
@@ -215,6 +213,24 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
             raise PartitionError(f"op {op.name!r} ({op.type}) reads {[t.name for t in outer_scope_inputs(op)]} from "
                                  f"its nested graphs, so it must share a subgraph with their producers, but: {e}") from e
     return merged
+
+
+def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any,
+             signatures: Signatures | None) -> tuple[list[_Unit], dict[_Unit, tuple[str, dict]]]:
+    """(the units in dependency order, {unit: (device, {op: reason})}): `propose_placement`'s decisions."""
+    options = parse_options(options, devices)
+    candidates, host = candidate_devices(devices, options)
+    specs = candidates + ([host] if host is not None and host not in candidates else [])
+    units = _units(graph, specs, options, signatures)
+    choice, failures = _first_fit(units, candidates, host)
+    if failures:
+        shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
+        raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
+                             "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
+                             "with a plugin")
+    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
+    promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
+    return units, choice
 
 
 def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
@@ -231,24 +247,27 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
         >>> propose_placement(g, get_devices(), {"devices": "aicpu,cpu"})[g.get_op("conv")]  # doctest: +SKIP
         ('AICPU', '')
     """
-    options = parse_options(options, devices)
-    candidates, host = candidate_devices(devices, options)
-    specs = candidates + ([host] if host is not None and host not in candidates else [])
-    units = _units(graph, specs, options, signatures)
-    choice, failures = _first_fit(units, candidates, host)
-    if failures:
-        shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
-        raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
-                             "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
-                             "with a plugin")
-    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
-    promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
+    units, choice = _propose(graph, devices, options, signatures)
     proposal: Proposal = {}
     for unit in units:
         device, reasons = choice[unit]
         for op in unit.ops:
             proposal[op] = (device, reasons[op])
     return proposal
+
+
+def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
+          options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
+          signatures: Signatures | None = None) -> list["Subgraph"]:
+    """`apply_placement(graph, propose_placement(graph, devices, options), devices)` in one step (what compile
+    runs): the decisions go straight to the merge and the annotations, without a proposal to build and check."""
+    units, choice = _propose(graph, devices, options, signatures)
+    decisions = list(map(choice.__getitem__, units))
+    labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
+    ops = [op for unit in units for op in unit.ops]
+    placed = [device for unit, (device, _) in zip(units, decisions) for _ in unit.ops]
+    reasons = [reason for unit, (_, why) in zip(units, decisions) for reason in map(why.__getitem__, unit.ops)]
+    return _apply(graph, labels, ops, placed, reasons, devices)
 
 
 def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
@@ -275,6 +294,14 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
         if device not in devices:
             raise PartitionError(f"the placement proposal names unknown device {device!r}; known: {', '.join(devices)}")
         labels[child] = device
+    return _apply(graph, labels, list(proposal), [device for device, _ in proposal.values()],
+                  [reason for _, reason in proposal.values()], devices)
+
+
+def _apply(graph: "Graph", labels: dict["Subgraph", str], ops: list["Op"], placed: list[str], reasons: list[str],
+           devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
+    """Merge the labelled children per device, label the merged subgraphs, annotate `ops` (columns by op)."""
+    root = graph.get_root_subgraph()
     groups = plan_merge(root, labels)
     merged = root.merge_child_groups(groups, check_cycles=False)
     by_device: dict[str, list["Subgraph"]] = {}
@@ -283,10 +310,10 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
     for device, subgraphs in by_device.items():
         spec = devices[device]
         root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
-    graph.set_op_annotations("device", {op: device for op, (device, _) in proposal.items()})
-    graph.set_op_annotations("placement_reason", {op: reason for op, (_, reason) in proposal.items()})
+    graph.set_op_annotations("device", dict(zip(ops, placed)))
+    graph.set_op_annotations("placement_reason", dict(zip(ops, reasons)))
     return merged
 
 
 __all__ = ["Proposal", "apply_placement", "bind_nested_graph_inputs", "candidate_devices", "count_copies", "count_crossings",
-           "join_refusals", "propose_placement"]
+           "join_refusals", "place", "propose_placement"]

@@ -24,13 +24,12 @@ lives for one stage of one graph: it assumes the ops and tensors it signed do no
 """
 from __future__ import annotations
 
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
 from xgraph.compiler.checks import Check, Verdict
-from xgraph.ir.op_facts import TensorFacts, op_facts, tensor_facts
+from xgraph.ir.op_facts import TensorFacts, op_rows, tensor_facts
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Tensor
@@ -137,33 +136,30 @@ def op_signature(op: "Op") -> Hashable:
 class Signatures:
     """Op -> a small int naming its signature, for one graph, computed on first use.
 
-    Equal ints mean equal `op_signature`s; the int keeps later lookups from hashing the
-    nested signature again. `ids(ops)` signs many ops at once from columns of their facts
-    (`xgraph.ir.op_facts`): the same ints as one call per op, at a fraction of the cost.
+    Equal ints mean equal `op_signature`s (within one graph the opset follows from the
+    domain, so the key leaves it out); the int keeps later lookups from hashing the nested
+    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.op_facts`),
+    every tensor of the graph keyed in one pass on the first call: `ids(ops)` for many ops.
     """
 
     def __init__(self, graph: "Graph"):
         self._graph = graph
         self._tensor_keys = _TensorKeys(set(graph.get_output_tensors()))
         self._all_tensors_keyed = False
-        self._opsets = dict(graph.opset_imports)
         self._ids: dict[Hashable, int] = {}
         self._by_op: dict["Op", int] = {}
 
     def __call__(self, op: "Op") -> int:
         sig = self._by_op.get(op)
-        if sig is None:
-            ids = self._ids
-            sig = self._by_op[op] = ids.setdefault(_signature(op, self._tensor_keys.__getitem__, self._opsets),
-                                                   len(ids))
-        return sig
+        return sig if sig is not None else self.ids([op])[0]
 
     def ids(self, ops: "list[Op]") -> list[int]:
         """The signature ids of `ops`, in order (as `[self(op) for op in ops]`), signed in bulk."""
         by_op = self._by_op
-        todo = [op for op in ops if op not in by_op]
-        if todo:
-            self._sign(todo)
+        try:
+            return list(map(by_op.__getitem__, ops))  # the usual call after the first: all signed
+        except KeyError:
+            self._sign(list(dict.fromkeys(op for op in ops if op not in by_op)))
         return list(map(by_op.__getitem__, ops))
 
     def _key_all_tensors(self) -> None:
@@ -171,15 +167,13 @@ class Signatures:
         self._all_tensors_keyed = True
 
     def _sign(self, ops: "list[Op]") -> None:
-        """Sign `ops` column by column: the per-op work runs in C maps except for ops with attributes."""
+        """Sign `ops` from rows of their facts: per op one C-level row, then one key per op with attributes."""
         if not self._all_tensors_keyed:
             self._key_all_tensors()
-        tensor_key = repeat(self._tensor_keys.__getitem__)
-        facts = op_facts(ops)
-        attr_keys = [_attr_key(attrs) if attrs else () for attrs in facts.onnx_attrs]
-        keys = list(zip(facts.types, facts.domains, map(self._opsets.get, facts.domains), attr_keys,
-                        map(tuple, map(map, tensor_key, facts.inputs)),
-                        map(tuple, map(map, tensor_key, facts.outputs))))
+        keys = op_rows(ops, self._tensor_keys)
+        for i, row in enumerate(keys):
+            if row[2]:  # ONNX attributes: their order-free key in place of the pairs
+                keys[i] = (row[0], row[1], _attr_key(row[2]), row[3], row[4])
         ids = self._ids
         for key in dict.fromkeys(keys):  # the distinct signatures, numbered in first-seen order
             if key not in ids:
@@ -243,16 +237,23 @@ class KernelMemo:
     def __init__(self, choose: Callable[["Op", str], str], signatures: Signatures):
         self._choose = choose
         self._signatures = signatures
-        self._cache: dict[tuple[Hashable, str], str] = {}
+        self._by_device: dict[str, dict[int, str]] = {}  # device -> signature id -> kernel
         self.stats = {"resolutions": 0}
 
     def __call__(self, op: "Op", device: str) -> str:
-        key = (self._signatures(op), device)
-        kernel = self._cache.get(key)
-        if kernel is None:
-            self.stats["resolutions"] += 1
-            kernel = self._cache[key] = self._choose(op, device)
-        return kernel
+        return self.choose_many([op], device)[0]
+
+    def choose_many(self, ops: "list[Op]", device: str) -> list[str]:
+        """`[self(op, device) for op in ops]`: one resolution per signature not seen on `device` yet (asked
+        with its first op), then one lookup per op."""
+        sigs = self._signatures.ids(ops)
+        known = self._by_device.setdefault(device, {})
+        if not known.keys() >= set(sigs):
+            for sig, op in dict(zip(reversed(sigs), reversed(ops))).items():  # each signature's first op
+                if sig not in known:
+                    self.stats["resolutions"] += 1
+                    known[sig] = self._choose(op, device)
+        return list(map(known.__getitem__, sigs))
 
 
 __all__ = ["KernelMemo", "SMALL_ARRAY_BYTES", "Signatures", "VerdictMemo", "op_signature"]

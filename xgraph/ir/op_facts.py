@@ -5,14 +5,15 @@ from its type, domain, ONNX attributes and, per input and output tensor, dtype, 
 weight-ness and use. Read through the public `Op`/`Tensor` accessors that is several
 method calls and a copied list or dict per op and per tensor; a 100,000-op graph pays for
 it in every stage that signs ops. These functions read the same facts straight from the
-IR's tables, one comprehension per column, and hand back copies (tuples), so the caller
+IR's tables in one comprehension (a column per tensor fact, a row per op, its tensors
+already numbered by the caller's table) and hand back new lists and tuples, so the caller
 can keep them without being able to change the graph.
 
 Both are pure and O(number of ops or tensors asked about, plus their attributes and links).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, NamedTuple
 
 from xgraph.ir.op import ANNOTATION
 
@@ -24,16 +25,8 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-class OpFacts(NamedTuple):
-    """Per op (in the order asked): its type, domain, ONNX attributes as (name, value) pairs in the
-    op's own order (annotations left out: what `Op.get_onnx_attrs` returns), inputs (None for an
-    omitted optional input) and outputs."""
-
-    types: list[str]
-    domains: list[str]
-    onnx_attrs: list[tuple[tuple[str, Any], ...]]
-    inputs: list[tuple["Tensor | None", ...]]
-    outputs: list[tuple["Tensor", ...]]
+#: (type, domain, ONNX attribute pairs, input numbers, output numbers): see `op_rows`.
+OpRow = tuple[str, str, tuple[tuple[str, Any], ...], tuple[Hashable, ...], tuple[Hashable, ...]]
 
 
 class TensorFacts(NamedTuple):
@@ -52,13 +45,15 @@ def _onnx_items(op: "Op") -> tuple[tuple[str, Any], ...]:
     return tuple((k, v) for k, v in op._attrs.items() if kinds.get(k) is not ANNOTATION)
 
 
-def op_facts(ops: Iterable["Op"]) -> OpFacts:
-    """The facts of `ops`, one list per field."""
-    ops = list(ops)
+def op_rows(ops: Iterable["Op"], tensor_number: "Mapping[Tensor | None, Hashable]") -> list[OpRow]:
+    """Per op of `ops`, in order: (type, domain, its ONNX attributes as (name, value) pairs in the op's own
+    order, annotations left out (what `Op.get_onnx_attrs` holds; () for none), the numbers of its inputs,
+    the numbers of its outputs), each tensor numbered by `tensor_number[t]` (an omitted optional input is
+    looked up as None)."""
+    number = tensor_number.__getitem__
     empty = ()
-    return OpFacts([op.type for op in ops], [op.domain for op in ops],
-                   [_onnx_items(op) if op._attrs else empty for op in ops],
-                   [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
+    return [(op.type, op.domain, _onnx_items(op) if op._attrs else empty, tuple(map(number, op._inputs)),
+             tuple(map(number, op._outputs))) for op in ops]
 
 
 def tensor_facts(graph: "Graph") -> TensorFacts:
@@ -70,4 +65,4 @@ def tensor_facts(graph: "Graph") -> TensorFacts:
                        [bool(t._consumers) or t in outputs for t in tensors])
 
 
-__all__ = ["OpFacts", "TensorFacts", "op_facts", "tensor_facts"]
+__all__ = ["OpRow", "TensorFacts", "op_rows", "tensor_facts"]
