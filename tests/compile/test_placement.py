@@ -183,14 +183,21 @@ def tree_and_annotations(g: xgraph.Graph) -> tuple:
     return children, {op.name: op.get_attrs() for op in g.get_ops()}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(random_models())
-def test_place_is_propose_then_apply(case):
+@settings(max_examples=40, deadline=None)
+@given(random_models(), st.booleans())
+def test_place_is_propose_then_apply(case, strict):
     model, min_ops = case
     devices = get_devices()
-    opts = parse_options({"min_subgraph_ops": min_ops})
+    opts = parse_options({"fallback": "error", "devices": "aicore,aicpu"} if strict else {"min_subgraph_ops": min_ops})
     one, two = fresh(model), fresh(model)
-    merged = place(one, devices, opts)
+    try:
+        merged = place(one, devices, opts)
+    except PartitionError as e:
+        with pytest.raises(PartitionError) as expected_error:
+            propose_placement(two, devices, opts)
+        assert str(e) == str(expected_error.value)  # the same ops listed, in the same order
+        assert tree_and_annotations(one) == tree_and_annotations(two)  # nothing changed
+        return
     expected = apply_placement(two, propose_placement(two, devices, opts), devices)
     assert [sorted(op.name for op in sg.get_ops()) for sg in merged] == \
         [sorted(op.name for op in sg.get_ops()) for sg in expected]

@@ -40,6 +40,7 @@ from xgraph.compiler.verdicts import Signatures, VerdictMemo
 from xgraph.compiler.islands import count_copies, count_crossings, demote_small_islands, promote_host_islands
 from xgraph.devices import DeviceSpec
 from xgraph.ir import Subgraph
+from xgraph.ir.child_links import children_in_op_order
 from xgraph.ir.weight_edits import nested_read_tensors
 
 if TYPE_CHECKING:
@@ -121,11 +122,16 @@ def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
 
 
 def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
-           signatures: Signatures | None) -> list[_Unit]:
-    """The unassigned children in dependency order; verdicts come from one memo (one check per op signature)."""
+           signatures: Signatures | None, ordered: bool = True) -> list[_Unit]:
+    """The unassigned children in dependency order (`ordered`), else in the order of their first ops (which
+    costs no walk over the links); verdicts come from one memo (one check per op signature)."""
     checks = {s.name: op_info(s, options.precision_mode) for s in specs}
     memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
-    children = [c for c in graph.get_root_subgraph().toposort_child_subgraph() if not c.has_attr("device")]
+    root = graph.get_root_subgraph()
+    children = children_in_op_order(root, graph.get_ops()) if not ordered else []
+    if len(children) != root.get_children_num():  # ordered, or a child without ops
+        children = root.toposort_child_subgraph()
+    children = [c for c in children if not c.has_attr("device")]
     units = [_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo)
              for child, ops in zip(children, map(Subgraph.get_ops, children))]
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
@@ -215,22 +221,34 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     return merged
 
 
-def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any,
-             signatures: Signatures | None) -> tuple[list[_Unit], dict[_Unit, tuple[str, dict]]]:
-    """(the units in dependency order, {unit: (device, {op: reason})}): `propose_placement`'s decisions."""
+def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, signatures: Signatures | None,
+             ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, dict]]]:
+    """(the units, {unit: (device, {op: reason})}): `propose_placement`'s decisions. The units come in
+    dependency order when `ordered`; else in whatever order let first fit skip the walk (its decisions do
+    not depend on the order; the failure message and the host islands are worked out in dependency order)."""
     options = parse_options(options, devices)
     candidates, host = candidate_devices(devices, options)
     specs = candidates + ([host] if host is not None and host not in candidates else [])
-    units = _units(graph, specs, options, signatures)
+    units = _units(graph, specs, options, signatures, ordered)
     choice, failures = _first_fit(units, candidates, host)
+    if failures and not ordered:  # the message lists them in dependency order
+        units = _in_dependency_order(graph, units)
+        choice, failures = _first_fit(units, candidates, host)
     if failures:
         shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
         raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
                              "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
                              "with a plugin")
-    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
+    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)  # any order of units
+    if not ordered and host is not None and any(device == host.name for device, _ in choice.values()):
+        units = _in_dependency_order(graph, units)  # host islands are decided in dependency order
     promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
     return units, choice
+
+
+def _in_dependency_order(graph: "Graph", units: list[_Unit]) -> list[_Unit]:
+    rank = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
+    return sorted(units, key=lambda unit: rank[unit.child])
 
 
 def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
@@ -261,7 +279,7 @@ def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
           signatures: Signatures | None = None) -> list["Subgraph"]:
     """`apply_placement(graph, propose_placement(graph, devices, options), devices)` in one step (what compile
     runs): the decisions go straight to the merge and the annotations, without a proposal to build and check."""
-    units, choice = _propose(graph, devices, options, signatures)
+    units, choice = _propose(graph, devices, options, signatures, ordered=False)
     decisions = list(map(choice.__getitem__, units))
     labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
     ops = [op for unit in units for op in unit.ops]

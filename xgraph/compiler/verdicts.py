@@ -79,33 +79,34 @@ def _weight_key(t: "Tensor") -> Hashable:
     return t  # a large weight: the same tensor object, or no sharing
 
 
-class _TensorKeys(dict):
-    """Tensor -> a small int naming (dtype, shape, weight key or None, used), computed on first lookup.
+class _TensorKeys:
+    """Tensor -> a small int naming (dtype, shape, weight key or None, used), in the plain dict `numbers`.
 
     "Used" (read by an op or a graph output) is what `max_outputs` and the static-shape and
     rank checks look at for outputs; for an input it is always true. None (an omitted
-    optional input) maps to -1. Ints keep op signatures cheap to hash.
+    optional input) maps to -1. Ints keep op signatures cheap to hash; a plain dict keeps
+    the lookups C calls.
     """
 
     def __init__(self, graph_outputs: "set[Tensor] | frozenset[Tensor]"):
-        super().__init__()
         self._outputs = graph_outputs
         self._ids: dict[Hashable, int] = {}
-
-    def __missing__(self, t: "Tensor | None") -> int:
-        if t is None:
-            return -1
-        ids = self._ids
-        number = self[t] = ids.setdefault(_tensor_key(t, self._outputs), len(ids))
-        return number
+        self.numbers: dict["Tensor | None", int] = {None: -1}
 
     def fill(self, facts: "TensorFacts") -> None:
-        """Key every tensor of `facts` not keyed yet, from its columns (the numbers `__missing__` would give)."""
-        ids = self._ids
+        """Key every tensor of `facts` not keyed yet, from its columns."""
+        ids, numbers = self._ids, self.numbers
         setdefault = ids.setdefault
         for t, dtype, shape, const, used in zip(*facts):
-            if t not in self:
-                self[t] = setdefault((dtype, shape, _weight_key(t) if const else None, used), len(ids))
+            if t not in numbers:
+                numbers[t] = setdefault((dtype, shape, _weight_key(t) if const else None, used), len(ids))
+
+    def add(self, tensors: "Iterable[Tensor | None]") -> None:
+        """Key each of `tensors` not keyed yet through its accessors (the same numbers `fill` gives)."""
+        ids, numbers = self._ids, self.numbers
+        for t in tensors:
+            if t not in numbers:
+                numbers[t] = ids.setdefault(_tensor_key(t, self._outputs), len(ids))
 
 
 def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tensor]") -> Hashable:
@@ -170,7 +171,12 @@ class Signatures:
         """Sign `ops` from rows of their facts: per op one C-level row, then one key per op with attributes."""
         if not self._all_tensors_keyed:
             self._key_all_tensors()
-        keys = op_rows(ops, self._tensor_keys)
+        numbers = self._tensor_keys.numbers
+        try:
+            keys = op_rows(ops, numbers)
+        except KeyError:  # a tensor the graph's table does not list: keyed through its accessors
+            self._tensor_keys.add(t for op in ops for t in op.get_input_tensors() + op.get_output_tensors())
+            keys = op_rows(ops, numbers)
         for i, row in enumerate(keys):
             if row[2]:  # ONNX attributes: their order-free key in place of the pairs
                 keys[i] = (row[0], row[1], _attr_key(row[2]), row[3], row[4])
