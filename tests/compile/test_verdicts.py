@@ -134,6 +134,37 @@ def test_list_attributes_of_ints_and_floats_do_not_share():
     assert ids[0] == 0 and all(i == 1 for i in ids[1:])  # only [1, 0] signs like u's perm
 
 
+def test_bool_and_int_attributes_do_not_share():
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    nodes = [helper.make_node("ReduceMax", ["x"], ["a"], name="int_flag", keepdims=1, axes=[1]),
+             helper.make_node("Relu", ["x"], ["b"], name="relu")]
+    g = xgraph.Graph.from_onnx(model(nodes, x, opset=13))
+    op = g.get_op("int_flag")
+    before = op_signature(op)
+    op.set_attr("keepdims", True)
+    assert op_signature(op) != before
+
+
+def test_a_verdict_quoting_a_tensor_name_is_not_shared():
+    g = relu_chain(5, shape=("batch", 8))
+    check = static_shapes()
+    memo = VerdictMemo({"AICORE": check}, Signatures(g))
+    reasons = [memo.verdict("AICORE", op).reason for op in g.toposort()]
+    assert reasons[0] == "Relu with dynamic shape (batch, 8) on 'x' unsupported: needs static shapes; fix them " \
+                         "with the input_shape option"
+    assert [r.split("'")[1] for r in reasons] == ["x", "t0", "t1", "t2", "t3"]
+    assert memo.stats["checks"] == 5
+    assert all(memo.is_specific(op) for op in g.get_ops())
+
+
+def test_refuse_keeps_the_names_through_labels():
+    v = refuse("Relu on 't0' unsupported", ("t0",))
+    assert v.names == ("t0",) and v == refuse("Relu on 't0' unsupported")  # names do not take part in ==
+
+
+# ------------------------------------------------------------------ memoised == unmemoised
+
+
 # ------------------------------------------------------------------ memoised == unmemoised
 
 class Unshared(Signatures):

@@ -138,37 +138,37 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     return units
 
 
-def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, dict]:
-    """(device, {op: reason}) by first fit; (None, {}) when no candidate accepts and there is no host."""
+def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, tuple]:
+    """(device, the reason per op of the unit, in `unit.ops` order) by first fit; (None, ()) when no candidate
+    accepts and there is no host."""
     for i, spec in enumerate(candidates):
         if unit.accepts(spec.name):
-            return spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops}
+            return spec.name, tuple(_reason(unit, op, candidates[:i]) for op in unit.ops)
     if host is None:
-        return None, {}
-    reasons = {}
+        return None, ()
+    reasons = []
     for op in unit.ops:
         refusals = [(s.name, unit.verdict(s.name, op).reason) for s in candidates
                     if s is not host and not unit.verdict(s.name, op).ok]
         if not unit.verdict(host.name, op).ok:
             refusals.append((host.name, unit.verdict(host.name, op).reason +
                              " (placed there anyway: fallback is cpu)"))
-        reasons[op] = join_refusals(refusals)
-    return host.name, reasons
+        reasons.append(join_refusals(refusals))
+    return host.name, tuple(reasons)
 
 
 def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
     """First fit per unit. A one-op unit's (device, reason) follows from its op's verdicts alone, so it is
     worked out once per op signature (unless a verdict quoted a tensor name of that op)."""
-    choice: dict[_Unit, tuple[str, dict]] = {}
+    choice: dict[_Unit, tuple[str, tuple[str, ...]]] = {}
     failures = []
-    single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
-    firsts = [unit.ops[0] for unit in units]
-    signatures = units[0].memo.signatures(firsts) if units else []
-    for unit, first, sig in zip(units, firsts, signatures):
+    single: dict[int, tuple[str, tuple[str]]] = {}  # signature -> the choice of its one-op units (one shared tuple)
+    signatures = units[0].memo.signatures([unit.ops[0] for unit in units]) if units else []
+    for unit, sig in zip(units, signatures):
         if len(unit.ops) == 1:
             hit = single.get(sig)
             if hit is not None:
-                choice[unit] = (hit[0], {first: hit[1]})
+                choice[unit] = hit
                 continue
         else:
             sig = None
@@ -179,7 +179,7 @@ def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpe
             continue
         choice[unit] = (device, reasons)
         if sig is not None and not unit.memo.is_specific(unit.ops[0]):
-            single[sig] = (device, reasons[unit.ops[0]])
+            single[sig] = choice[unit]
     return choice, failures
 
 
@@ -222,8 +222,8 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
 
 
 def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, signatures: Signatures | None,
-             ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, dict]]]:
-    """(the units, {unit: (device, {op: reason})}): `propose_placement`'s decisions. The units come in
+             ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, tuple[str, ...]]]]:
+    """(the units, {unit: (device, the reason per op in `unit.ops` order)}): `propose_placement`'s decisions. The units come in
     dependency order when `ordered`; else in whatever order let first fit skip the walk (its decisions do
     not depend on the order; the failure message and the host islands are worked out in dependency order)."""
     options = parse_options(options, devices)
@@ -269,8 +269,8 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
     proposal: Proposal = {}
     for unit in units:
         device, reasons = choice[unit]
-        for op in unit.ops:
-            proposal[op] = (device, reasons[op])
+        for op, reason in zip(unit.ops, reasons):
+            proposal[op] = (device, reason)
     return proposal
 
 
@@ -283,8 +283,8 @@ def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
     decisions = list(map(choice.__getitem__, units))
     labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
     ops = [op for unit in units for op in unit.ops]
-    placed = [device for unit, (device, _) in zip(units, decisions) for _ in unit.ops]
-    reasons = [reason for unit, (_, why) in zip(units, decisions) for reason in map(why.__getitem__, unit.ops)]
+    placed = [device for device, why in decisions for _ in why]
+    reasons = [reason for _, why in decisions for reason in why]
     return _apply(graph, labels, ops, placed, reasons, devices)
 
 
