@@ -160,7 +160,7 @@ class Signatures:
         try:
             return list(map(by_op.__getitem__, ops))  # the usual call after the first: all signed
         except KeyError:
-            self._sign(list(dict.fromkeys(op for op in ops if op not in by_op)))
+            self._sign([op for op in ops if op not in by_op] if by_op else list(ops))
         return list(map(by_op.__getitem__, ops))
 
     def _key_all_tensors(self) -> None:

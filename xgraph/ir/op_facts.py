@@ -41,8 +41,10 @@ class TensorFacts(NamedTuple):
 
 
 def _onnx_items(op: "Op") -> tuple[tuple[str, Any], ...]:
-    kinds = op._attr_types
-    return tuple((k, v) for k, v in op._attrs.items() if kinds.get(k) is not ANNOTATION)
+    attrs, kinds = op._attrs, op._attr_types
+    if ANNOTATION not in kinds.values() and kinds.keys() == attrs.keys():  # the usual op: no annotation
+        return tuple(attrs.items())
+    return tuple((k, v) for k, v in attrs.items() if kinds.get(k) is not ANNOTATION)
 
 
 def op_rows(ops: Iterable["Op"], tensor_number: "Mapping[Tensor | None, Hashable]") -> list[OpRow]:
