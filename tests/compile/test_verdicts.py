@@ -10,7 +10,7 @@ import xgraph
 from xgraph.compiler.checks import ACCEPT, refuse, static_shapes
 from xgraph.compiler.options import parse_options
 from xgraph.compiler.pipeline import choose_kernel
-from xgraph.compiler.placement import propose_placement
+from xgraph.compiler.placement import place, propose_placement
 from xgraph.compiler.verdicts import SMALL_ARRAY_BYTES, Signatures, VerdictMemo, op_signature
 from xgraph.devices import get_devices
 
@@ -236,3 +236,17 @@ def test_compiled_kernels_are_what_choose_kernel_says(models):
     for child in g.get_root_subgraph().get_children():
         for op in child.get_ops():
             assert op.get_attr("kernel") == choose_kernel(op, child.get_attr("device"))
+
+
+def test_kernel_annotation_with_the_placed_subgraphs_equals_without(models):
+    from xgraph.compiler.pipeline import annotate_kernels
+    devices = get_devices()
+    kernels = []
+    for hint in (True, False):
+        g = xgraph.Graph.from_onnx(models.cnn_with_lstm())
+        g.get_root_subgraph().create_child_subgraph()
+        placed = place(g, devices, parse_options({}, devices))
+        annotate_kernels(g, devices, placed=placed if hint else None)
+        kernels.append({op.name: op.get_attr("kernel") for op in g.get_ops()})
+    assert kernels[0] == kernels[1]
+    assert kernels[0] == {op.name: choose_kernel(op, op.get_attr("device")) for op in g.get_ops()}
