@@ -24,6 +24,7 @@ lives for one stage of one graph: it assumes the ops and tensors it signed do no
 """
 from __future__ import annotations
 
+from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 
 import numpy as np
@@ -91,22 +92,21 @@ class _TensorKeys:
     def __init__(self, graph_outputs: "set[Tensor] | frozenset[Tensor]"):
         self._outputs = graph_outputs
         self._ids: dict[Hashable, int] = {}
+        self._next = count()  # numbers are unique and rise in first-seen order (not dense)
         self.numbers: dict["Tensor | None", int] = {None: -1}
 
     def fill(self, facts: "TensorFacts") -> None:
-        """Key every tensor of `facts` not keyed yet, from its columns."""
-        ids, numbers = self._ids, self.numbers
-        setdefault = ids.setdefault
-        for t, dtype, shape, const, used in zip(*facts):
-            if t not in numbers:
-                numbers[t] = setdefault((dtype, shape, _weight_key(t) if const else None, used), len(ids))
+        """Key every tensor of `facts` from its columns: one C pass (`setdefault` keeps a known key's number)."""
+        weights = [_weight_key(t) if const else None for t, const in zip(facts.tensors, facts.is_const)]
+        keys = zip(facts.dtypes, facts.shapes, weights, facts.used)
+        self.numbers.update(zip(facts.tensors, map(self._ids.setdefault, keys, self._next)))
 
     def add(self, tensors: "Iterable[Tensor | None]") -> None:
         """Key each of `tensors` not keyed yet through its accessors (the same numbers `fill` gives)."""
         ids, numbers = self._ids, self.numbers
         for t in tensors:
             if t not in numbers:
-                numbers[t] = ids.setdefault(_tensor_key(t, self._outputs), len(ids))
+                numbers[t] = ids.setdefault(_tensor_key(t, self._outputs), next(self._next))
 
 
 def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tensor]") -> Hashable:
@@ -148,6 +148,7 @@ class Signatures:
         self._tensor_keys = _TensorKeys(set(graph.get_output_tensors()))
         self._all_tensors_keyed = False
         self._ids: dict[Hashable, int] = {}
+        self._next = count()
         self._by_op: dict["Op", int] = {}
 
     def __call__(self, op: "Op") -> int:
@@ -157,34 +158,33 @@ class Signatures:
     def ids(self, ops: "list[Op]") -> list[int]:
         """The signature ids of `ops`, in order (as `[self(op) for op in ops]`), signed in bulk."""
         by_op = self._by_op
+        if not by_op:  # the first call: sign them all
+            ops = list(ops)
+            return self._sign(ops)
         try:
             return list(map(by_op.__getitem__, ops))  # the usual call after the first: all signed
         except KeyError:
-            self._sign([op for op in ops if op not in by_op] if by_op else list(ops))
+            self._sign([op for op in ops if op not in by_op])
         return list(map(by_op.__getitem__, ops))
 
     def _key_all_tensors(self) -> None:
         self._tensor_keys.fill(tensor_facts(self._graph))
         self._all_tensors_keyed = True
 
-    def _sign(self, ops: "list[Op]") -> None:
-        """Sign `ops` from rows of their facts: per op one C-level row, then one key per op with attributes."""
+    def _sign(self, ops: "list[Op]") -> list[int]:
+        """Sign `ops` from one row of facts each (built in C, the attributes' order-free key called only for
+        ops that have attributes); the ids are unique per signature and rise in first-seen order."""
         if not self._all_tensors_keyed:
             self._key_all_tensors()
         numbers = self._tensor_keys.numbers
         try:
-            keys = op_rows(ops, numbers)
+            keys = op_rows(ops, numbers, _attr_key)
         except KeyError:  # a tensor the graph's table does not list: keyed through its accessors
             self._tensor_keys.add(t for op in ops for t in op.get_input_tensors() + op.get_output_tensors())
-            keys = op_rows(ops, numbers)
-        for i, row in enumerate(keys):
-            if row[2]:  # ONNX attributes: their order-free key in place of the pairs
-                keys[i] = (row[0], row[1], _attr_key(row[2]), row[3], row[4])
-        ids = self._ids
-        for key in dict.fromkeys(keys):  # the distinct signatures, numbered in first-seen order
-            if key not in ids:
-                ids[key] = len(ids)
-        self._by_op.update(zip(ops, map(ids.__getitem__, keys)))
+            keys = op_rows(ops, numbers, _attr_key)
+        sigs = list(map(self._ids.setdefault, keys, self._next))
+        self._by_op.update(zip(ops, sigs))
+        return sigs
 
     def __len__(self) -> int:
         """Number of distinct signatures seen."""

@@ -13,7 +13,7 @@ Both are pure and O(number of ops or tensors asked about, plus their attributes 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple
 
 from xgraph.ir.op import ANNOTATION
 
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-#: (type, domain, ONNX attribute pairs, input numbers, output numbers): see `op_rows`.
-OpRow = tuple[str, str, tuple[tuple[str, Any], ...], tuple[Hashable, ...], tuple[Hashable, ...]]
+#: (type, domain, key of the ONNX attribute pairs, input numbers, output numbers): see `op_rows`.
+OpRow = tuple[str, str, Hashable, tuple[Hashable, ...], tuple[Hashable, ...]]
 
 
 class TensorFacts(NamedTuple):
@@ -47,14 +47,15 @@ def _onnx_items(op: "Op") -> tuple[tuple[str, Any], ...]:
     return tuple((k, v) for k, v in attrs.items() if kinds.get(k) is not ANNOTATION)
 
 
-def op_rows(ops: Iterable["Op"], tensor_number: "Mapping[Tensor | None, Hashable]") -> list[OpRow]:
-    """Per op of `ops`, in order: (type, domain, its ONNX attributes as (name, value) pairs in the op's own
-    order, annotations left out (what `Op.get_onnx_attrs` holds; () for none), the numbers of its inputs,
-    the numbers of its outputs), each tensor numbered by `tensor_number[t]` (an omitted optional input is
-    looked up as None)."""
+def op_rows(ops: Iterable["Op"], tensor_number: "Mapping[Tensor | None, Hashable]",
+            attr_key: "Callable[[tuple[tuple[str, Any], ...]], Hashable]" = tuple) -> list[OpRow]:
+    """Per op of `ops`, in order: (type, domain, `attr_key` of its ONNX attributes as (name, value) pairs in
+    the op's own order, annotations left out (what `Op.get_onnx_attrs` holds; () for an op without any
+    attribute, without calling `attr_key`), the numbers of its inputs, the numbers of its outputs), each
+    tensor numbered by `tensor_number[t]` (an omitted optional input is looked up as None)."""
     number = tensor_number.__getitem__
     empty = ()
-    return [(op.type, op.domain, _onnx_items(op) if op._attrs else empty, tuple(map(number, op._inputs)),
+    return [(op.type, op.domain, attr_key(_onnx_items(op)) if op._attrs else empty, tuple(map(number, op._inputs)),
              tuple(map(number, op._outputs))) for op in ops]
 
 
