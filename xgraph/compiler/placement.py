@@ -28,6 +28,7 @@ reads are invisible edges, and a runner only sees what its own subgraph holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.errors import GraphError, PartitionError
@@ -132,8 +133,9 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     if len(children) != root.get_children_num():  # ordered, or a child without ops
         children = root.toposort_child_subgraph()
     children = [c for c in children if not c.has_attr("device")]
-    units = [_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo)
-             for child, ops in zip(children, map(Subgraph.get_ops, children))]
+    op_sets = map(Subgraph.get_ops, children)
+    op_lists = [list(ops) if len(ops) == 1 else child.toposort() for child, ops in zip(children, op_sets)]
+    units = list(map(_Unit, children, op_lists, repeat(memo)))
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
 
