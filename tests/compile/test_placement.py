@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 import xgraph
 from xgraph.errors import PartitionError
 from xgraph.compiler.options import parse_options
-from xgraph.compiler.placement import apply_placement, count_crossings, join_refusals, propose_placement
+from xgraph.compiler.placement import apply_placement, count_crossings, join_refusals, place, propose_placement
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices
 
@@ -176,3 +176,29 @@ def test_random_dags_compile_to_a_consistent_acyclic_partition(models, case):
             assert (op.get_attr("placement_reason") == "") == (first == "AICORE")
     r = xgraph.report(g)
     assert sum(d["ops"] for d in r["devices"].values()) == g.get_op_num()
+
+
+def tree_and_annotations(g: xgraph.Graph) -> tuple:
+    children = sorted((sorted(op.name for op in c.get_ops()), c.get_attrs()) for c in g.get_root_subgraph().get_children())
+    return children, {op.name: op.get_attrs() for op in g.get_ops()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_models(), st.booleans())
+def test_place_is_propose_then_apply(case, strict):
+    model, min_ops = case
+    devices = get_devices()
+    opts = parse_options({"fallback": "error", "devices": "aicore,aicpu"} if strict else {"min_subgraph_ops": min_ops})
+    one, two = fresh(model), fresh(model)
+    try:
+        merged = place(one, devices, opts)
+    except PartitionError as e:
+        with pytest.raises(PartitionError) as expected_error:
+            propose_placement(two, devices, opts)
+        assert str(e) == str(expected_error.value)  # the same ops listed, in the same order
+        assert tree_and_annotations(one) == tree_and_annotations(two)  # nothing changed
+        return
+    expected = apply_placement(two, propose_placement(two, devices, opts), devices)
+    assert [sorted(op.name for op in sg.get_ops()) for sg in merged] == \
+        [sorted(op.name for op in sg.get_ops()) for sg in expected]
+    assert tree_and_annotations(one) == tree_and_annotations(two)

@@ -10,7 +10,7 @@ import xgraph
 from xgraph.compiler.checks import ACCEPT, refuse, static_shapes
 from xgraph.compiler.options import parse_options
 from xgraph.compiler.pipeline import choose_kernel
-from xgraph.compiler.placement import propose_placement
+from xgraph.compiler.placement import place, propose_placement
 from xgraph.compiler.verdicts import SMALL_ARRAY_BYTES, Signatures, VerdictMemo, op_signature
 from xgraph.devices import get_devices
 
@@ -88,6 +88,50 @@ def test_signature_tells_apart_what_checks_read():
     ints = Signatures(g)
     assert (ints(g.get_op("k2")) == ints(g.get_op("k2_other_weight_same_values"))) and \
         ints(g.get_op("k2")) != ints(g.get_op("k3"))
+    assert same_partition(Signatures(g).ids(g.get_ops()), [sig[op.name] for op in g.get_ops()])
+
+
+def same_partition(a: list, b: list) -> bool:
+    """True when a[i] == a[j] exactly where b[i] == b[j]."""
+    return len(a) == len(b) and len(set(a)) == len(set(b)) == len(set(zip(a, b)))
+
+
+def test_bulk_signing_equals_one_op_at_a_time():
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3])]
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], name="perm_ints", perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["a"], ["b"], name="perm_back", perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["b"], ["c"], name="perm_other", perm=[1, 0, 2]),
+             helper.make_node("Relu", ["c"], ["d"], name="relu"),
+             helper.make_node("Relu", ["d"], ["e"], name="relu_again"),
+             helper.make_node("LeakyRelu", ["e"], ["f"], name="leaky", alpha=0.5),
+             helper.make_node("Transpose", ["f"], ["out"], name="to_output", perm=[0, 2, 1])]
+    g = xgraph.Graph.from_onnx(model(nodes, x))
+    ops = g.get_ops()
+    one_by_one = Signatures(g)
+    expected = [one_by_one(op) for op in ops]
+    half = Signatures(g)
+    first = [half(op) for op in ops[:3]]  # some signed singly, the rest in bulk: one numbering
+    assert half.ids(ops) == first + half.ids(ops[3:])
+    assert same_partition(half.ids(ops), expected)
+    assert same_partition(Signatures(g).ids(ops), [op_signature(op) for op in ops])
+    bulk = Signatures(g).ids(ops)
+    assert bulk[0] == bulk[1] != bulk[2]  # equal perms share, another perm does not
+    assert bulk[5] not in bulk[:5] and bulk[6] not in bulk[:6]  # another type; an output read by nothing
+
+
+def test_list_attributes_of_ints_and_floats_do_not_share():
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])]
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], name="t", perm=[1, 0]),
+             helper.make_node("Transpose", ["a"], ["b"], name="u", perm=[1, 0])]
+    g = xgraph.Graph.from_onnx(model(nodes, x))
+    op = g.get_op("t")
+    keys, ids = [], []
+    for value in ([1, 0], [1.0, 0.0], [1, 0.0], (1, 0), [True, 0], ["1", "0"]):
+        op.set_attr("perm", value)
+        keys.append(op_signature(op))
+        ids.append(Signatures(g).ids([g.get_op("u"), op])[1])
+    assert len(set(keys)) == len(keys)
+    assert ids[0] == 0 and all(i == 1 for i in ids[1:])  # only [1, 0] signs like u's perm
 
 
 def test_bool_and_int_attributes_do_not_share():
@@ -120,11 +164,17 @@ def test_refuse_keeps_the_names_through_labels():
 
 # ------------------------------------------------------------------ memoised == unmemoised
 
+
+# ------------------------------------------------------------------ memoised == unmemoised
+
 class Unshared(Signatures):
     """Every op its own signature: the placement without any sharing (the oracle)."""
 
     def __call__(self, op):
         return id(op)
+
+    def ids(self, ops):
+        return [id(op) for op in ops]
 
 
 OPS = st.sampled_from(["Relu", "Abs", "TopK", "Softmax", "Transpose", "LeakyRelu", "CastInt", "CastFloat", "Shape",
@@ -186,3 +236,17 @@ def test_compiled_kernels_are_what_choose_kernel_says(models):
     for child in g.get_root_subgraph().get_children():
         for op in child.get_ops():
             assert op.get_attr("kernel") == choose_kernel(op, child.get_attr("device"))
+
+
+def test_kernel_annotation_with_the_placed_subgraphs_equals_without(models):
+    from xgraph.compiler.pipeline import annotate_kernels
+    devices = get_devices()
+    kernels = []
+    for hint in (True, False):
+        g = xgraph.Graph.from_onnx(models.cnn_with_lstm())
+        g.get_root_subgraph().create_child_subgraph()
+        placed = place(g, devices, parse_options({}, devices))
+        annotate_kernels(g, devices, placed=placed if hint else None)
+        kernels.append({op.name: op.get_attr("kernel") for op in g.get_ops()})
+    assert kernels[0] == kernels[1]
+    assert kernels[0] == {op.name: choose_kernel(op, op.get_attr("device")) for op in g.get_ops()}

@@ -5,7 +5,9 @@ functions here then look at memory: `demote_small_islands` sends device islands 
 min_subgraph_ops to the host only when that lowers the copies, `promote_host_islands` moves
 host islands back to device memory when that lowers them, and `count_crossings` /
 `count_copies` say what the graph runner will copy per run (a property test checks that
-they are exact). Graph inputs and outputs live in host memory.
+they are exact). Graph inputs and outputs live in host memory. The functions that decide read
+and replace placement's `choice`: unit -> (device, the reason of each op, in `unit.ops` order),
+a tuple that units may share, so it is replaced, never changed.
 """
 from __future__ import annotations
 
@@ -55,12 +57,11 @@ def demote_small_islands(graph: "Graph", units: list["_Unit"], choice: dict, dev
                           else "would save no host/device copy")
                 note = f"kept on {device}: sending this {size}-op island to the host (min_subgraph_ops={min_ops}) {effect}"
                 for unit in group:
-                    reasons = choice[unit][1]
-                    choice[unit] = (device, {op: "; ".join(filter(None, [reasons[op], note])) for op in unit.ops})
+                    choice[unit] = (device, tuple("; ".join(filter(None, [r, note])) for r in choice[unit][1]))
             else:
                 why = f"{device} island of {size} op(s) is smaller than min_subgraph_ops={min_ops}"
                 for unit in group:
-                    choice[unit] = (host.name, {op: why for op in unit.ops})
+                    choice[unit] = (host.name, (why,) * len(unit.ops))
 
 
 def _touching(groups: list[list["_Unit"]]) -> list[list[list["_Unit"]]]:
@@ -163,9 +164,12 @@ def promote_host_islands(graph: "Graph", units: list["_Unit"], choice: dict, can
     if host is None:
         return
     device_side = [s for s in candidates if _memory(s.name, devices) == "device"]
+    islands = _islands(units, choice, host)
+    if not islands:
+        return  # nothing on the host: no op-to-memory table to build
     memory_of_op = _memory_lookup(graph, units, choice, devices)
 
-    for island in _islands(units, choice, host):
+    for island in islands:
         alternatives = {}
         for unit in island:
             spec = next((s for s in device_side if unit.accepts(s.name)), None)
@@ -178,7 +182,7 @@ def promote_host_islands(graph: "Graph", units: list["_Unit"], choice: dict, can
             if moved < now:
                 for unit, spec in alternatives.items():
                     cheaper = candidates[:candidates.index(spec)]
-                    choice[unit] = (spec.name, {op: reason(unit, op, cheaper) for op in unit.ops})
+                    choice[unit] = (spec.name, tuple(reason(unit, op, cheaper) for op in unit.ops))
 
 
 def count_crossings(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[dict[str, Any]]:

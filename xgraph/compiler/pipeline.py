@@ -25,7 +25,7 @@ import onnx
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
 from xgraph.compiler.options import CompileOptions, parse_options
-from xgraph.compiler.placement import apply_placement, bind_nested_graph_inputs, propose_placement
+from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.ir.copying import carries_annotations
@@ -69,23 +69,49 @@ def choose_kernel(op: Any, device: str, kernels: KernelRegistry | None = None) -
 
 
 def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: KernelRegistry | None = None, *,
-                     signatures: Signatures | None = None) -> None:
+                     signatures: Signatures | None = None, placed: "list[Any] | None" = None) -> None:
     """Record the chosen kernel per op ("kernel" annotation); ops of plugin subgraphs get "plugin".
 
     `choose_kernel` (the one kernel resolution) runs once per (op signature, device); `signatures`
-    can be the placement's. An ONNX attribute named "kernel" is left alone.
+    can be the placement's. `placed` (what `place` returned: subgraphs it labelled with a device
+    and that device's runner) spares those children the check of their attrs. An ONNX attribute
+    named "kernel" is left alone.
     """
     table = kernels if kernels is not None else resolve(None).kernels
     choose = KernelMemo(lambda op, device: choose_kernel(op, device, table),
                         signatures if signatures is not None else Signatures(graph))
-    annotations: dict[Any, str] = {}
-    for child in graph.get_root_subgraph().get_children():
-        device = str(child.get_attr("device")) if child.has_attr("device") else ""
-        built_in = device in devices and child.has_attr("runner") and \
-            dict(child.get_attr("runner")) == dict(devices[device].runner)
-        for op in child.get_ops():
-            annotations[op] = choose(op, device) if built_in else PLUGIN
-    graph.set_op_annotations("kernel", annotations)
+    runners = {name: dict(spec.runner) for name, spec in devices.items()}
+    by_device: dict[str, list[Any]] = {}  # the ops of the subgraphs on each device's own runner
+    ops: list[Any] = []  # the ops of the others (plugin subgraphs): their runner decides
+    children = graph.get_root_subgraph().get_children()
+    if placed:  # labelled per device with the same attrs: one check per device
+        children -= set(placed)
+        known: dict[Any, str | None] = {}
+        for sg in placed:
+            label = sg.get_attr("device")
+            if label not in known:
+                known[label] = _own_runner(sg, runners)
+            device = known[label]
+            (by_device.setdefault(device, []) if device is not None else ops).extend(sg.get_ops())
+    for child in children:
+        device = _own_runner(child, runners)
+        (by_device.setdefault(device, []) if device is not None else ops).extend(child.get_ops())
+    kernels = [PLUGIN] * len(ops)
+    for device, device_ops in by_device.items():  # one bulk lookup per device
+        ops += device_ops
+        kernels += choose.choose_many(device_ops, device)
+    graph.set_op_annotations("kernel", dict(zip(ops, kernels)))
+
+
+def _own_runner(child: Any, runners: Mapping[str, dict]) -> str | None:
+    """The device of `child` when it runs on that device's own runner (then xgraph's kernels run its ops)."""
+    attrs = child.get_attrs()
+    if "device" not in attrs:
+        return None
+    device, runner = str(attrs["device"]), attrs.get("runner")
+    if device not in runners or runner is None:
+        return None
+    return device if (runner if type(runner) is dict else dict(runner)) == runners[device] else None
 
 
 def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precision_mode: str) -> None:
@@ -180,9 +206,9 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
         _report_stage(progress, "placement")
         bind_nested_graph_inputs(graph)
         signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
-        apply_placement(graph, propose_placement(graph, devices, opts, signatures=signatures), devices)
+        placed = place(graph, devices, opts, signatures=signatures)
         _report_stage(progress, "kernels")
-        annotate_kernels(graph, devices, registries.kernels, signatures=signatures)
+        annotate_kernels(graph, devices, registries.kernels, signatures=signatures, placed=placed)
         annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)

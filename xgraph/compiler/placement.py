@@ -28,6 +28,7 @@ reads are invisible edges, and a runner only sees what its own subgraph holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.errors import GraphError, PartitionError
@@ -39,9 +40,12 @@ from xgraph.compiler.support import op_info
 from xgraph.compiler.verdicts import Signatures, VerdictMemo
 from xgraph.compiler.islands import count_copies, count_crossings, demote_small_islands, promote_host_islands
 from xgraph.devices import DeviceSpec
+from xgraph.ir import Subgraph
+from xgraph.ir.child_links import children_in_op_order
+from xgraph.ir.weight_edits import nested_read_tensors
 
 if TYPE_CHECKING:
-    from xgraph.ir import Graph, Op, Subgraph
+    from xgraph.ir import Graph, Op
 
 Proposal = dict["Op", tuple[str, str]]
 
@@ -70,7 +74,7 @@ def candidate_devices(devices: Mapping[str, DeviceSpec], options: CompileOptions
     return chosen, host
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Unit:
     """One unassigned child: its ops, and the verdicts of the candidates (asked when first needed)."""
 
@@ -119,49 +123,57 @@ def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
 
 
 def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
-           signatures: Signatures | None) -> list[_Unit]:
-    """The unassigned children in dependency order; verdicts come from one memo (one check per op signature)."""
+           signatures: Signatures | None, ordered: bool = True) -> list[_Unit]:
+    """The unassigned children in dependency order (`ordered`), else in the order of their first ops (which
+    costs no walk over the links); verdicts come from one memo (one check per op signature)."""
     checks = {s.name: op_info(s, options.precision_mode) for s in specs}
     memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
-    units = []
-    for child in graph.get_root_subgraph().toposort_child_subgraph():
-        if child.has_attr("device"):
-            continue
-        ops = child.get_ops()
-        units.append(_Unit(child, list(ops) if len(ops) == 1 else child.toposort(), memo))
+    root = graph.get_root_subgraph()
+    children = children_in_op_order(root, graph.get_ops()) if not ordered else []
+    if len(children) != root.get_children_num():  # ordered, or a child without ops
+        children = root.toposort_child_subgraph()
+    children = [c for c in children if not c.has_attr("device")]
+    op_sets = map(Subgraph.get_ops, children)
+    op_lists = [list(ops) if len(ops) == 1 else child.toposort() for child, ops in zip(children, op_sets)]
+    units = list(map(_Unit, children, op_lists, repeat(memo)))
+    memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
 
 
-def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, dict]:
-    """(device, {op: reason}) by first fit; (None, {}) when no candidate accepts and there is no host."""
+def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, tuple]:
+    """(device, the reason per op of the unit, in `unit.ops` order) by first fit; (None, ()) when no candidate
+    accepts and there is no host."""
     for i, spec in enumerate(candidates):
         if unit.accepts(spec.name):
-            return spec.name, {op: _reason(unit, op, candidates[:i]) for op in unit.ops}
+            return spec.name, tuple(_reason(unit, op, candidates[:i]) for op in unit.ops)
     if host is None:
-        return None, {}
-    reasons = {}
+        return None, ()
+    reasons = []
     for op in unit.ops:
         refusals = [(s.name, unit.verdict(s.name, op).reason) for s in candidates
                     if s is not host and not unit.verdict(s.name, op).ok]
         if not unit.verdict(host.name, op).ok:
             refusals.append((host.name, unit.verdict(host.name, op).reason +
                              " (placed there anyway: fallback is cpu)"))
-        reasons[op] = join_refusals(refusals)
-    return host.name, reasons
+        reasons.append(join_refusals(refusals))
+    return host.name, tuple(reasons)
 
 
 def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
     """First fit per unit. A one-op unit's (device, reason) follows from its op's verdicts alone, so it is
     worked out once per op signature (unless a verdict quoted a tensor name of that op)."""
-    choice: dict[_Unit, tuple[str, dict]] = {}
+    choice: dict[_Unit, tuple[str, tuple[str, ...]]] = {}
     failures = []
-    single: dict[int, tuple[str, str]] = {}  # signature -> (device, reason) of one-op units
-    for unit in units:
-        sig = unit.memo.signature(unit.ops[0]) if len(unit.ops) == 1 else None
-        hit = single.get(sig) if sig is not None else None
-        if hit is not None:
-            choice[unit] = (hit[0], {unit.ops[0]: hit[1]})
-            continue
+    single: dict[int, tuple[str, tuple[str]]] = {}  # signature -> the choice of its one-op units (one shared tuple)
+    signatures = units[0].memo.signatures([unit.ops[0] for unit in units]) if units else []
+    for unit, sig in zip(units, signatures):
+        if len(unit.ops) == 1:
+            hit = single.get(sig)
+            if hit is not None:
+                choice[unit] = hit
+                continue
+        else:
+            sig = None
         device, reasons = _fit(unit, candidates, host)
         if device is None:
             failures += [f"{op.name!r} ({op.type}): {_reason(unit, op, candidates) or 'no device is allowed'}"
@@ -169,7 +181,7 @@ def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpe
             continue
         choice[unit] = (device, reasons)
         if sig is not None and not unit.memo.is_specific(unit.ops[0]):
-            single[sig] = (device, reasons[unit.ops[0]])
+            single[sig] = choice[unit]
     return choice, failures
 
 
@@ -194,8 +206,8 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
     root = graph.get_root_subgraph()
     merged: list["Subgraph"] = []
-    if not any(outer_scope_inputs(op) for op in graph.get_ops()):
-        return merged  # the usual case: no nested graph reads anything from outside
+    if not nested_read_tensors(graph):
+        return merged  # the usual case: no nested graph reads anything from outside (known without a walk)
     for op in graph.toposort():
         producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]
         if not producers:
@@ -209,6 +221,36 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
             raise PartitionError(f"op {op.name!r} ({op.type}) reads {[t.name for t in outer_scope_inputs(op)]} from "
                                  f"its nested graphs, so it must share a subgraph with their producers, but: {e}") from e
     return merged
+
+
+def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, signatures: Signatures | None,
+             ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, tuple[str, ...]]]]:
+    """(the units, {unit: (device, the reason per op in `unit.ops` order)}): `propose_placement`'s decisions. The units come in
+    dependency order when `ordered`; else in whatever order let first fit skip the walk (its decisions do
+    not depend on the order; the failure message and the host islands are worked out in dependency order)."""
+    options = parse_options(options, devices)
+    candidates, host = candidate_devices(devices, options)
+    specs = candidates + ([host] if host is not None and host not in candidates else [])
+    units = _units(graph, specs, options, signatures, ordered)
+    choice, failures = _first_fit(units, candidates, host)
+    if failures and not ordered:  # the message lists them in dependency order
+        units = _in_dependency_order(graph, units)
+        choice, failures = _first_fit(units, candidates, host)
+    if failures:
+        shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
+        raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
+                             "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
+                             "with a plugin")
+    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)  # any order of units
+    if not ordered and host is not None and any(device == host.name for device, _ in choice.values()):
+        units = _in_dependency_order(graph, units)  # host islands are decided in dependency order
+    promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
+    return units, choice
+
+
+def _in_dependency_order(graph: "Graph", units: list[_Unit]) -> list[_Unit]:
+    rank = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
+    return sorted(units, key=lambda unit: rank[unit.child])
 
 
 def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
@@ -225,24 +267,27 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
         >>> propose_placement(g, get_devices(), {"devices": "aicpu,cpu"})[g.get_op("conv")]  # doctest: +SKIP
         ('AICPU', '')
     """
-    options = parse_options(options, devices)
-    candidates, host = candidate_devices(devices, options)
-    specs = candidates + ([host] if host is not None and host not in candidates else [])
-    units = _units(graph, specs, options, signatures)
-    choice, failures = _first_fit(units, candidates, host)
-    if failures:
-        shown = " | ".join(failures[:50]) + (f" | ... and {len(failures) - 50} more" if len(failures) > 50 else "")
-        raise PartitionError(f"fallback is 'error' and no allowed device accepts {len(failures)} op(s): {shown}. "
-                             "Allow the host with fallback \"cpu\", add a device to \"devices\", or place these ops "
-                             "with a plugin")
-    demote_small_islands(graph, units, choice, devices, host, options.min_subgraph_ops)
-    promote_host_islands(graph, units, choice, candidates, devices, host, _reason)
+    units, choice = _propose(graph, devices, options, signatures)
     proposal: Proposal = {}
     for unit in units:
         device, reasons = choice[unit]
-        for op in unit.ops:
-            proposal[op] = (device, reasons[op])
+        for op, reason in zip(unit.ops, reasons):
+            proposal[op] = (device, reason)
     return proposal
+
+
+def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
+          options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
+          signatures: Signatures | None = None) -> list["Subgraph"]:
+    """`apply_placement(graph, propose_placement(graph, devices, options), devices)` in one step (what compile
+    runs): the decisions go straight to the merge and the annotations, without a proposal to build and check."""
+    units, choice = _propose(graph, devices, options, signatures, ordered=False)
+    decisions = list(map(choice.__getitem__, units))
+    labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
+    ops = [op for unit in units for op in unit.ops]
+    placed = [device for device, why in decisions for _ in why]
+    reasons = [reason for _, why in decisions for reason in why]
+    return _apply(graph, labels, ops, placed, reasons, devices)
 
 
 def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
@@ -269,6 +314,14 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
         if device not in devices:
             raise PartitionError(f"the placement proposal names unknown device {device!r}; known: {', '.join(devices)}")
         labels[child] = device
+    return _apply(graph, labels, list(proposal), [device for device, _ in proposal.values()],
+                  [reason for _, reason in proposal.values()], devices)
+
+
+def _apply(graph: "Graph", labels: dict["Subgraph", str], ops: list["Op"], placed: list[str], reasons: list[str],
+           devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
+    """Merge the labelled children per device, label the merged subgraphs, annotate `ops` (columns by op)."""
+    root = graph.get_root_subgraph()
     groups = plan_merge(root, labels)
     merged = root.merge_child_groups(groups, check_cycles=False)
     by_device: dict[str, list["Subgraph"]] = {}
@@ -277,10 +330,10 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
     for device, subgraphs in by_device.items():
         spec = devices[device]
         root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
-    graph.set_op_annotations("device", {op: device for op, (device, _) in proposal.items()})
-    graph.set_op_annotations("placement_reason", {op: reason for op, (_, reason) in proposal.items()})
+    graph.set_op_annotations("device", dict(zip(ops, placed)))
+    graph.set_op_annotations("placement_reason", dict(zip(ops, reasons)))
     return merged
 
 
 __all__ = ["Proposal", "apply_placement", "bind_nested_graph_inputs", "candidate_devices", "count_copies", "count_crossings",
-           "join_refusals", "propose_placement"]
+           "join_refusals", "place", "propose_placement"]

@@ -24,11 +24,13 @@ lives for one stage of one graph: it assumes the ops and tensors it signed do no
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping
+from itertools import count
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
 from xgraph.compiler.checks import Check, Verdict
+from xgraph.ir.op_columns import TensorFacts, op_rows, tensor_facts
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Tensor
@@ -44,6 +46,12 @@ class _Unique:
     __slots__ = ()
 
 
+#: Element types a list of one of which freezes to one flat tuple, tagged with the type (1 == 1.0 in Python)
+#: and a marker, so it never equals a general list's key.
+_PLAIN = frozenset({int, float, str})
+_PLAIN_LIST = "plain"
+
+
 def _freeze(value: Any) -> Hashable:
     """An attribute value as a hashable key that keeps what formatting and comparisons tell apart.
 
@@ -52,6 +60,9 @@ def _freeze(value: Any) -> Hashable:
     if isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)):
+        kinds = set(map(type, value))
+        if len(kinds) == 1 and kinds <= _PLAIN:  # the usual list: all ints (or all floats, or all strs)
+            return (type(value), _PLAIN_LIST, kinds.pop(), tuple(value))
         return (type(value), tuple(_freeze(v) for v in value))
     if isinstance(value, np.ndarray):
         if value.dtype == object or value.nbytes > SMALL_ARRAY_BYTES:
@@ -69,25 +80,33 @@ def _weight_key(t: "Tensor") -> Hashable:
     return t  # a large weight: the same tensor object, or no sharing
 
 
-class _TensorKeys(dict):
-    """Tensor -> a small int naming (dtype, shape, weight key or None, used), computed on first lookup.
+class _TensorKeys:
+    """Tensor -> a small int naming (dtype, shape, weight key or None, used), in the plain dict `numbers`.
 
     "Used" (read by an op or a graph output) is what `max_outputs` and the static-shape and
     rank checks look at for outputs; for an input it is always true. None (an omitted
-    optional input) maps to -1. Ints keep op signatures cheap to hash.
+    optional input) maps to -1. Ints keep op signatures cheap to hash; a plain dict keeps
+    the lookups C calls.
     """
 
     def __init__(self, graph_outputs: "set[Tensor] | frozenset[Tensor]"):
-        super().__init__()
         self._outputs = graph_outputs
         self._ids: dict[Hashable, int] = {}
+        self._next = count()  # numbers are unique and rise in first-seen order (not dense)
+        self.numbers: dict["Tensor | None", int] = {None: -1}
 
-    def __missing__(self, t: "Tensor | None") -> int:
-        if t is None:
-            return -1
-        ids = self._ids
-        number = self[t] = ids.setdefault(_tensor_key(t, self._outputs), len(ids))
-        return number
+    def fill(self, facts: "TensorFacts") -> None:
+        """Key every tensor of `facts` from its columns: one C pass (`setdefault` keeps a known key's number)."""
+        weights = [_weight_key(t) if const else None for t, const in zip(facts.tensors, facts.is_const)]
+        keys = zip(facts.dtypes, facts.shapes, weights, facts.used)
+        self.numbers.update(zip(facts.tensors, map(self._ids.setdefault, keys, self._next)))
+
+    def add(self, tensors: "Iterable[Tensor | None]") -> None:
+        """Key each of `tensors` not keyed yet through its accessors (the same numbers `fill` gives)."""
+        ids, numbers = self._ids, self.numbers
+        for t in tensors:
+            if t not in numbers:
+                numbers[t] = ids.setdefault(_tensor_key(t, self._outputs), next(self._next))
 
 
 def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tensor]") -> Hashable:
@@ -96,9 +115,14 @@ def _tensor_key(t: "Tensor | None", graph_outputs: "set[Tensor] | frozenset[Tens
     return (t.dtype, t.shape, _weight_key(t) if t.is_const else None, bool(t.consumers) or t in graph_outputs)
 
 
+def _attr_key(items: "Iterable[tuple[str, Any]]") -> Hashable:
+    """ONNX attributes as a key independent of their order."""
+    return tuple(sorted([(k, _freeze(v)) for k, v in items]))
+
+
 def _signature(op: "Op", tensor_key: Callable[["Tensor | None"], Hashable], opsets: Mapping[str, int]) -> Hashable:
     attrs = op.get_onnx_attrs()
-    attr_key = tuple(sorted((k, _freeze(v)) for k, v in attrs.items())) if attrs else ()
+    attr_key = _attr_key(attrs.items()) if attrs else ()
     domain = op.domain
     return (op.type, domain, opsets.get(domain), attr_key, tuple(map(tensor_key, op.get_input_tensors())),
             tuple(map(tensor_key, op.get_output_tensors())))
@@ -113,23 +137,54 @@ def op_signature(op: "Op") -> Hashable:
 class Signatures:
     """Op -> a small int naming its signature, for one graph, computed on first use.
 
-    Equal ints mean equal `op_signature`s; the int keeps later lookups from hashing the
-    nested signature again.
+    Equal ints mean equal `op_signature`s (within one graph the opset follows from the
+    domain, so the key leaves it out); the int keeps later lookups from hashing the nested
+    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.op_columns`),
+    every tensor of the graph keyed in one pass on the first call: `ids(ops)` for many ops.
     """
 
     def __init__(self, graph: "Graph"):
+        self._graph = graph
         self._tensor_keys = _TensorKeys(set(graph.get_output_tensors()))
-        self._opsets = dict(graph.opset_imports)
+        self._all_tensors_keyed = False
         self._ids: dict[Hashable, int] = {}
+        self._next = count()
         self._by_op: dict["Op", int] = {}
 
     def __call__(self, op: "Op") -> int:
         sig = self._by_op.get(op)
-        if sig is None:
-            ids = self._ids
-            sig = self._by_op[op] = ids.setdefault(_signature(op, self._tensor_keys.__getitem__, self._opsets),
-                                                   len(ids))
-        return sig
+        return sig if sig is not None else self.ids([op])[0]
+
+    def ids(self, ops: "list[Op]") -> list[int]:
+        """The signature ids of `ops`, in order (as `[self(op) for op in ops]`), signed in bulk."""
+        by_op = self._by_op
+        if not by_op:  # the first call: sign them all
+            ops = list(ops)
+            return self._sign(ops)
+        try:
+            return list(map(by_op.__getitem__, ops))  # the usual call after the first: all signed
+        except KeyError:
+            self._sign([op for op in ops if op not in by_op])
+        return list(map(by_op.__getitem__, ops))
+
+    def _key_all_tensors(self) -> None:
+        self._tensor_keys.fill(tensor_facts(self._graph))
+        self._all_tensors_keyed = True
+
+    def _sign(self, ops: "list[Op]") -> list[int]:
+        """Sign `ops` from one row of facts each (built in C, the attributes' order-free key called only for
+        ops that have attributes); the ids are unique per signature and rise in first-seen order."""
+        if not self._all_tensors_keyed:
+            self._key_all_tensors()
+        numbers = self._tensor_keys.numbers
+        try:
+            keys = op_rows(ops, numbers, _attr_key)
+        except KeyError:  # a tensor the graph's table does not list: keyed through its accessors
+            self._tensor_keys.add(t for op in ops for t in op.get_input_tensors() + op.get_output_tensors())
+            keys = op_rows(ops, numbers, _attr_key)
+        sigs = list(map(self._ids.setdefault, keys, self._next))
+        self._by_op.update(zip(ops, sigs))
+        return sigs
 
     def __len__(self) -> int:
         """Number of distinct signatures seen."""
@@ -150,6 +205,14 @@ class VerdictMemo:
     def signature(self, op: "Op") -> int:
         """The id of `op`'s signature."""
         return self._signatures(op)
+
+    def signatures(self, ops: "list[Op]") -> list[int]:
+        """The ids of the signatures of `ops`, in order (signed in bulk where not yet signed)."""
+        return self._signatures.ids(ops)
+
+    def sign(self, ops: "list[Op]") -> None:
+        """Sign `ops` in one bulk pass now, so later verdicts only look their signatures up."""
+        self._signatures.ids(ops)
 
     def is_specific(self, op: "Op") -> bool:
         """True when some verdict on `op` quoted a tensor name (it holds for this op only)."""
@@ -180,16 +243,23 @@ class KernelMemo:
     def __init__(self, choose: Callable[["Op", str], str], signatures: Signatures):
         self._choose = choose
         self._signatures = signatures
-        self._cache: dict[tuple[Hashable, str], str] = {}
+        self._by_device: dict[str, dict[int, str]] = {}  # device -> signature id -> kernel
         self.stats = {"resolutions": 0}
 
     def __call__(self, op: "Op", device: str) -> str:
-        key = (self._signatures(op), device)
-        kernel = self._cache.get(key)
-        if kernel is None:
-            self.stats["resolutions"] += 1
-            kernel = self._cache[key] = self._choose(op, device)
-        return kernel
+        return self.choose_many([op], device)[0]
+
+    def choose_many(self, ops: "list[Op]", device: str) -> list[str]:
+        """`[self(op, device) for op in ops]`: one resolution per signature not seen on `device` yet (asked
+        with its first op), then one lookup per op."""
+        sigs = self._signatures.ids(ops)
+        known = self._by_device.setdefault(device, {})
+        if not known.keys() >= set(sigs):
+            for sig, op in dict(zip(reversed(sigs), reversed(ops))).items():  # each signature's first op
+                if sig not in known:
+                    self.stats["resolutions"] += 1
+                    known[sig] = self._choose(op, device)
+        return list(map(known.__getitem__, sigs))
 
 
 __all__ = ["KernelMemo", "SMALL_ARRAY_BYTES", "Signatures", "VerdictMemo", "op_signature"]
