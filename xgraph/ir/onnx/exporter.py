@@ -161,7 +161,7 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                 if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
                     fill_value_info(add(), t, types)
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        known: dict[tuple[int, int], onnx.TypeProto] = {}  # by the ids of a shape and a dtype (alive: tensors hold them)
+        known: dict[tuple[int, int], onnx.TypeProto] = {}  # by the ids of a shape and dtype (the tensors hold both)
         for op in ops:
             for t in op._outputs:
                 if (t._dtype is not None or t._type_proto is not None) and t not in io \
