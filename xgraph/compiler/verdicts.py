@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 import numpy as np
 
 from xgraph.compiler.checks import Check, Verdict
-from xgraph.ir.op_columns import TensorFacts, op_rows, tensor_facts
+from xgraph.ir.op_rows import TensorFacts, op_rows, tensor_facts
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Tensor
@@ -139,7 +139,7 @@ class Signatures:
 
     Equal ints mean equal `op_signature`s (within one graph the opset follows from the
     domain, so the key leaves it out); the int keeps later lookups from hashing the nested
-    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.op_columns`),
+    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.op_rows`),
     every tensor of the graph keyed in one pass on the first call: `ids(ops)` for many ops.
     """
 

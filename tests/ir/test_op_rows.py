@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import xgraph
-from xgraph.ir.op_columns import op_rows, tensor_facts
+from xgraph.ir.op_rows import op_rows, tensor_facts
 
 
 def small_graph() -> xgraph.Graph:
