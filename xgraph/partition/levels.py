@@ -176,6 +176,9 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
     O(G * attempts * budget) for G groups on top of O(V + E) to build the contracted graph,
     plus O(E log V) for moving edges on joins (the smaller side moves). Joining only merges
     groups, so the count never exceeds `level_partition`'s. FIXED nodes keep their own id.
+    A search that reaches its target records that a reaches b; an attempt for a and b is
+    refused without searching when a -> k and k -> b are recorded, since the search would
+    meet that path (the records are dropped on every join, which can shorten paths).
 
     >>> coalesce_groups([[], [0]], [0, 0], [0, 1])  # a -> b of one label, put on two levels: they join
     [0, 0]
