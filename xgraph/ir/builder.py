@@ -56,6 +56,17 @@ def unlink_input(op: Op, index: int) -> None:
         t._consumers[op] = n
 
 
+def _leave_tree(leaf: "Subgraph | None", op: Op) -> None:
+    """Take `op` out of `leaf` and its ancestors; a subgraph left without ops leaves its parent."""
+    s = leaf
+    while s is not None:
+        s._ops.discard(op)
+        parent = s._parent
+        if parent is not None and not s._ops:
+            del parent._children[s]
+        s = parent
+
+
 class GraphBuilder:
     """Adds tensors, ops and subgraphs to one graph, keeping every table and link consistent."""
 
@@ -186,13 +197,7 @@ class GraphBuilder:
             del self._tensors[t.name]
         del self._ops[op.name]
         self.graph._nested_ops.discard(op)
-        s = self._leaf_of.pop(op)
-        while s is not None:
-            s._ops.discard(op)
-            parent = s._parent
-            if parent is not None and not s._ops:
-                del parent._children[s]
-            s = parent
+        _leave_tree(self._leaf_of.pop(op), op)
 
     def remove_ops(self, ops: "Sequence[Op]") -> None:
         """`remove_op` for each of `ops` in turn (constant folding removes thousands at once)."""
@@ -214,13 +219,7 @@ class GraphBuilder:
             root._ops.difference_update(ops)
         else:
             for op in ops:
-                s = leaf_of.pop(op)
-                while s is not None:
-                    s._ops.discard(op)
-                    parent = s._parent
-                    if parent is not None and not s._ops:
-                        del parent._children[s]
-                    s = parent
+                _leave_tree(leaf_of.pop(op), op)
         self.graph._nested_ops.difference_update(ops)
 
     def remove_tensor(self, t: Tensor) -> None:

@@ -99,12 +99,7 @@ def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.nda
     made = []
     for old, readers, array in moved:
         weight = builder.add_const(old.name, np.asarray(array))
-        for c in readers:
-            inputs = c._inputs
-            for i, t in enumerate(inputs):
-                if t is old:
-                    unlink_input(c, i)
-                    link_input(c, i, weight)
+        _rewire(readers, old, weight)
         made.append(weight)
     graph._touch(keeps_order=True)  # an op and its outputs gone, weights (no producer) added
     return made
@@ -167,12 +162,7 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
         else:
             readers = list(consumers)
         weight = add_const(old.name, asarray(array))
-        for c in readers:
-            inputs = c._inputs
-            for i, t in enumerate(inputs):
-                if t is old:
-                    unlink_input(c, i)
-                    link_input(c, i, weight)
+        _rewire(readers, old, weight)
         made.append(weight)
     if ops:
         graph._touch(keeps_order=True)  # ops and their outputs gone, weights (no producer) added
@@ -205,6 +195,15 @@ def unread_op_positions(ops: "Sequence[Op]", used: "set[Tensor]") -> list[int]:
             found.append(i)
     return found
 
+
+
+def _rewire(readers: "Iterable[Op]", old: "Tensor", weight: "Tensor") -> None:
+    """Every input slot of `readers` that reads `old` reads `weight` instead."""
+    for c in readers:
+        for i, t in enumerate(c._inputs):
+            if t is old:
+                unlink_input(c, i)
+                link_input(c, i, weight)
 
 __all__ = ["fed_positions", "nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
            "replace_ops_by_weights", "unread_op_positions", "weight_fed_positions"]

@@ -35,7 +35,7 @@ from xgraph.ir.onnx.length_cone import MAX as _MAX
 from xgraph.ir.onnx.length_cone import PRODUCT as _PRODUCT
 from xgraph.ir.onnx.length_cone import SUM as _SUM
 from xgraph.ir.onnx.length_bounds import decide_in_order
-from xgraph.ir.onnx.length_cone import cone_wants, row_cone
+from xgraph.ir.onnx.length_cone import cone_wants, row_cone, value_bound
 from xgraph.ir.onnx.length_cone import producers_first as _producers_first
 
 if TYPE_CHECKING:
@@ -329,20 +329,10 @@ def data_propagation_is_bounded(model: onnx.ModelProto, largest_dim: int, limit:
                 v = in_dims[0] if in_dims else default_dim
             elif t == "Size":
                 v = math.inf if (in_dims and in_dims[0] > 1) else 1.0
-            elif t in _SUM:
-                v = sum(bound)
-            elif t in _PRODUCT:
-                v = math.prod(bound) if bound else 0.0
-            elif t in _FIRST:
-                v = bound[0] if bound else 0.0
-            elif t in _MAX:
-                v = max(bound, default=0.0)
-            elif t == "Range":
-                v = max(bound[:2], default=0.0)
-                if len(inputs) > 2 and inputs[2] in tiny:
-                    return False
             else:
-                v = 0.0
+                if t == "Range" and len(inputs) > 2 and inputs[2] in tiny:
+                    return False
+                v = value_bound(t, bound)
             out_dim = sum(in_dims) if t == "Concat" else max(in_dims, default=0.0)
             rule = _LENGTH_FROM_VALUES.get(t)
             if rule is not None:

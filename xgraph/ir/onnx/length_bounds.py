@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from itertools import chain
-from typing import Callable, Sequence
+from typing import Sequence
 
-from xgraph.ir.onnx.length_cone import FIRST, LENGTH_FROM_VALUES, MAX, PRODUCT, SUM
+from xgraph.ir.onnx.length_cone import LENGTH_FROM_VALUES, value_bound
 
 
 def decide_in_order(types: Sequence[str], inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
@@ -47,19 +47,7 @@ def decide_in_order(types: Sequence[str], inputs: Sequence[Sequence[str]], outpu
                 else:
                     v = math.inf if (in_dims and in_dims[0] > 1) else 1.0
             else:
-                bound = [get_value(x, 0.0) for x in names]
-                if t in SUM:
-                    v = sum(bound)
-                elif t in PRODUCT:
-                    v = math.prod(bound) if bound else 0.0
-                elif t in FIRST:
-                    v = bound[0] if bound else 0.0
-                elif t in MAX:
-                    v = max(bound, default=0.0)
-                elif t == "Range":
-                    v = max(bound[:2], default=0.0)
-                else:
-                    v = 0.0
+                v = value_bound(t, [get_value(x, 0.0) for x in names])
             for o in outs:
                 if get_value(o, 0.0) < v:
                     values[o] = v

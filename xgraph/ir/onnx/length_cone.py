@@ -6,6 +6,7 @@ node columns and the rows read from protos (nested graphs, function bodies) shar
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Sequence
 
 #: Ops whose integer output data onnx propagates, and how a bound of their values follows.
@@ -14,6 +15,22 @@ PRODUCT = frozenset({"Mul"})
 FIRST = frozenset({"Div", "Mod", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Gather", "GatherElements",
                    "Slice", "Reshape", "Flatten", "Expand", "Neg", "Abs", "Tile", "Transpose"})
 MAX = frozenset({"Concat", "Max", "Min", "Where"})
+
+
+def value_bound(op_type: str, bound: "list[float]") -> float:
+    """The bound of the values an arithmetic op computes from its inputs' value bounds `bound`, in input
+    order (0 for an op type that computes no values from values: Shape, Size and constants are the callers')."""
+    if op_type in SUM:
+        return sum(bound)
+    if op_type in PRODUCT:
+        return math.prod(bound) if bound else 0.0
+    if op_type in FIRST:
+        return bound[0] if bound else 0.0
+    if op_type in MAX:
+        return max(bound, default=0.0)
+    if op_type == "Range":
+        return max(bound[:2], default=0.0)
+    return 0.0
 #: Ops whose output length comes from an input's values: {op: (value inputs, also scaled by a dim?)}.
 LENGTH_FROM_VALUES = {"ConstantOfShape": ((0,), False), "Expand": ((1,), False), "Reshape": ((1,), False),
                       "Range": ((0, 1), False), "OneHot": ((1,), False), "Resize": ((3,), False),
@@ -101,5 +118,5 @@ def row_cone(rows: list[tuple]) -> list[int]:
                        producers.get)
 
 
-__all__ = ["FIRST", "LENGTH_FROM_VALUES", "MAX", "PRODUCT", "SUM", "VALUE_FROM_INPUT_VALUES", "cone_wants",
+__all__ = ["FIRST", "LENGTH_FROM_VALUES", "MAX", "PRODUCT", "SUM", "VALUE_FROM_INPUT_VALUES", "cone_wants", "value_bound",
            "length_cone", "producers_first", "row_cone"]

@@ -30,14 +30,7 @@ def type_to_shape_dtype(tp: onnx.TypeProto) -> tuple[tuple | None, np.dtype | No
     Most tensors of a model share a handful of types, so decoded types are cached by their
     serialized bytes (a C call) instead of walking the proto's dims in Python every time.
     """
-    key = tp.SerializeToString()
-    hit = TYPE_CACHE.get(key)
-    if hit is None:
-        hit = _decode_type(tp)
-        if len(TYPE_CACHE) >= TYPE_CACHE_LIMIT:
-            TYPE_CACHE.clear()
-        TYPE_CACHE[key] = hit
-    return hit
+    return decode_type_key(tp.SerializeToString(), tp)
 
 
 class NotText(ValueError):
