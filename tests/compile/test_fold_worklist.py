@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import xgraph
 from xgraph.errors import GraphError
 from xgraph.compiler import prepare as prep
+from xgraph.compiler.fold_eval import evaluate, foldable
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
 
@@ -51,12 +52,12 @@ def sweep_fold(graph, max_bytes=prep.MAX_FOLD_BYTES) -> int:
     keep = set(graph.get_output_tensors())
     folded = 0
     for op in graph.toposort():
-        if not prep._foldable(op, keep):
+        if not foldable(op, keep):
             continue
         estimate = estimated_output_bytes(op)
         if estimate is None or estimate > max_bytes:
             continue
-        arrays = prep._evaluate(op)
+        arrays = evaluate(op, [None if t is None else t.data for t in op.get_input_tensors()])
         if arrays is None or sum(a.nbytes for a in arrays) > max_bytes:
             continue
         staged = []

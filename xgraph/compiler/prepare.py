@@ -23,7 +23,6 @@ from xgraph.errors import OptionError
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.ir.weight_edits import (nested_read_tensors, remove_unused_weights, replace_op_by_weights,
                                     unread_op_positions)
-from xgraph.compiler.fold_eval import evaluate, foldable
 from xgraph.compiler.fold_pass import fold_pass
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
@@ -145,15 +144,6 @@ def _unused_placeholder(t: Tensor) -> bool:
 
 
 # ------------------------------------------------------------------------- constant folding
-
-def _foldable(op: Op, keep: set[Tensor]) -> bool:
-    return foldable(op, keep)
-
-
-def _evaluate(op: Op, kernels: dict | None = None) -> list[np.ndarray] | None:
-    """`op`'s outputs on its weights by the ONNX reference evaluator (`fold_eval.evaluate`); None when it cannot run."""
-    return evaluate(op, [None if t is None else t.data for t in op.get_input_tensors()], kernels)
-
 
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     """Turn `op`'s outputs into weights of the same names, one array per output (one IR edit:
