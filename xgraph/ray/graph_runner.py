@@ -100,6 +100,8 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
 class RayGraphRunner(GraphRunner):
     """A GraphRunner whose device subgraphs run in Ray actors; `get_stats()["ray"]` says where."""
 
+    shares_gears = False  # each gear's actors run its jobs
+
     def __init__(self, graph: "Graph | str | Path | bytes", mode: str = "run", kernels: str = "auto", *,
                  group_by: str = "device", resources: Mapping[str, Mapping[str, float]] | None = None,
                  address: str | None = None, start_timeout: float = 120.0, runtime_env: dict | None = None,

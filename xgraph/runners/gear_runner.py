@@ -3,8 +3,11 @@
 Each job goes to the gear whose input shapes equal the job's (ATC's runtime picks the gear
 the same way); an input matching no gear is refused with the list of gears. The gears share
 their weights (one read-only array each), so a gear adds its own device runners, execution
-plans and activation buffers, not another copy of the weights. `create_graph_runner` returns
-this runner for a graph whose `get_gears()` is not empty.
+plans and activation buffers, not another copy of the weights. When every gear is one
+subgraph on one shared onnxruntime session (a decoder's past-length gears), `run` goes through
+one runner shared by all of them (`shared`, xgraph/runners/gear_family.py): a decoding loop
+then steps through one warm runner instead of a different gear's every token.
+`create_graph_runner` returns this runner for a graph whose `get_gears()` is not empty.
 
     runner = xgraph.create_graph_runner(xgraph.load("bert.gears.xmodel"))
     runner.run({"input_ids": ids_1x16, "attention_mask": mask_1x16})   # gear of shape (1, 16)
@@ -19,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from xgraph.errors import RunnerError
+from xgraph.errors import KernelError, RunnerError
 from xgraph.ir.files import write_text
 from xgraph.ir.gears import describe_gears
+from xgraph.runners.gear_family import one_session_runners, serve_gears
 from xgraph.runners.io_checks import check_inputs
 from xgraph.runners.ort_session import sessions_take_turns
 
@@ -60,14 +64,18 @@ class GearRunner:
             raise RunnerError(f"graph {graph.name!r} has no gears; use xgraph.create_graph_runner(graph)")
         self._owner = f"graph runner for {graph.name!r}"
         self.gear_runners: "dict[str, GraphRunner]" = {}
+        #: runs every gear's `run` when the gears are one onnxruntime session (xgraph/runners/gear_family.py)
+        self.shared: "GraphRunner | None" = None
         try:
             whole = [g.graph.get_root_subgraph() for g in self.gears]
             whole = [r.toposort_child_subgraph()[0] if r.get_children_num() == 1 else None for r in whole]
             with sessions_take_turns(whole):  # gears that are one graph but for shapes share a session
                 for gear in self.gears:
                     self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
+                if getattr(runner_class, "shares_gears", False) and len(self.gears) > 1:
+                    self.shared = self._shared_runner(runner_class, options)
         except BaseException:
-            for runner in self.gear_runners.values():
+            for runner in (*self.gear_runners.values(), *([self.shared] if self.shared else [])):
                 runner.close()
             raise
         first = self.gear_runners[self.gears[0].name]
@@ -78,6 +86,25 @@ class GearRunner:
         self._jobs: "dict[int, tuple[GraphRunner, int]]" = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+
+    def _shared_runner(self, runner_class: "type[GraphRunner]", options: dict) -> "GraphRunner | None":
+        """One runner for every gear's `run` when each gear runner is one subgraph runner on one shared
+        onnxruntime session (`gear_family.one_session_runners`); None otherwise."""
+        device_runners = one_session_runners([self.gear_runners[g.name] for g in self.gears])
+        if device_runners is None:
+            return None
+        shared = runner_class(self.gears[0].graph, "run", "onnxruntime", **options)
+        try:
+            return serve_gears(shared, self.gears, device_runners, self._route)
+        except BaseException:
+            shared.close()
+            raise
+
+    def _route(self, inputs: "Sequence | dict") -> list[np.ndarray]:
+        """Inputs the shared runner does not take as they are: checked (and converted) by the gear
+        `select_gear` picks, as that gear's own runner checks them."""
+        runner = self.runner_for(inputs)
+        return check_inputs(self._owner, runner.get_input_tensors(), inputs)
 
     # -- which gear -----------------------------------------------------------------------------
     def gear_list(self) -> str:
@@ -125,8 +152,11 @@ class GearRunner:
 
     @property
     def runners(self) -> dict[str, Any]:
-        """Every gear's device runners, keyed "<gear>/<subgraph>"."""
-        return {f"{gear}/{name}": r for gear, gr in self.gear_runners.items() for name, r in gr.runners.items()}
+        """Every gear's device runners, keyed "<gear>/<subgraph>" (the shared runner's: "shared/<subgraph>")."""
+        found = {f"{gear}/{name}": r for gear, gr in self.gear_runners.items() for name, r in gr.runners.items()}
+        if self.shared is not None:
+            found.update({f"shared/{name}": r for name, r in self.shared.runners.items()})
+        return found
 
     def kernel_choices(self) -> "dict[str, KernelChoice]":
         """Gear 0's op name -> what runs it (each gear's own: `gear_runners[name].kernel_choices()`)."""
@@ -172,23 +202,42 @@ class GearRunner:
         return results
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
-        """Run once on the matching gear and return the outputs in graph output order."""
+        """Run once on the matching gear and return the outputs in graph output order.
+
+        With a shared runner (gears that are one session) every gear runs there; when onnxruntime
+        fails a run there, the gears run on their own runners from then on (which may fall back
+        to xgraph's kernels per gear), this run included."""
+        shared = self.shared
+        if shared is not None:
+            try:
+                return shared.run(feeds)
+            except KernelError:
+                with self._lock:
+                    if self.shared is shared:
+                        self.shared = None
+                shared.close()
         return self.runner_for(feeds).run(feeds)
 
     # -- stats and profiling --------------------------------------------------------------------
     def get_stats(self) -> dict[str, Any]:
-        """Jobs and copies summed over the gears, each device runner's stats, and each gear's own stats."""
+        """Jobs and copies summed over the gears (and the shared runner), each device runner's stats,
+        each gear's own runner's stats under "gears" and the shared runner's under "shared"."""
         per_gear = {name: r.get_stats() for name, r in self.gear_runners.items()}
+        shared = self.shared
+        every = {**per_gear, **({"shared": shared.get_stats()} if shared is not None else {})}
         jobs: dict[str, int] = {}
         copies = {"count": 0, "bytes": 0, "seconds": 0.0}
         subgraphs: dict[str, Any] = {}
-        for name, stats in per_gear.items():
+        for name, stats in every.items():
             for k, v in stats["jobs"].items():
                 jobs[k] = jobs.get(k, 0) + v
             for k in copies:
                 copies[k] += stats["copies"][k]
             subgraphs.update({f"{name}/{sg}": s for sg, s in stats["subgraphs"].items()})
-        return {"jobs": jobs, "copies": copies, "subgraphs": subgraphs, "gears": per_gear}
+        result = {"jobs": jobs, "copies": copies, "subgraphs": subgraphs, "gears": per_gear}
+        if shared is not None:
+            result["shared"] = every["shared"]
+        return result
 
     def export_chrome_trace(self, path: "str | Path") -> None:
         """The recorded spans of every gear as one Chrome trace (one process per gear)."""
@@ -202,9 +251,11 @@ class GearRunner:
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
-        """Close every gear's runner (jobs in flight are cancelled)."""
+        """Close every gear's runner and the shared one (jobs in flight are cancelled)."""
         for runner in self.gear_runners.values():
             runner.close(timeout)
+        if self.shared is not None:
+            self.shared.close(timeout)
 
     def __enter__(self) -> "GearRunner":
         return self

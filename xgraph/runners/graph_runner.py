@@ -122,6 +122,10 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapp
 class GraphRunner:
     """Runs a compiled graph: `run(feeds)` or `execute_async`/`wait` with several jobs in flight."""
 
+    #: gears that are one onnxruntime session may share one runner of this class for their runs
+    #: (`xgraph.runners.gear_family`); runners that execute elsewhere (xgraph.ray's) say False
+    shares_gears = True
+
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False, registries: "Registries | None" = None) -> None:
