@@ -40,7 +40,8 @@ class Nodes:
     """
 
     __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
-                 "_produced_by", "_checked")
+                 "_produced_by", "_checked", "graph_free",
+                 "omitted_outputs")
 
     def __init__(self, protos, label: str | None):
         """Read `protos` and, with a `label` (for messages), check them (`check`)."""
@@ -54,7 +55,12 @@ class Nodes:
         #: indices of the nodes with an attribute holding a graph in its `g` or `graphs` field, whatever its type says
         self.nested: list[int] = []
         self._produced_by: dict[str, int] | None = None
+        #: how many outputs are "" (omitted optionals), counted by `produced_by`
+        self.omitted_outputs: int | None = None
         self._checked = False
+        #: set by a reader whose walk over every attribute found none holding a graph or typed as one:
+        #: then `check` looks at attribute names only
+        self.graph_free = False
         if label is not None:
             self.check(label)
 
@@ -72,6 +78,8 @@ class Nodes:
         rows = [(i, attributes) for i, attributes in enumerate(self.attributes) if attributes]
         if not is_text(*[a.name for _, attributes in rows for a in attributes]):
             marked = [i for i, _ in rows]  # one node at a time, so the first bad one is named
+        elif self.graph_free:  # no attribute holds a graph or is typed as one (the reader's walk): none to record
+            marked = []
         else:  # only nodes holding a graph have more to check and record
             marked = sorted({i for i, attributes in rows for a in attributes
                              if a.type in GRAPH_TYPES or a.HasField("g") or a.graphs})
@@ -109,9 +117,10 @@ class Nodes:
             names = list(chain.from_iterable(self.outputs))
             made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs}
             made.pop("", None)
-            if len(made) != len(names) - names.count(""):
+            omitted = names.count("")
+            if len(made) != len(names) - omitted:
                 return None
-            self._produced_by = made
+            self._produced_by, self.omitted_outputs = made, omitted
         return self._produced_by
 
     def dependencies(self, i: int) -> list[str]:

@@ -1,0 +1,77 @@
+"""The bulk encodings the import and export paths use give what protobuf's own calls give."""
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from xgraph.ir.onnx.nodes import Nodes
+from xgraph.ir.onnx.safe_reader import read_model_inventory
+from xgraph.ir.onnx.wire import type_field, value_infos, varint
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, 2**31 + 5])
+def test_varint_is_protobufs(n):
+    # TensorProto.dims (field 1, repeated int64, not packed in proto2): key 0x08, then the value as a varint
+    assert onnx.TensorProto(dims=[n]).SerializeToString() == b"\x08" + varint(n)
+
+
+def _types() -> list[onnx.TypeProto]:
+    seq = onnx.TypeProto()
+    seq.sequence_type.elem_type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    return [helper.make_tensor_type_proto(TensorProto.FLOAT, [1, "n", 64]),
+            helper.make_tensor_type_proto(TensorProto.INT64, None),
+            helper.make_tensor_type_proto(TensorProto.FLOAT, list(range(1, 70))),  # a type over 127 bytes
+            seq, onnx.TypeProto()]
+
+
+def test_value_infos_equal_the_adds():
+    names = ["x", "", "é名", "t" * 300, "a:unused:0"]
+    entries = [(name, tp) for name in names for tp in _types()]
+    expected = onnx.GraphProto(name="g")
+    for name, tp in entries:
+        expected.value_info.add(name=name, type=tp)
+    merged = onnx.GraphProto(name="g")
+    merged.MergeFromString(value_infos((name, type_field(tp.SerializeToString())) for name, tp in entries))
+    assert merged == expected
+    assert merged.SerializeToString() == expected.SerializeToString()
+    assert value_infos([]) == b""
+
+
+def _model_with(nodes, **graph) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], **graph)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _branch(name: str, op: str) -> onnx.GraphProto:
+    return helper.make_graph([helper.make_node(op, ["x"], [name + "_out"])], name, [],
+                             [helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, [2])])
+
+
+def _cases():
+    plain = _model_with([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=0)])
+    cond = helper.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Relu"), else_branch=_branch("else", "Neg"))
+    nested = _model_with([helper.make_node("Constant", [], ["c"], value_int=1), cond])
+    typed_only = _model_with([helper.make_node("Relu", ["x"], ["y"])])
+    a = typed_only.graph.node[0].attribute.add()
+    a.name, a.type = "body", onnx.AttributeProto.GRAPH  # says it holds a graph, holds none
+    hidden = _model_with([helper.make_node("Relu", ["x"], ["y"])])
+    a = hidden.graph.node[0].attribute.add()
+    a.name, a.type, a.i = "k", onnx.AttributeProto.INT, 3
+    a.g.CopyFrom(_branch("hidden", "Abs"))  # a graph behind an INT tag
+    return {"plain": plain, "nested": nested, "typed_only": typed_only, "hidden": hidden}
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_reader_columns_check_as_fresh_ones(case):
+    """The reader's columns skip the nested-graph scan only when its walk saw no graph attribute: what
+    they record is what columns read and checked on their own record."""
+    model = _cases()[case]
+    read = read_model_inventory(model.SerializeToString(), "m")[3].nodes
+    assert read.graph_free == (case == "plain")
+    read.check("m")
+    fresh = Nodes(model.graph.node, "m")
+    assert (read.nested, read.implicit) == (fresh.nested, fresh.implicit)
+    if case != "plain":
+        assert read.nested or read.implicit
