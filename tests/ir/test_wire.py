@@ -75,3 +75,28 @@ def test_reader_columns_check_as_fresh_ones(case):
     assert (read.nested, read.implicit) == (fresh.nested, fresh.implicit)
     if case != "plain":
         assert read.nested or read.implicit
+
+
+def test_exported_value_info_is_fill_value_infos_in_any_batch(monkeypatch):
+    """The export's value_info (merged in batches) is one `value_info(t)` per typed op output, in op order,
+    tensors of sequence type included, wherever the batches break."""
+    import xgraph.ir.onnx.exporter as exporter
+    from xgraph import Graph
+
+    nodes = [helper.make_node("Relu", ["x"], ["r0"])]
+    nodes += [helper.make_node("Relu", [f"r{i}"], [f"r{i + 1}"]) for i in range(6)]
+    nodes += [helper.make_node("SequenceConstruct", ["r3", "r6"], ["s"]),
+              helper.make_node("SequenceAt", ["s", "zero"], ["a"]),
+              helper.make_node("Add", ["a", "r6"], ["y"])]
+    model = _model_with(nodes, initializer=[helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    graph = Graph.from_onnx(model)
+    boundary = {t.name for t in graph.get_input_tensors() + graph.get_output_tensors()}
+    expected = [exporter.value_info(t) for op in graph.get_ops() for t in op.get_output_tensors()
+                if t.name not in boundary]
+    assert any(vi.type.HasField("sequence_type") for vi in expected)
+    exported = []
+    for batch in (1, 2, 3, 4096):
+        monkeypatch.setattr(exporter, "_VALUE_INFO_BATCH", batch)
+        exported.append(graph.to_onnx().SerializeToString())
+        assert list(onnx.load_from_string(exported[-1]).graph.value_info) == expected
+    assert len(set(exported)) == 1

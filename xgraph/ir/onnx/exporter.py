@@ -100,6 +100,10 @@ def _normalised_tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypePr
     return hit
 
 
+#: value_infos encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
+_VALUE_INFO_BATCH = 4096
+
+
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
     return ":unused:" in t.name and not t._consumers and t not in outputs
 
@@ -162,7 +166,7 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                 if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
                     fill_value_info(add(), t, types)
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        # the fields `fill_value_info` writes, encoded as bytes and merged in one call (`wire`); each distinct
+        # the fields `fill_value_info` writes, encoded as bytes and merged in batches (`wire`); each distinct
         # type encoded once, by the ids of a shape and dtype (the tensors hold both)
         known: dict[tuple[int, int], bytes] = {}
         entries: list[tuple[str, bytes]] = []
@@ -180,6 +184,9 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                         typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype)
                                                                             .SerializeToString())
                     append((t.name, typed))
+                    if len(entries) >= _VALUE_INFO_BATCH:  # merged in batches: the bytes never add up to a copy
+                        g.MergeFromString(value_infos(entries))
+                        entries.clear()
         g.MergeFromString(value_infos(entries))
     if external:  # weights stored elsewhere: their references, never their bytes
         for t in consts:
