@@ -5,8 +5,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from xgraph.ir.onnx.nodes import Nodes
-from xgraph.ir.onnx.safe_reader import read_model_inventory
 from xgraph.ir.onnx.wire import type_field, value_infos, varint
 
 
@@ -42,39 +40,6 @@ def _model_with(nodes, **graph) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], **graph)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _branch(name: str, op: str) -> onnx.GraphProto:
-    return helper.make_graph([helper.make_node(op, ["x"], [name + "_out"])], name, [],
-                             [helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, [2])])
-
-
-def _cases():
-    plain = _model_with([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=0)])
-    cond = helper.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Relu"), else_branch=_branch("else", "Neg"))
-    nested = _model_with([helper.make_node("Constant", [], ["c"], value_int=1), cond])
-    typed_only = _model_with([helper.make_node("Relu", ["x"], ["y"])])
-    a = typed_only.graph.node[0].attribute.add()
-    a.name, a.type = "body", onnx.AttributeProto.GRAPH  # says it holds a graph, holds none
-    hidden = _model_with([helper.make_node("Relu", ["x"], ["y"])])
-    a = hidden.graph.node[0].attribute.add()
-    a.name, a.type, a.i = "k", onnx.AttributeProto.INT, 3
-    a.g.CopyFrom(_branch("hidden", "Abs"))  # a graph behind an INT tag
-    return {"plain": plain, "nested": nested, "typed_only": typed_only, "hidden": hidden}
-
-
-@pytest.mark.parametrize("case", sorted(_cases()))
-def test_reader_columns_check_as_fresh_ones(case):
-    """The reader's columns skip the nested-graph scan only when its walk saw no graph attribute: what
-    they record is what columns read and checked on their own record."""
-    model = _cases()[case]
-    read = read_model_inventory(model.SerializeToString(), "m")[3].nodes
-    assert read.graph_free == (case == "plain")
-    read.check("m")
-    fresh = Nodes(model.graph.node, "m")
-    assert (read.nested, read.implicit) == (fresh.nested, fresh.implicit)
-    if case != "plain":
-        assert read.nested or read.implicit
 
 
 def test_exported_value_info_is_fill_value_infos_in_any_batch(monkeypatch):

@@ -40,8 +40,7 @@ class Nodes:
     """
 
     __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
-                 "_produced_by", "_checked", "graph_free",
-                 "omitted_outputs")
+                 "_produced_by", "_checked", "omitted_outputs")
 
     def __init__(self, protos, label: str | None):
         """Read `protos` and, with a `label` (for messages), check them (`check`)."""
@@ -58,9 +57,6 @@ class Nodes:
         #: how many outputs are "" (omitted optionals), counted by `produced_by`
         self.omitted_outputs: int | None = None
         self._checked = False
-        #: set by a reader whose walk over every attribute found none holding a graph or typed as one:
-        #: then `check` looks at attribute names only
-        self.graph_free = False
         if label is not None:
             self.check(label)
 
@@ -78,8 +74,6 @@ class Nodes:
         rows = [(i, attributes) for i, attributes in enumerate(self.attributes) if attributes]
         if not is_text(*[a.name for _, attributes in rows for a in attributes]):
             marked = [i for i, _ in rows]  # one node at a time, so the first bad one is named
-        elif self.graph_free:  # no attribute holds a graph or is typed as one (the reader's walk): none to record
-            marked = []
         else:  # only nodes holding a graph have more to check and record
             marked = sorted({i for i, attributes in rows for a in attributes
                              if a.type in GRAPH_TYPES or a.HasField("g") or a.graphs})

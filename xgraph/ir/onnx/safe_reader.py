@@ -164,7 +164,6 @@ def read_model_inventory(src, label: str | None = None, mapped: dict[str, np.nda
         nodes = Nodes(model.graph.node, None)  # read once, here: the walk below and the importer share the columns
         inv = inventory(model, label, nodes.attributes)
     inv.nodes = nodes
-    nodes.graph_free = not inv.graph_attributes
     external = False
     for t in iter_tensors(model, label, inv):
         check_inline_tensor(t, label)

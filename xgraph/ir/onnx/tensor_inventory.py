@@ -22,7 +22,6 @@ MAX_SPARSE_DENSE_BYTES = 1 << 30
 #: Arrays (numpy's limit) and so sparse tensors, which are expanded to arrays, have at most this many dims.
 MAX_RANK = 64
 #: attribute types whose values are scalars, strings or lists of them: what repeats on thousands of nodes
-_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 _SCALAR_TYPES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
                            onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS})
 
@@ -53,11 +52,9 @@ class Inventory:
     tensors and sparse tensors of every scope: one walk collects them all.
     """
 
-    __slots__ = ("graphs", "tensors", "sparse", "nodes", "graph_attributes")
+    __slots__ = ("graphs", "tensors", "sparse", "nodes")
 
     def __init__(self) -> None:
-        #: whether some attribute walked holds a graph or says it does (its type GRAPH or GRAPHS)
-        self.graph_attributes = False
         self.graphs: list[onnx.GraphProto] = []
         self.tensors: list[onnx.TensorProto] = []
         self.sparse: list[onnx.SparseTensorProto] = []
@@ -102,8 +99,6 @@ class Inventory:
                                             or a.sparse_tensors or a.HasField("g") or a.graphs):
                     plain.add(key)
                     continue
-                if a.type == _GRAPH or a.type == _GRAPHS or a.HasField("g") or a.graphs:
-                    self.graph_attributes = True
                 if a.HasField("t"):
                     self.tensors.append(a.t)
                 self.tensors.extend(a.tensors)
