@@ -17,6 +17,7 @@ from xgraph.errors import GraphError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 from xgraph.ir.onnx.side_file import external_reference, goes_external
+from xgraph.ir.onnx.wire import type_field, value_infos
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
@@ -99,6 +100,10 @@ def _normalised_tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypePr
     return hit
 
 
+#: value_infos encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
+_VALUE_INFO_BATCH = 4096
+
+
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
     return ":unused:" in t.name and not t._consumers and t not in outputs
 
@@ -161,19 +166,28 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                 if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
                     fill_value_info(add(), t, types)
     else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        known: dict[tuple[int, int], onnx.TypeProto] = {}  # by the ids of a shape and dtype (the tensors hold both)
+        # the fields `fill_value_info` writes, encoded as bytes and merged in batches (`wire`); each distinct
+        # type encoded once, by the ids of a shape and dtype (the tensors hold both)
+        known: dict[tuple[int, int], bytes] = {}
+        entries: list[tuple[str, bytes]] = []
+        append = entries.append
         for op in ops:
             for t in op._outputs:
                 if (t._dtype is not None or t._type_proto is not None) and t not in io \
                         and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set)):
                     if t._type_proto is not None:
-                        fill_value_info(add(), t)
+                        append((t.name, type_field(t._type_proto.SerializeToString())))
                         continue
                     shape, dtype = t._shape, t._dtype
-                    tp = known.get((id(shape), id(dtype)))
-                    if tp is None:
-                        tp = known[(id(shape), id(dtype))] = _tensor_type(shape, dtype)
-                    add(name=t.name, type=tp)  # the fields `fill_value_info` writes, in one call
+                    typed = known.get((id(shape), id(dtype)))
+                    if typed is None:
+                        typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype)
+                                                                            .SerializeToString())
+                    append((t.name, typed))
+                    if len(entries) >= _VALUE_INFO_BATCH:  # merged in batches: the bytes never add up to a copy
+                        g.MergeFromString(value_infos(entries))
+                        entries.clear()
+        g.MergeFromString(value_infos(entries))
     if external:  # weights stored elsewhere: their references, never their bytes
         for t in consts:
             g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t._data, t.name))

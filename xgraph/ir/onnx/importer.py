@@ -222,7 +222,7 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], type_
     tensors = build.graph._tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
-    omitted = any("" in outs for outs in nodes.outputs)  # optional outputs left out: they get private names
+    omitted = nodes.omitted_outputs > 0  # optional outputs left out: they get private names (`node_order` counted)
     declared = {o for outs in nodes.outputs for o in outs if o} if omitted else set()
     op_types, domains, inputs, outputs, attributes, docs = \
         nodes.op_types, nodes.domains, nodes.inputs, nodes.outputs, nodes.attributes, nodes.docs
@@ -270,7 +270,7 @@ def _decoded_types(types: dict[str, bytes], protos: dict[bytes, onnx.TypeProto]
         if is_tensor:
             shapes[key] = (shape, dtype)
     if len(shapes) == len(distinct):  # the usual case: every type a tensor type
-        return {name: shapes[key] for name, key in types.items()}, {}
+        return dict(zip(types, map(shapes.__getitem__, types.values()))), {}  # in C
     tensor_types = {name: shapes[key] for name, key in types.items() if key in shapes}
     others = {name: key for name, key in types.items() if key not in shapes}
     return tensor_types, others

@@ -288,8 +288,13 @@ def _from_columns(model: onnx.ModelProto, top: "Nodes", largest_dim: int, limit:
     protos = model.graph.node
     constants = [(i, types[i], outputs[i], protos[i]) for i in compress(range(len(types)), ops_of(_CONSTANTS))]
     values, tiny, attr_values = _value_facts(model, constants, read, read_any)
-    made = {o: (j,) for o, j in top.produced_by().items() if relevant[j]}  # one producer each: `_columns_suffice`
-    cone, need_value, need_dim = cone_wants(types, inputs, starts, made.get)
+    produced = top.produced_by().get  # one producer each: `_columns_suffice`
+
+    def producers(name: str) -> "tuple[int] | None":  # asked only for the names the cone wants, not every output
+        j = produced(name)
+        return (j,) if j is not None and relevant[j] else None
+
+    cone, need_value, need_dim = cone_wants(types, inputs, starts, producers)
     decided = decide_in_order(types, inputs, outputs, cone, need_value, need_dim, dict(values),
                               _declared_dims(model), float(max(largest_dim, 1)), attr_values, tiny, limit)
     if decided is not None:

@@ -40,7 +40,7 @@ class Nodes:
     """
 
     __slots__ = ("names", "op_types", "domains", "inputs", "outputs", "attributes", "docs", "implicit", "nested",
-                 "_produced_by", "_checked")
+                 "_produced_by", "_checked", "omitted_outputs")
 
     def __init__(self, protos, label: str | None):
         """Read `protos` and, with a `label` (for messages), check them (`check`)."""
@@ -54,6 +54,8 @@ class Nodes:
         #: indices of the nodes with an attribute holding a graph in its `g` or `graphs` field, whatever its type says
         self.nested: list[int] = []
         self._produced_by: dict[str, int] | None = None
+        #: how many outputs are "" (omitted optionals), counted by `produced_by`
+        self.omitted_outputs: int | None = None
         self._checked = False
         if label is not None:
             self.check(label)
@@ -109,9 +111,10 @@ class Nodes:
             names = list(chain.from_iterable(self.outputs))
             made = {o: i for i, outputs in enumerate(self.outputs) for o in outputs}
             made.pop("", None)
-            if len(made) != len(names) - names.count(""):
+            omitted = names.count("")
+            if len(made) != len(names) - omitted:
                 return None
-            self._produced_by = made
+            self._produced_by, self.omitted_outputs = made, omitted
         return self._produced_by
 
     def dependencies(self, i: int) -> list[str]:

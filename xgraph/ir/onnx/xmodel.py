@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -52,12 +53,15 @@ DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 INLINE_LIMIT = (1 << 31) - (1 << 26)
 
 
+_NAME = attrgetter("name")
+
+
 def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
     node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg._attrs)}
     if sg._children:
         node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
     elif not sg.is_root:
-        node["ops"] = sorted(op.name for op in sg._ops)
+        node["ops"] = sorted(map(_NAME, sg._ops))
     return node
 
 
@@ -70,7 +74,7 @@ def _dump_json(meta: dict) -> str:
 def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto; with `side`, its large weights are
     references into that side file (filled in here: nothing is written)."""
-    clash = next((name for name in graph._tensors if name.startswith(ARRAY_PREFIX)), None)
+    clash = next(filter(methodcaller("startswith", ARRAY_PREFIX), graph._tensors), None)  # the first, in C
     if clash is not None:
         raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
                          ".xmodel files reserve for attribute arrays; rename the tensor before saving")
@@ -196,9 +200,9 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
-    claimed: dict[str, str] = {}
+    claimed: set[str] = set()  # ops placed in a leaf already (which leaf: `leaf_of`)
     child_names: dict[Subgraph, set[str]] = {}
-    ops, place, place_all = graph._ops, build.place_op, build.place_ops
+    ops, place, place_all, leaf_of = graph._ops, build.place_op, build.place_ops, graph._leaf_of
 
     def add(parent: Subgraph, spec: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
@@ -221,8 +225,8 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
         if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
         found = list(map(ops.get, names))
-        if None not in found and len(set(names)) == len(names) and claimed.keys().isdisjoint(names):
-            claimed.update(dict.fromkeys(names, sg.name))
+        if None not in found and len(set(names)) == len(names) and claimed.isdisjoint(names):
+            claimed.update(names)
             place_all(sg, found)
             return
         for n in names:  # a problem: found and named one op at a time
@@ -230,8 +234,8 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
             if op is None:
                 dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
             if n in claimed:
-                dec.fail(f"op {n!r} is in both subgraph {claimed[n]!r} and {sg.name!r}")
-            claimed[n] = sg.name
+                dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
+            claimed.add(n)
             place(sg, op)
 
     kids = node.get("children")
@@ -282,7 +286,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     build = GraphBuilder(graph)
     build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
-    ops = {op.name: op for op in graph.get_ops()}
+    ops = dict(graph._ops)  # name -> op, as the import keyed them
     if not is_text(*order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
     tensor_order = meta.get("tensor_order")
