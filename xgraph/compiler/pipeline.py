@@ -100,7 +100,7 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     for device, device_ops in by_device.items():  # one bulk lookup per device
         ops += device_ops
         kernels += choose.choose_many(device_ops, device)
-    graph.set_op_annotations("kernel", dict(zip(ops, kernels)))
+    graph.set_op_annotation_columns(ops, {"kernel": kernels})
 
 
 def _own_runner(child: Any, runners: Mapping[str, dict]) -> str | None:
@@ -137,18 +137,16 @@ def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precisio
 
 def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
     children = {c.name: c for c in graph.get_root_subgraph().get_children()}
-    devices: dict[Any, str] = {}
-    reasons: dict[Any, str] = {}
+    ops: list[Any] = []
+    devices: list[str] = []
+    reasons: list[str] = []
     for run in runs:
-        for name in run["subgraphs"]:
-            sg = children.get(name)
-            if sg is None:
-                continue
-            for op in sg.get_ops():
-                devices[op] = run["device"]
-                reasons[op] = f"chosen by plugin {run['name']!r}"
-    graph.set_op_annotations("device", devices)
-    graph.set_op_annotations("placement_reason", reasons)
+        found = [children[name] for name in run["subgraphs"] if name in children]
+        run_ops = [op for sg in found for op in sg.get_ops()]
+        ops += run_ops
+        devices += [run["device"]] * len(run_ops)
+        reasons += [f"chosen by plugin {run['name']!r}"] * len(run_ops)
+    graph.set_op_annotation_columns(ops, {"device": devices, "placement_reason": reasons})
 
 
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",

@@ -330,8 +330,7 @@ def _apply(graph: "Graph", labels: dict["Subgraph", str], ops: list["Op"], place
     for device, subgraphs in by_device.items():
         spec = devices[device]
         root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
-    graph.set_op_annotations("device", dict(zip(ops, placed)))
-    graph.set_op_annotations("placement_reason", dict(zip(ops, reasons)))
+    graph.set_op_annotation_columns(ops, {"device": placed, "placement_reason": reasons})
     return merged
 
 
