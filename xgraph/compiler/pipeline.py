@@ -88,8 +88,7 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     if placed:  # labelled per device with the same attrs: one check per device
         children -= set(placed)
         known: dict[Any, str | None] = {}
-        for sg in placed:
-            label = sg.get_attr("device")
+        for sg, label in zip(placed, attr_column(placed, "device", _ABSENT)):
             if label not in known:
                 known[label] = _own_runner(label, sg.get_attrs().get("runner"), runners)
             device = known[label]
