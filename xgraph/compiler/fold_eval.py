@@ -3,8 +3,9 @@
 An op folds when its inputs are all weights (or values folded earlier in the same pass), it is
 deterministic, has no nested graphs, is not a `DequantizeLinear` (an int8 weight keeps its scale)
 and none of its outputs must stay an op output (graph outputs, tensors nested graphs read). Its
-arrays come from the ONNX reference evaluator, one node at a time, when the size estimate
-(`fold_sizes`) and the result stay within the byte limit.
+arrays come from the ONNX reference evaluator, one node at a time (shape arithmetic from the same
+numpy calls without it: `fold_fast`), when the size estimate (`fold_sizes`) and the result stay
+within the byte limit.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import onnx
 from xgraph.errors import XGraphError
 from xgraph.ir import Op, Tensor
 from xgraph.ir.op_facts import has_nested_graphs, reads_only_values
+from xgraph.compiler.fold_fast import fast_fold
 from xgraph.compiler.fold_memo import values_key
 from xgraph.compiler.fold_sizes import estimated_output_bytes
 
@@ -59,6 +61,9 @@ def evaluate(op: Op, values: "list[np.ndarray | None]", kernels: dict | None = N
     `kernels` (one dict per fold) keeps the evaluator of each kind of node: building one costs
     about four times running it, and a transformer's blocks repeat the same Shape/Gather/Concat
     nodes thousands of times."""
+    fast = fast_fold(op, values)  # shape arithmetic: the evaluator's own numpy call, without the evaluator
+    if fast is not None:
+        return fast
     from xgraph.kernels.reference import make_reference_kernel
     inputs = op.get_input_tensors()
     graph = op.graph

@@ -28,6 +28,7 @@ from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
+from xgraph.ir.child_ops import attr_column, ops_of
 from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
@@ -81,34 +82,39 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     choose = KernelMemo(lambda op, device: choose_kernel(op, device, table),
                         signatures if signatures is not None else Signatures(graph))
     runners = {name: dict(spec.runner) for name, spec in devices.items()}
-    by_device: dict[str, list[Any]] = {}  # the ops of the subgraphs on each device's own runner
-    ops: list[Any] = []  # the ops of the others (plugin subgraphs): their runner decides
+    by_device: dict[str, list[Any]] = {}  # the subgraphs on each device's own runner
+    others: list[Any] = []  # the others (plugin subgraphs): their runner decides
     children = graph.get_root_subgraph().get_children()
     if placed:  # labelled per device with the same attrs: one check per device
         children -= set(placed)
         known: dict[Any, str | None] = {}
-        for sg in placed:
-            label = sg.get_attr("device")
+        for sg, label in zip(placed, attr_column(placed, "device", _ABSENT)):
             if label not in known:
-                known[label] = _own_runner(sg, runners)
+                known[label] = _own_runner(label, sg.get_attrs().get("runner"), runners)
             device = known[label]
-            (by_device.setdefault(device, []) if device is not None else ops).extend(sg.get_ops())
-    for child in children:
-        device = _own_runner(child, runners)
-        (by_device.setdefault(device, []) if device is not None else ops).extend(child.get_ops())
+            (by_device.setdefault(device, []) if device is not None else others).append(sg)
+    children = list(children)
+    for child, label, runner in zip(children, attr_column(children, "device", _ABSENT), attr_column(children, "runner")):
+        device = _own_runner(label, runner, runners)
+        (by_device.setdefault(device, []) if device is not None else others).append(child)
+    ops = ops_of(others)
     kernels = [PLUGIN] * len(ops)
-    for device, device_ops in by_device.items():  # one bulk lookup per device
+    for device, subgraphs in by_device.items():  # one bulk lookup per device
+        device_ops = ops_of(subgraphs)
         ops += device_ops
         kernels += choose.choose_many(device_ops, device)
-    graph.set_op_annotations("kernel", dict(zip(ops, kernels)))
+    graph.set_op_annotation_columns(ops, {"kernel": kernels})
 
 
-def _own_runner(child: Any, runners: Mapping[str, dict]) -> str | None:
-    """The device of `child` when it runs on that device's own runner (then xgraph's kernels run its ops)."""
-    attrs = child.get_attrs()
-    if "device" not in attrs:
+_ABSENT = object()
+
+
+def _own_runner(label: Any, runner: Any, runners: Mapping[str, dict]) -> str | None:
+    """The device a subgraph labelled `label` (`_ABSENT`: no "device" attr) with attr "runner" `runner` is on, when
+    it runs on that device's own runner (then xgraph's kernels run its ops); else None."""
+    if label is _ABSENT:
         return None
-    device, runner = str(attrs["device"]), attrs.get("runner")
+    device = str(label)
     if device not in runners or runner is None:
         return None
     return device if (runner if type(runner) is dict else dict(runner)) == runners[device] else None
@@ -137,18 +143,16 @@ def annotate_precision(graph: Graph, devices: Mapping[str, DeviceSpec], precisio
 
 def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
     children = {c.name: c for c in graph.get_root_subgraph().get_children()}
-    devices: dict[Any, str] = {}
-    reasons: dict[Any, str] = {}
+    ops: list[Any] = []
+    devices: list[str] = []
+    reasons: list[str] = []
     for run in runs:
-        for name in run["subgraphs"]:
-            sg = children.get(name)
-            if sg is None:
-                continue
-            for op in sg.get_ops():
-                devices[op] = run["device"]
-                reasons[op] = f"chosen by plugin {run['name']!r}"
-    graph.set_op_annotations("device", devices)
-    graph.set_op_annotations("placement_reason", reasons)
+        found = [children[name] for name in run["subgraphs"] if name in children]
+        run_ops = [op for sg in found for op in sg.get_ops()]
+        ops += run_ops
+        devices += [run["device"]] * len(run_ops)
+        reasons += [f"chosen by plugin {run['name']!r}"] * len(run_ops)
+    graph.set_op_annotation_columns(ops, {"device": devices, "placement_reason": reasons})
 
 
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",

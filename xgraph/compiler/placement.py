@@ -42,6 +42,7 @@ from xgraph.compiler.islands import count_copies, count_crossings, demote_small_
 from xgraph.devices import DeviceSpec
 from xgraph.ir import Subgraph
 from xgraph.ir.child_links import children_in_op_order
+from xgraph.ir.child_ops import unlabelled_children
 from xgraph.ir.weight_edits import nested_read_tensors
 
 if TYPE_CHECKING:
@@ -132,9 +133,7 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     children = children_in_op_order(root, graph.get_ops()) if not ordered else []
     if len(children) != root.get_children_num():  # ordered, or a child without ops
         children = root.toposort_child_subgraph()
-    children = [c for c in children if not c.has_attr("device")]
-    op_sets = map(Subgraph.get_ops, children)
-    op_lists = [list(ops) if len(ops) == 1 else child.toposort() for child, ops in zip(children, op_sets)]
+    children, op_lists = unlabelled_children(children, "device")
     units = list(map(_Unit, children, op_lists, repeat(memo)))
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
@@ -330,8 +329,7 @@ def _apply(graph: "Graph", labels: dict["Subgraph", str], ops: list["Op"], place
     for device, subgraphs in by_device.items():
         spec = devices[device]
         root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
-    graph.set_op_annotations("device", dict(zip(ops, placed)))
-    graph.set_op_annotations("placement_reason", dict(zip(ops, reasons)))
+    graph.set_op_annotation_columns(ops, {"device": placed, "placement_reason": reasons})
     return merged
 
 

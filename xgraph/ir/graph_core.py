@@ -15,12 +15,13 @@ import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
-from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.annotation_columns import write_columns
+from xgraph.ir.attr_store import AttrsMixin
 from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.nested import implicit_reads
-from xgraph.ir.op import ANNOTATION, Op
+from xgraph.ir.op import Op
 from xgraph.ir.op_order import TABLE_ORDER, dependency_digraph, reaches, topological_order
 from xgraph.ir.snapshot import GraphState, capture_state, restore_state
 from xgraph.ir.state_diff import StateDiff, changes_since
@@ -213,15 +214,12 @@ class GraphCore(AttrsMixin):
         An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
         Checks every op and value first, then writes: O(len(values)).
         """
-        if not all(map(self._leaf_of.__contains__, values)):  # every op of the graph has a leaf; checked in C
-            op = next(op for op in values if op not in self._leaf_of)
-            raise GraphError(f"graph {self.name!r}: set_op_annotations got {op!r}, which is not an op of it")
-        for op, value in (values.items() if not set(map(type, values.values())) <= {str} else ()):
-            check_attr_value(f"op {op.name!r}", key, value)  # the usual values (devices, reasons) are all str
-        for op, value in values.items():
-            if op._attr_types.get(key, ANNOTATION) is ANNOTATION:  # absent, or an annotation already
-                op._attrs[key] = value
-                op._attr_types[key] = ANNOTATION
+        write_columns(self, list(values), {key: list(values.values())})
+
+    def set_op_annotation_columns(self, ops: "Sequence[Op]", columns: "dict[str, Sequence[Any]]") -> None:
+        """`set_op_annotations(key, dict(zip(ops, values)))` for each (key, values) of `columns`, in one bulk pass
+        (`xgraph.ir.annotation_columns`); all or nothing. Each column has one value per op of `ops`."""
+        write_columns(self, ops, columns)
 
     def get_name(self) -> str:
         """The graph's name."""

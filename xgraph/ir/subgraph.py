@@ -31,6 +31,14 @@ _NAME = attrgetter("name")
 _NEW = object.__new__
 
 
+def _flat_copy(value: "dict | list"):
+    """`dict` or `list` when `value` holds no dict or list (then it copies it as `copy_value` does), else None."""
+    items = value.values() if isinstance(value, dict) else value
+    if any(isinstance(v, (dict, list)) for v in items):
+        return None
+    return dict if isinstance(value, dict) else list
+
+
 class Subgraph(AttrsMixin):
     """A set of ops with attrs ("device", "runner", ...) and children that partition it."""
 
@@ -110,10 +118,11 @@ class Subgraph(AttrsMixin):
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
         containers = [k for k, v in attrs.items() if isinstance(v, (dict, list))]
+        copies = [(k, _flat_copy(attrs[k]) or copy_value) for k in containers]  # a runner dict: one C copy per child
         for c in children:
             c._attrs.update(attrs)
-            for k in containers:
-                c._attrs[k] = copy_value(attrs[k])
+            for k, copy in copies:
+                c._attrs[k] = copy(attrs[k])
 
     def create_child_subgraph(self) -> None:
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
