@@ -7,8 +7,8 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
@@ -26,10 +26,21 @@ if TYPE_CHECKING:
 
 
 _SEQ = attrgetter("_seq")
+_PARENT = attrgetter("_parent")
+_CHILDREN = attrgetter("_children")
 _OPS = attrgetter("_ops")
 _NAME = attrgetter("name")
 _NEW = object.__new__
 
+
+
+def _copier(value: "dict | list") -> Any:
+    """What copies `value` as `copy_value` does: a plain `dict`/`list` of the same items when nothing in it is a
+    container (a runner map, the usual case), else `copy_value` itself."""
+    items = value.values() if isinstance(value, dict) else value
+    if any(isinstance(v, (dict, list)) for v in items):
+        return copy_value
+    return dict if isinstance(value, dict) else list
 
 class Subgraph(AttrsMixin):
     """A set of ops with attrs ("device", "runner", ...) and children that partition it."""
@@ -109,11 +120,11 @@ class Subgraph(AttrsMixin):
                 raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
-        containers = [k for k, v in attrs.items() if isinstance(v, (dict, list))]
+        containers = [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))]
         for c in children:
             c._attrs.update(attrs)
-            for k in containers:
-                c._attrs[k] = copy_value(attrs[k])
+            for k, copy in containers:
+                c._attrs[k] = copy(attrs[k])
 
     def create_child_subgraph(self) -> None:
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
@@ -153,7 +164,12 @@ class Subgraph(AttrsMixin):
         >>> [sg.name for sg in root.merge_child_groups(pairs)]
         ['subgraph_a', 'subgraph_c']
         """
-        return self._merge_groups([self._check_merge_group(g) for g in groups], check_cycles=check_cycles)
+        groups = [list(dict.fromkeys(g)) for g in groups]
+        members = list(chain.from_iterable(groups))
+        if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
+                and all(map(is_, map(_PARENT, members), repeat(self))) and not any(map(_CHILDREN, members))):
+            groups = [self._check_merge_group(g) for g in groups]  # names the first offender
+        return self._merge_groups(groups, check_cycles=check_cycles)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
         if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
@@ -175,7 +191,9 @@ class Subgraph(AttrsMixin):
                 result.append(g[0])
                 continue
             ops = set().union(*map(_OPS, g))
-            merged = Subgraph(self._graph, f"subgraph_{min(map(_NAME, ops))}", self, ops)
+            merged = _NEW(Subgraph)  # Subgraph(graph, name, self, ops) without copying the new set
+            merged._graph, merged._name, merged._parent, merged._children, merged._ops, merged._attrs = (
+                self._graph, f"subgraph_{min(map(_NAME, ops))}", self, {}, ops, {})
             for c in g:
                 del self._children[c]
             self._children[merged] = None
