@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import chain, repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 
 _SEQ = attrgetter("_seq")
-_PARENT = attrgetter("_parent")
-_CHILDREN = attrgetter("_children")
 _OPS = attrgetter("_ops")
 _NAME = attrgetter("name")
 _NEW = object.__new__
@@ -167,7 +165,8 @@ class Subgraph(AttrsMixin):
         groups = [list(dict.fromkeys(g)) for g in groups]
         members = list(chain.from_iterable(groups))
         if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
-                and all(map(is_, map(_PARENT, members), repeat(self))) and not any(map(_CHILDREN, members))):
+                and [c._parent for c in members].count(self) == len(members)
+                and not any([c._children for c in members])):
             groups = [self._check_merge_group(g) for g in groups]  # names the first offender
         return self._merge_groups(groups, check_cycles=check_cycles)
 

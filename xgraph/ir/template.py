@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from xgraph.errors import GraphError
@@ -366,7 +365,7 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
     if not template._ops:
         return []
     ops = list(graph._ops.values())
-    types = list(map(attrgetter("type"), ops))
+    types = [op.type for op in ops]
     type_count = Counter(types)  # counted in C; the ops listed only for the types the template names
     by_type: dict[str, list[Op]] = {ty: [] for t in template._ops.values() for ty in t.types}
     for op in compress(ops, map(by_type.__contains__, types)):
