@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import xgraph.partition.joins as joins_module
 import xgraph.partition.levels as levels_module
 import xgraph.partition.merge as merge_module
 from xgraph import Graph, Subgraph
@@ -325,6 +326,20 @@ def test_group_nodes_is_levels_then_coalescing(dag, budget, attempts):
     levels = level_partition(preds, labels)
     expected = coalesce_groups(preds, labels, levels, attempts=attempts, budget=budget)
     assert group_nodes(preds, labels, attempts=attempts, budget=budget) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(integer_dags(max_nodes=60), st.integers(1, 64), st.integers(1, 3))
+def test_joins_refused_by_a_path_found_backwards_are_the_ones_the_search_refuses(dag, budget, attempts):
+    preds, labels = dag  # with the backward look disabled every attempt goes to the contracted graph's search
+    quick = group_nodes(preds, labels, attempts=attempts, budget=budget)
+    saved = joins_module._LOOK_BACK
+    joins_module._LOOK_BACK = 0
+    try:
+        searched = group_nodes(preds, labels, attempts=attempts, budget=budget)
+    finally:
+        joins_module._LOOK_BACK = saved
+    assert quick == searched
 
 
 @pytest.mark.parametrize("preds, labels, message", [

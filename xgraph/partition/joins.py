@@ -33,21 +33,18 @@ class Contracted:
 
     @classmethod
     def build(cls, preds: Sequence[Sequence[int]], node_of: list[int], label: list[int],
-              level: list[int]) -> "tuple[Contracted, list[int]]":
-        """The graph whose node x stands for the nodes v with ``node_of[v] == x`` (numbered by first member, of
-        `label` and `level`), and its topological order by (level, first member). O(V + E) plus a sort."""
+              order: list[int]) -> "Contracted":
+        """The graph whose node x stands for the nodes v with ``node_of[v] == x`` (of `label`), positioned by
+        `order`, a topological order of them. O(V + E)."""
         sources = list(map(node_of.__getitem__, chain.from_iterable(preds)))  # every edge, in C
         targets = list(chain.from_iterable(map(repeat, node_of, map(len, preds))))
         successors: list[set[int]] = [set() for _ in label]
         for a, b in compress(zip(sources, targets), map(ne, sources, targets)):
             successors[a].add(b)
-        # levels grow along every contracted edge, so sorting by level is a topological order; node ids already
-        # follow the first nodes, so a stable sort by level orders by (level, first node)
-        order = sorted(range(len(label)), key=level.__getitem__)
         position = [0] * len(order)
         for i, x in enumerate(order):
             position[x] = i
-        return cls(label, successors, position), order
+        return cls(label, successors, position)
 
     @property
     def predecessors(self) -> list[set[int]]:
@@ -70,29 +67,46 @@ class Contracted:
         return node
 
 
-def join_groups(graph: Contracted, node_of: list[int], order: Iterable[int], attempts: int,
-                budget: int) -> list[int]:
-    """Per node, the first node of its group once every group of `order` (a topological order of the
-    contracted nodes) tried to join one of the `attempts` latest groups of its label. O(G * attempts * budget)."""
+def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[int], level: list[int],
+                first: list[int], attempts: int, budget: int) -> list[int]:
+    """Per node, the first node of its group once every contracted node (node_of, numbered by first member
+    `first`, of `label` and `level`) tried, in order of (level, first member), to join one of the `attempts`
+    latest groups of its label. O(G * attempts * budget) on top of the contracted graph, O(V + E).
+
+    Most attempts fail because a path through a third group links the pair. Such a path is looked
+    for first, backwards from the later group's first member over `preds` (a few steps, `_LOOK_BACK`):
+    finding one refuses the attempt exactly as the search would. The contracted graph is built only
+    when an attempt is not refused so, and then it decides, as `coalesce_groups` describes.
+    """
+    order = sorted(range(len(label)), key=level.__getitem__)  # levels grow along contracted edges: topological
+    graph: Contracted | None = None
+    linked: dict[int, set[int]] = {}
+    find = None  # group of a node: node_of[u] until a join, then its survivor
     kept: dict[int, list[int]] = {}
-    label_of, position, linked = graph.label, graph.position, graph.linked
     joins = 0
     for x in order:  # the starting topological order (joins move positions, not this list)
-        label = label_of[x]
-        if label == FIXED:
+        lab = label[x]
+        if lab == FIXED:
             continue
-        mine = kept.get(label)
+        mine = kept.get(lab)
         if mine is None:
-            mine = kept[label] = []
+            mine = kept[lab] = []
         for i in range(len(mine) - 1, max(-1, len(mine) - 1 - attempts), -1):
             p = mine[i]
-            a, b = (p, x) if position[p] < position[x] else (x, p)
+            a, b = (p, x) if graph is None or graph.position[p] < graph.position[x] else (x, p)
             known = linked.get(a)
             if known is not None and (b in known or any(b in linked.get(k, ()) for k in known)):
                 continue  # a path a -> k -> b through a third node is known: a search would hit it
+            if b == x and _reaches_back(preds, node_of, level, first[x], a, x, -1 if joins else level[a], find):
+                linked.setdefault(a, set()).add(b)  # found: what the search would find, and record
+                continue
+            if graph is None:
+                graph = Contracted.build(preds, node_of, label, order)
+                graph.linked = linked
             joined = _try_join(graph, a, b, budget)
             if joined is not None:
                 joins += 1
+                find = graph.find
                 del mine[i]
                 x = joined
                 break
@@ -100,9 +114,42 @@ def join_groups(graph: Contracted, node_of: list[int], order: Iterable[int], att
     first_node: dict[int, int] = {}
     if not joins:  # every contracted node survived: its first node is its first member's
         return list(map(first_node.setdefault, node_of, range(len(node_of))))
-    parent, find = graph.parent, graph.find
+    parent = graph.parent
     survivor = [x if parent[x] == x else find(x) for x in range(len(parent))]  # once per contracted node
     return list(map(first_node.setdefault, map(survivor.__getitem__, node_of), range(len(node_of))))
+
+
+#: how many nodes `_reaches_back` looks at before leaving the question to the contracted graph's search
+_LOOK_BACK = 24
+
+
+def _reaches_back(preds: Sequence[Sequence[int]], node_of: list[int], level: list[int], start: int, a: int,
+                  b: int, floor: int, find) -> bool:
+    """True when a path leads from group `a` through a node of a third group into node `start` of group `b`
+    (so a and b may not join); False when none was found among `_LOOK_BACK` nodes. Nodes of groups at
+    level `floor` or below cannot lie on such a path (levels grow along contracted edges) and are not
+    followed; ``floor=-1`` and `find` (node group -> survivor) once groups have joined."""
+    stack = []
+    for u in preds[start]:
+        g = node_of[u] if find is None else find(node_of[u])
+        if g != a and g != b:
+            stack.append(u)
+    seen = set(stack)
+    looked = 0
+    while stack:
+        looked += 1
+        if looked > _LOOK_BACK:
+            return False
+        for u in preds[stack.pop()]:
+            g = node_of[u]
+            if find is not None:
+                g = find(g)
+            if g == a:
+                return True
+            if u not in seen and level[node_of[u]] > floor:
+                seen.add(u)
+                stack.append(u)
+    return False
 
 
 def _try_join(graph: Contracted, a: int, b: int, budget: int) -> int | None:

@@ -30,7 +30,7 @@ from itertools import chain, repeat
 from operator import lt
 
 from xgraph.errors import PartitionError
-from xgraph.partition.joins import FIXED, Contracted, join_groups
+from xgraph.partition.joins import FIXED, join_groups
 
 
 def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
@@ -94,9 +94,8 @@ def group_nodes(preds: Sequence[Sequence[int]], labels: Sequence[int], *, attemp
     """
     if not numbered:
         _check_dag(preds, labels)
-    node_of, node_label, node_level = _assign_and_number(preds, labels, _latest(preds, labels))
-    graph, order = Contracted.build(preds, node_of, node_label, node_level)
-    return join_groups(graph, node_of, order, attempts, budget)
+    node_of, node_label, node_level, first = _assign_and_number(preds, labels, _latest(preds, labels))
+    return join_groups(preds, node_of, node_label, node_level, first, attempts, budget)
 
 
 def _check_dag(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> None:
@@ -192,9 +191,9 @@ def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest
 
 
 def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                       latest: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+                       latest: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
     """`_assign_levels` numbering the groups as it goes: per node its contracted node (numbered by first member,
-    a FIXED node alone), and per contracted node its label and level. O((V+E) log V)."""
+    a FIXED node alone), and per contracted node its label, level and first member. O((V+E) log V)."""
     n = len(labels)
     level = [0] * n
     node_of = [0] * n
@@ -202,7 +201,8 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
     number: dict[tuple[int, int], int] = {}
     node_label: list[int] = []
     node_level: list[int] = []
-    new_label, new_level = node_label.append, node_level.append
+    first: list[int] = []
+    new_label, new_level, new_first = node_label.append, node_level.append, first.append
     for v, sources in enumerate(preds):
         label = labels[v]
         lowest = 0
@@ -215,6 +215,7 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
             node_of[v] = len(node_label)
             new_label(FIXED)
             new_level(lowest)
+            new_first(v)
             continue
         used = in_use.get(label)
         if used is None:
@@ -231,8 +232,9 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
             node = number[label, lev] = len(node_label)
             new_label(label)
             new_level(lev)
+            new_first(v)
         node_of[v] = node
-    return node_of, node_label, node_level
+    return node_of, node_label, node_level, first
 
 
 def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], levels: Sequence[int], *,
@@ -259,30 +261,33 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
     groups, so the count never exceeds `level_partition`'s. FIXED nodes keep their own id.
     A search that reaches its target records that a reaches b; an attempt for a and b is
     refused without searching when a -> k and k -> b are recorded, since the search would
-    meet that path (the records are dropped on every join, which can shorten paths).
+    meet that path (the records are dropped on every join, which can shorten paths). Before any
+    search, a few steps backwards from b's first member look for such a path (`xgraph.partition.
+    joins`); most refusals end there, and the contracted graph is built only if one does not.
 
     >>> coalesce_groups([[], [0]], [0, 0], [0, 1])  # a -> b of one label, put on two levels: they join
     [0, 0]
     >>> coalesce_groups([[], [0], [1]], [0, FIXED, 0], [0, 1, 2])  # a -> f -> b: f is in between
     [0, 1, 2]
     """
-    graph, node_of, order = _contract_levels(preds, labels, levels)
-    return join_groups(graph, node_of, order, attempts, budget)
+    return join_groups(preds, *_contract_levels(preds, labels, levels), attempts, budget)
 
 
 def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                     levels: Sequence[int]) -> tuple[Contracted, list[int], list[int]]:
-    """Contract each (label, level) group to one node; also return the contracted node of every node and a
-    topological order of the contracted nodes (by level, then first node). O(V+E) plus a sort by level."""
+                     levels: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Each (label, level) group as one contracted node, numbered by first member (a FIXED node alone): per node
+    its contracted node, and per contracted node its label, level and first member. O(V)."""
     number: dict[tuple[int, int], int] = {}
     node_of = []
     label: list[int] = []
     level: list[int] = []
-    for lab, lev in zip(labels, levels):  # nodes numbered by their first member: node i's first member precedes node i+1's
+    first: list[int] = []
+    for v, (lab, lev) in enumerate(zip(labels, levels)):
         if lab == FIXED:
             node_of.append(len(label))
             label.append(FIXED)
             level.append(lev)
+            first.append(v)
         else:
             key = (lab, lev)
             node = number.get(key)
@@ -290,9 +295,9 @@ def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
                 node = number[key] = len(label)
                 label.append(lab)
                 level.append(lev)
+                first.append(v)
             node_of.append(node)
-    graph, order = Contracted.build(preds, node_of, label, level)
-    return graph, node_of, order
+    return node_of, label, level, first
 
 
 def topological_order(preds: Sequence[Sequence[int]]) -> list[int]:
