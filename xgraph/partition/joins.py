@@ -78,7 +78,8 @@ def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[
     finding one refuses the attempt exactly as the search would. The contracted graph is built only
     when an attempt is not refused so, and then it decides, as `coalesce_groups` describes.
     """
-    order = sorted(range(len(label)), key=level.__getitem__)  # levels grow along contracted edges: topological
+    # the labelled nodes in the topological order (level, first member) of all: levels grow along contracted edges
+    order = sorted(compress(range(len(label)), map(ne, label, repeat(FIXED))), key=level.__getitem__)
     graph: Contracted | None = None
     linked: dict[int, set[int]] = {}
     find = None  # group of a node: node_of[u] until a join, then its survivor
@@ -86,8 +87,6 @@ def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[
     joins = 0
     for x in order:  # the starting topological order (joins move positions, not this list)
         lab = label[x]
-        if lab == FIXED:
-            continue
         mine = kept.get(lab)
         if mine is None:
             mine = kept[lab] = []
@@ -101,7 +100,7 @@ def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[
                 linked.setdefault(a, set()).add(b)  # found: what the search would find, and record
                 continue
             if graph is None:
-                graph = Contracted.build(preds, node_of, label, order)
+                graph = Contracted.build(preds, node_of, label, sorted(range(len(label)), key=level.__getitem__))
                 graph.linked = linked
             joined = _try_join(graph, a, b, budget)
             if joined is not None:
@@ -129,11 +128,23 @@ def _reaches_back(preds: Sequence[Sequence[int]], node_of: list[int], level: lis
     (so a and b may not join); False when none was found among `_LOOK_BACK` nodes. Nodes of groups at
     level `floor` or below cannot lie on such a path (levels grow along contracted edges) and are not
     followed; ``floor=-1`` and `find` (node group -> survivor) once groups have joined."""
-    stack = []
-    for u in preds[start]:
-        g = node_of[u] if find is None else find(node_of[u])
-        if g != a and g != b:
-            stack.append(u)
+    if find is None:
+        stack = [u for u in preds[start] if node_of[u] != a and node_of[u] != b]
+        if len(stack) == 1:  # the usual first steps: one way back, followed without a search
+            u = stack[0]
+            for _ in range(_LOOK_BACK):
+                before = preds[u]
+                if len(before) != 1:
+                    break
+                u = before[0]
+                g = node_of[u]
+                if g == a:
+                    return True
+                if level[g] <= floor:
+                    return False
+            stack = [u]
+    else:
+        stack = [u for u in preds[start] if find(node_of[u]) not in (a, b)]
     seen = set(stack)
     looked = 0
     while stack:

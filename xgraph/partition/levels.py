@@ -197,8 +197,7 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
     n = len(labels)
     level = [0] * n
     node_of = [0] * n
-    in_use: dict[int, list[int]] = {}
-    number: dict[tuple[int, int], int] = {}
+    in_use: dict[int, tuple[list[int], dict[int, int]]] = {}
     node_label: list[int] = []
     node_level: list[int] = []
     first: list[int] = []
@@ -217,19 +216,22 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
             new_level(lowest)
             new_first(v)
             continue
-        used = in_use.get(label)
-        if used is None:
-            used = in_use[label] = []
+        mine = in_use.get(label)
+        if mine is None:
+            mine = in_use[label] = ([], {})
+        used, numbers = mine  # the label's levels in use, sorted, and the contracted node of each
         i = bisect_left(used, lowest)
-        if i < len(used) and used[i] <= latest[v]:
+        lev = latest[v]
+        if i < len(used) and used[i] <= lev:
             lev = used[i]
-        else:
-            lev = latest[v]
-            insort(used, lev)
+            level[v] = lev
+            node_of[v] = numbers[lev]
+            continue
+        insort(used, lev)  # open latest[v]: new to the label (were it in use, used[i] would be it)
         level[v] = lev
-        node = number.get((label, lev))
+        node = numbers.get(lev)
         if node is None:
-            node = number[label, lev] = len(node_label)
+            node = numbers[lev] = len(node_label)
             new_label(label)
             new_level(lev)
             new_first(v)
