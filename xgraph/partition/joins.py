@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
-from operator import ne
+from operator import and_, eq, ne
 
 #: Label of a node that stays alone (never grouped); `xgraph.partition.levels.FIXED`.
 FIXED = -1
@@ -34,14 +34,14 @@ class Contracted:
     @classmethod
     def build(cls, preds: Sequence[Sequence[int]], node_of: list[int], label: list[int],
               order: list[int]) -> "Contracted":
-        """The graph whose node x stands for the nodes v with ``node_of[v] == x`` (of `label`), positioned by
-        `order`, a topological order of them. O(V + E)."""
+        """The graph whose node x stands for the nodes v with ``node_of[v] == x`` (of label ``label[x]``),
+        positioned by `order`, a topological order of those x. O(V + E)."""
         sources = list(map(node_of.__getitem__, chain.from_iterable(preds)))  # every edge, in C
         targets = list(chain.from_iterable(map(repeat, node_of, map(len, preds))))
         successors: list[set[int]] = [set() for _ in label]
         for a, b in compress(zip(sources, targets), map(ne, sources, targets)):
             successors[a].add(b)
-        position = [0] * len(order)
+        position = [0] * len(label)
         for i, x in enumerate(order):
             position[x] = i
         return cls(label, successors, position)
@@ -67,19 +67,22 @@ class Contracted:
         return node
 
 
-def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[int], level: list[int],
-                first: list[int], attempts: int, budget: int) -> list[int]:
-    """Per node, the first node of its group once every contracted node (node_of, numbered by first member
-    `first`, of `label` and `level`) tried, in order of (level, first member), to join one of the `attempts`
-    latest groups of its label. O(G * attempts * budget) on top of the contracted graph, O(V + E).
+def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: Sequence[int], level: Sequence[int],
+                attempts: int, budget: int) -> list[int]:
+    """Per node, the first node of its group once every group tried, in order of (level, first member), to join
+    one of the `attempts` latest groups of its label. A group is named by its first member: ``node_of[v]``
+    is the first member of v's group, and ``label[x]``, ``level[x]`` are that group's (a FIXED node is a
+    group of its own). O(G * attempts * budget) on top of the contracted graph, O(V + E).
 
     Most attempts fail because a path through a third group links the pair. Such a path is looked
     for first, backwards from the later group's first member over `preds` (a few steps, `_LOOK_BACK`):
     finding one refuses the attempt exactly as the search would. The contracted graph is built only
     when an attempt is not refused so, and then it decides, as `coalesce_groups` describes.
     """
+    groups = list(map(eq, node_of, range(len(node_of))))  # per node: is it the first member of its group
     # the labelled nodes in the topological order (level, first member) of all: levels grow along contracted edges
-    order = sorted(compress(range(len(label)), map(ne, label, repeat(FIXED))), key=level.__getitem__)
+    order = sorted(compress(range(len(label)), map(and_, groups, map(ne, label, repeat(FIXED)))),
+                   key=level.__getitem__)
     graph: Contracted | None = None
     linked: dict[int, set[int]] = {}
     find = None  # group of a node: node_of[u] until a join, then its survivor
@@ -96,11 +99,12 @@ def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[
             known = linked.get(a)
             if known is not None and (b in known or any(b in linked.get(k, ()) for k in known)):
                 continue  # a path a -> k -> b through a third node is known: a search would hit it
-            if b == x and _reaches_back(preds, node_of, level, first[x], a, x, -1 if joins else level[a], find):
+            if b == x and _reaches_back(preds, node_of, level, x, a, x, -1 if joins else level[a], find):
                 linked.setdefault(a, set()).add(b)  # found: what the search would find, and record
                 continue
             if graph is None:
-                graph = Contracted.build(preds, node_of, label, sorted(range(len(label)), key=level.__getitem__))
+                graph = Contracted.build(preds, node_of, label, sorted(compress(range(len(label)), groups),
+                                                                       key=level.__getitem__))
                 graph.linked = linked
             joined = _try_join(graph, a, b, budget)
             if joined is not None:
@@ -110,11 +114,11 @@ def join_groups(preds: Sequence[Sequence[int]], node_of: list[int], label: list[
                 x = joined
                 break
         mine.append(x)
-    first_node: dict[int, int] = {}
-    if not joins:  # every contracted node survived: its first node is its first member's
-        return list(map(first_node.setdefault, node_of, range(len(node_of))))
+    if not joins:  # every group survived: node_of already names each node's first member
+        return list(node_of)
     parent = graph.parent
-    survivor = [x if parent[x] == x else find(x) for x in range(len(parent))]  # once per contracted node
+    survivor = [x if parent[x] == x else find(x) for x in range(len(parent))]
+    first_node: dict[int, int] = {}
     return list(map(first_node.setdefault, map(survivor.__getitem__, node_of), range(len(node_of))))
 
 

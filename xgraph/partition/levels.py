@@ -94,8 +94,8 @@ def group_nodes(preds: Sequence[Sequence[int]], labels: Sequence[int], *, attemp
     """
     if not numbered:
         _check_dag(preds, labels)
-    node_of, node_label, node_level, first = _assign_and_number(preds, labels, _latest(preds, labels))
-    return join_groups(preds, node_of, node_label, node_level, first, attempts, budget)
+    node_of, level = _assign_and_number(preds, labels, _latest(preds, labels))
+    return join_groups(preds, node_of, labels, level, attempts, budget)
 
 
 def _check_dag(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> None:
@@ -191,17 +191,13 @@ def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest
 
 
 def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                       latest: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
-    """`_assign_levels` numbering the groups as it goes: per node its contracted node (numbered by first member,
-    a FIXED node alone), and per contracted node its label, level and first member. O((V+E) log V)."""
+                       latest: Sequence[int]) -> tuple[list[int], list[int]]:
+    """`_assign_levels` naming the groups as it goes: per node the first member of its group (a FIXED node is
+    its own), and per node its level. O((V+E) log V)."""
     n = len(labels)
     level = [0] * n
-    node_of = [0] * n
+    node_of = list(range(n))  # a FIXED node, and the first member of a group, names itself
     in_use: dict[int, tuple[list[int], dict[int, int]]] = {}
-    node_label: list[int] = []
-    node_level: list[int] = []
-    first: list[int] = []
-    new_label, new_level, new_first = node_label.append, node_level.append, first.append
     for v, sources in enumerate(preds):
         label = labels[v]
         lowest = 0
@@ -211,32 +207,22 @@ def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
                 lowest = candidate
         if label == FIXED:
             level[v] = lowest
-            node_of[v] = len(node_label)
-            new_label(FIXED)
-            new_level(lowest)
-            new_first(v)
             continue
         mine = in_use.get(label)
         if mine is None:
             mine = in_use[label] = ([], {})
-        used, numbers = mine  # the label's levels in use, sorted, and the contracted node of each
+        used, firsts = mine  # the label's levels in use, sorted, and the first member of each one's group
         i = bisect_left(used, lowest)
         lev = latest[v]
         if i < len(used) and used[i] <= lev:
             lev = used[i]
             level[v] = lev
-            node_of[v] = numbers[lev]
+            node_of[v] = firsts[lev]
             continue
         insort(used, lev)  # open latest[v]: new to the label (were it in use, used[i] would be it)
         level[v] = lev
-        node = numbers.get(lev)
-        if node is None:
-            node = numbers[lev] = len(node_label)
-            new_label(label)
-            new_level(lev)
-            new_first(v)
-        node_of[v] = node
-    return node_of, node_label, node_level, first
+        node_of[v] = firsts.setdefault(lev, v)
+    return node_of, level
 
 
 def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], levels: Sequence[int], *,
@@ -272,34 +258,13 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
     >>> coalesce_groups([[], [0], [1]], [0, FIXED, 0], [0, 1, 2])  # a -> f -> b: f is in between
     [0, 1, 2]
     """
-    return join_groups(preds, *_contract_levels(preds, labels, levels), attempts, budget)
+    return join_groups(preds, _first_members(labels, levels), labels, levels, attempts, budget)
 
 
-def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                     levels: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Each (label, level) group as one contracted node, numbered by first member (a FIXED node alone): per node
-    its contracted node, and per contracted node its label, level and first member. O(V)."""
-    number: dict[tuple[int, int], int] = {}
-    node_of = []
-    label: list[int] = []
-    level: list[int] = []
-    first: list[int] = []
-    for v, (lab, lev) in enumerate(zip(labels, levels)):
-        if lab == FIXED:
-            node_of.append(len(label))
-            label.append(FIXED)
-            level.append(lev)
-            first.append(v)
-        else:
-            key = (lab, lev)
-            node = number.get(key)
-            if node is None:
-                node = number[key] = len(label)
-                label.append(lab)
-                level.append(lev)
-                first.append(v)
-            node_of.append(node)
-    return node_of, label, level, first
+def _first_members(labels: Sequence[int], levels: Sequence[int]) -> list[int]:
+    """Per node the first member of its (label, level) group (a FIXED node is its own). O(V)."""
+    first: dict[tuple[int, int], int] = {}
+    return [v if lab == FIXED else first.setdefault((lab, lev), v) for v, (lab, lev) in enumerate(zip(labels, levels))]
 
 
 def topological_order(preds: Sequence[Sequence[int]]) -> list[int]:
