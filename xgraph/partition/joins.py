@@ -1,10 +1,12 @@
 """Joining groups of a contracted DAG where no path links them: the second half of the merge algorithm.
 
-`xgraph.partition.levels` groups the nodes of an integer DAG by (label, level) and contracts
-every group (and every `FIXED` node) to one node of a `Contracted` graph, kept in a
-topological order by `position`. `join_groups` then lets each group try to join one of the
-latest groups of its label (`coalesce_groups` in `levels` documents the rule, why it stays
-acyclic and what it costs). Pure: integers in, integers out.
+`xgraph.partition.levels` groups the nodes of an integer DAG by (label, level), each group
+(and every `FIXED` node) named by its first member. `join_groups` then lets each group try to
+join one of the latest groups of its label (`coalesce_groups` in `levels` documents the rule,
+why it stays acyclic and what it costs). Most attempts are settled by a short walk backwards
+over the node DAG; the `Contracted` graph (one node per group, kept in a topological order by
+`position`) is built only for an attempt that walk does not settle. Pure: integers in,
+integers out.
 """
 from __future__ import annotations
 
