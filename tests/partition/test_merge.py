@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import xgraph.partition.joins as joins_module
 import xgraph.partition.levels as levels_module
 import xgraph.partition.merge as merge_module
 from xgraph import Graph, Subgraph
 from xgraph.errors import GraphError, PartitionError
 from xgraph.partition import filter_by_type, merge_subgraph, plan_merge
-from xgraph.partition.levels import FIXED, coalesce_groups, level_partition
+from xgraph.partition.levels import FIXED, coalesce_groups, group_nodes, level_partition
 
 
 # -- helpers and oracles -----------------------------------------------------------------------
@@ -316,6 +317,39 @@ def test_level_partition_and_coalescing_on_integer_dags(dag, budget):
         level_groups = {levels[v] for v in range(len(labels)) if labels[v] == label}
         joined = {groups[v] for v in range(len(labels)) if labels[v] == label}
         assert len(joined) <= len(level_groups) <= len(waves)
+
+
+@settings(max_examples=300, deadline=None)
+@given(integer_dags(max_nodes=60), st.integers(1, 64), st.integers(1, 3))
+def test_group_nodes_is_levels_then_coalescing(dag, budget, attempts):
+    preds, labels = dag  # the one-pass path plan_merge runs against the two public steps it fuses
+    levels = level_partition(preds, labels)
+    expected = coalesce_groups(preds, labels, levels, attempts=attempts, budget=budget)
+    assert group_nodes(preds, labels, attempts=attempts, budget=budget) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(integer_dags(max_nodes=60), st.integers(1, 64), st.integers(1, 3))
+def test_joins_refused_by_a_path_found_backwards_are_the_ones_the_search_refuses(dag, budget, attempts):
+    preds, labels = dag  # with the backward look disabled every attempt goes to the contracted graph's search
+    quick = group_nodes(preds, labels, attempts=attempts, budget=budget)
+    saved = joins_module._LOOK_BACK
+    joins_module._LOOK_BACK = 0
+    try:
+        searched = group_nodes(preds, labels, attempts=attempts, budget=budget)
+    finally:
+        joins_module._LOOK_BACK = saved
+    assert quick == searched
+
+
+@pytest.mark.parametrize("preds, labels, message", [
+    ([[], [2], []], [0, 0, 0], "node 1 lists predecessor 2"),
+    ([[], [-1]], [0, 0], "node 1 lists predecessor -1"),
+    ([[]], [0, 0], "one of each"),
+])
+def test_group_nodes_rejects_bad_numbering(preds, labels, message):
+    with pytest.raises(PartitionError, match=message):
+        group_nodes(preds, labels)
 
 
 def test_docstring_examples_run():

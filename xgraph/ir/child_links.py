@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from array import array
 from itertools import chain, repeat
-from operator import attrgetter
+from operator import attrgetter, eq
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]
     numbered = dict.fromkeys(holder)  # the children in the order of their first op
     numbered.pop(None, None)
     numbered.pop(sg, None)
+    if len(numbered) == len(holder) and not any(map(eq, first, range(len(first)))):
+        # one child per op (the tree create_child_subgraph makes): child i holds op i, its preds are the op's
+        return list(numbered), [[u] if u >= 0 else [] if u == NONE else [x for x in more[MANY - u] if x != v]
+                                for v, u in enumerate(first)]
     number = dict(zip(numbered, range(len(numbered))))
     number[None] = number[sg] = -1
     owner = list(map(number.__getitem__, holder))  # per op position: the child's number, -1 outside sg

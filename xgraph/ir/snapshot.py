@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
@@ -122,8 +121,6 @@ class SubgraphColumns(NamedTuple):
     children: "list[tuple[Subgraph, ...]]"
     attrs: "list[Mapping[str, Any]]"
 
-
-_CHILDREN = attrgetter("_children")
 
 #: what an object without attrs captures: one shared, read-only empty mapping instead of a new dict each
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -228,7 +225,7 @@ def _tree(root: "Subgraph") -> "list[Subgraph]":
     level = [root]
     while level:
         found += level
-        level = list(chain.from_iterable(map(_CHILDREN, level)))
+        level = list(chain.from_iterable([sg._children for sg in level if sg._children]))  # leaves skipped
     return found
 
 
@@ -248,7 +245,7 @@ def capture_state(g: "GraphCore") -> GraphState:
             _attrs_of(tensors), [None if t._type_proto is None else type_bytes(t._type_proto) for t in tensors])
         subgraph_columns = SubgraphColumns(
             subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
-            [tuple(sg._children) for sg in subgraphs], _attrs_of(subgraphs))
+            [tuple(sg._children) if sg._children else () for sg in subgraphs], _attrs_of(subgraphs))
         # dict.copy, not dict(): a table with deleted entries (folded ops) is copied compacted in one pass,
         # where dict() would insert the entries again one by one
         return GraphState(

@@ -7,7 +7,7 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -31,11 +31,12 @@ _NAME = attrgetter("name")
 _NEW = object.__new__
 
 
-def _flat_copy(value: "dict | list"):
-    """`dict` or `list` when `value` holds no dict or list (then it copies it as `copy_value` does), else None."""
+def _copier(value: "dict | list") -> Any:
+    """What copies `value` as `copy_value` does: a plain `dict`/`list` of the same items when nothing in it is a
+    container (a runner map, the usual case), else `copy_value` itself."""
     items = value.values() if isinstance(value, dict) else value
     if any(isinstance(v, (dict, list)) for v in items):
-        return None
+        return copy_value
     return dict if isinstance(value, dict) else list
 
 
@@ -117,11 +118,10 @@ class Subgraph(AttrsMixin):
                 raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
-        containers = [k for k, v in attrs.items() if isinstance(v, (dict, list))]
-        copies = [(k, _flat_copy(attrs[k]) or copy_value) for k in containers]  # a runner dict: one C copy per child
+        containers = [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))]
         for c in children:
             c._attrs.update(attrs)
-            for k, copy in copies:
+            for k, copy in containers:
                 c._attrs[k] = copy(attrs[k])
 
     def create_child_subgraph(self) -> None:
@@ -162,7 +162,13 @@ class Subgraph(AttrsMixin):
         >>> [sg.name for sg in root.merge_child_groups(pairs)]
         ['subgraph_a', 'subgraph_c']
         """
-        return self._merge_groups([self._check_merge_group(g) for g in groups], check_cycles=check_cycles)
+        groups = [list(dict.fromkeys(g)) for g in groups]
+        members = list(chain.from_iterable(groups))
+        if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
+                and [c._parent for c in members].count(self) == len(members)
+                and not any([c._children for c in members])):
+            groups = [self._check_merge_group(g) for g in groups]  # names the first offender
+        return self._merge_groups(groups, check_cycles=check_cycles)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
         if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
@@ -184,7 +190,9 @@ class Subgraph(AttrsMixin):
                 result.append(g[0])
                 continue
             ops = set().union(*map(_OPS, g))
-            merged = Subgraph(self._graph, f"subgraph_{min(map(_NAME, ops))}", self, ops)
+            merged = _NEW(Subgraph)  # Subgraph(graph, name, self, ops) without copying the new set
+            merged._graph, merged._name, merged._parent, merged._children, merged._ops, merged._attrs = (
+                self._graph, f"subgraph_{min(map(_NAME, ops))}", self, {}, ops, {})
             for c in g:
                 del self._children[c]
             self._children[merged] = None

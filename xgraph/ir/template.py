@@ -23,9 +23,11 @@ Recording keeps one record per anchor, so it stays O(anchors x template size).
 from __future__ import annotations
 
 import contextvars
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from xgraph.errors import GraphError
@@ -362,10 +364,12 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
                   flow_order: bool = False, label: str = "") -> list[dict[str, "Op"]]:
     if not template._ops:
         return []
-    by_type: dict[str, list[Op]] = {}
-    for op in graph._ops.values():
-        by_type.setdefault(op.type, []).append(op)
-    type_count = {k: len(v) for k, v in by_type.items()}
+    ops = list(graph._ops.values())
+    types = [op.type for op in ops]
+    type_count = Counter(types)  # counted in C; the ops listed only for the types the template names
+    by_type: dict[str, list[Op]] = {ty: [] for t in template._ops.values() for ty in t.types}
+    for op in compress(ops, map(by_type.__contains__, types)):
+        by_type[op.type].append(op)
     partial: list[dict[str, Op]] = [{}]
     for comp in _components(template):
         found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses,

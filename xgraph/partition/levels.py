@@ -9,8 +9,12 @@ for a node that stays alone).
   (label, level) is acyclic and never worse than topological waves.
 * `coalesce_groups(preds, labels, levels)` joins those groups further wherever an exact,
   budgeted path search allows.
+* `group_nodes(preds, labels)` is the two in one go (what `plan_merge` runs): the same
+  groups with a pass over the nodes less.
 * `topological_order(preds)` numbers a DAG given in any order (Kahn's algorithm), so that
   it can be fed to the two above.
+
+The contracted graph the joins work on, and the joins, are `xgraph.partition.joins`.
 
 Why acyclic matters: `xgraph.partition.merge` turns a root's children into such a DAG and
 merges each group into one subgraph, and a runner executes a subgraph as a unit, so a cycle
@@ -21,13 +25,12 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from itertools import chain, repeat
+from operator import lt
 
 from xgraph.errors import PartitionError
-
-#: Label of a node that stays alone (never grouped) in `level_partition`.
-FIXED = -1
+from xgraph.partition.joins import FIXED, join_groups
 
 
 def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
@@ -75,24 +78,57 @@ def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> li
     >>> level_partition([[], [0], []], [1, 0, 0])
     [0, 1, 1]
     """
+    _check_dag(preds, labels)
+    return _assign_levels(preds, labels, _latest(preds, labels))
+
+
+def group_nodes(preds: Sequence[Sequence[int]], labels: Sequence[int], *, attempts: int = 2,
+                budget: int = 64, numbered: bool = False) -> list[int]:
+    """``coalesce_groups(preds, labels, level_partition(preds, labels), ...)`` with a pass less: per node,
+    the first node of its group. The levels are given and the groups numbered in one forward pass.
+    Pass ``numbered=True`` only when every predecessor index is known to be smaller than its node's
+    (`xgraph.partition.merge.children_dag` guarantees it); otherwise that is checked.
+
+    >>> group_nodes([[], [0], []], [1, 0, 0])
+    [0, 1, 1]
+    """
+    if not numbered:
+        _check_dag(preds, labels)
+    node_of, level = _assign_and_number(preds, labels, _latest(preds, labels))
+    return join_groups(preds, node_of, labels, level, attempts, budget)
+
+
+def _check_dag(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> None:
+    """Raise PartitionError unless there is one label per node and every predecessor index is smaller than its
+    node's (checked in C; the loop only names the first offender)."""
     if len(preds) != len(labels):
         raise PartitionError(f"level_partition: {len(preds)} predecessor lists for {len(labels)} labels; "
                              "give one of each per node")
-    waves = _wave_levels(preds, labels)
-    latest = _latest_levels(preds, labels, _levels_by_label(waves, labels))
-    return _assign_levels(preds, labels, latest)
-
-
-def _wave_levels(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
-    """The smallest solution of (1): topological waves. Checks the numbering is topological. O(V+E)."""
-    level = [0] * len(labels)
+    sources = chain.from_iterable(preds)
+    nodes = chain.from_iterable(map(repeat, range(len(preds)), map(len, preds)))
+    if all(map(lt, sources, nodes)) and not any(map(lt, chain.from_iterable(preds), repeat(0))):
+        return
     for v, sources in enumerate(preds):
-        label = labels[v]
-        lowest = 0
-        for u in sources:  # the smallest level (1) allows; step(u, v) is 0 only within one non-FIXED label
+        for u in sources:
             if not 0 <= u < v:
                 raise PartitionError(f"level_partition: node {v} lists predecessor {u}; number the nodes in "
                                      "topological order (every predecessor index smaller than the node's)")
+
+
+def _latest(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
+    """The latest level of every node (`_latest_levels`) from the waves, on a checked DAG."""
+    return _latest_levels(preds, labels, _levels_by_label(_wave_levels(preds, labels), labels))
+
+
+def _wave_levels(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> list[int]:
+    """The smallest solution of (1): topological waves, on a numbering `_check_dag` accepted. O(V+E)."""
+    level = [0] * len(labels)
+    for v, sources in enumerate(preds):
+        if not sources:
+            continue
+        label = labels[v]
+        lowest = 0
+        for u in sources:  # the smallest level (1) allows; step(u, v) is 0 only within one non-FIXED label
             candidate = level[u] + (label == FIXED or labels[u] != label)
             if candidate > lowest:
                 lowest = candidate
@@ -154,6 +190,41 @@ def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest
     return level
 
 
+def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
+                       latest: Sequence[int]) -> tuple[list[int], list[int]]:
+    """`_assign_levels` naming the groups as it goes: per node the first member of its group (a FIXED node is
+    its own), and per node its level. O((V+E) log V)."""
+    n = len(labels)
+    level = [0] * n
+    node_of = list(range(n))  # a FIXED node, and the first member of a group, names itself
+    in_use: dict[int, tuple[list[int], dict[int, int]]] = {}
+    for v, sources in enumerate(preds):
+        label = labels[v]
+        lowest = 0
+        for u in sources:  # the smallest level (1) allows, as in `_wave_levels`
+            candidate = level[u] + (label == FIXED or labels[u] != label)
+            if candidate > lowest:
+                lowest = candidate
+        if label == FIXED:
+            level[v] = lowest
+            continue
+        mine = in_use.get(label)
+        if mine is None:
+            mine = in_use[label] = ([], {})
+        used, firsts = mine  # the label's levels in use, sorted, and the first member of each one's group
+        i = bisect_left(used, lowest)
+        lev = latest[v]
+        if i < len(used) and used[i] <= lev:
+            lev = used[i]
+            level[v] = lev
+            node_of[v] = firsts[lev]
+            continue
+        insort(used, lev)  # open latest[v]: new to the label (were it in use, used[i] would be it)
+        level[v] = lev
+        node_of[v] = firsts.setdefault(lev, v)
+    return node_of, level
+
+
 def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], levels: Sequence[int], *,
                     attempts: int = 2, budget: int = 64) -> list[int]:
     """Join (label, level) groups further where no path links them; per node, the first node of its group.
@@ -178,171 +249,22 @@ def coalesce_groups(preds: Sequence[Sequence[int]], labels: Sequence[int], level
     groups, so the count never exceeds `level_partition`'s. FIXED nodes keep their own id.
     A search that reaches its target records that a reaches b; an attempt for a and b is
     refused without searching when a -> k and k -> b are recorded, since the search would
-    meet that path (the records are dropped on every join, which can shorten paths).
+    meet that path (the records are dropped on every join, which can shorten paths). Before any
+    search, a few steps backwards from b's first member look for such a path (`xgraph.partition.
+    joins`); most refusals end there, and the contracted graph is built only if one does not.
 
     >>> coalesce_groups([[], [0]], [0, 0], [0, 1])  # a -> b of one label, put on two levels: they join
     [0, 0]
     >>> coalesce_groups([[], [0], [1]], [0, FIXED, 0], [0, 1, 2])  # a -> f -> b: f is in between
     [0, 1, 2]
     """
-    graph, node_of, order = _contract_levels(preds, labels, levels)
-    kept: dict[int, list[int]] = {}
-    label_of = graph.label
-    for x in order:  # the starting topological order (joins move positions, not this list)
-        if label_of[x] == FIXED:
-            continue
-        mine = kept.setdefault(graph.label[x], [])
-        for i in range(len(mine) - 1, max(-1, len(mine) - 1 - attempts), -1):
-            joined = _try_join(graph, mine[i], x, budget)
-            if joined is not None:
-                del mine[i]
-                x = joined
-                break
-        mine.append(x)
-    first_node: dict[int, int] = {}
-    parent, find = graph.parent, graph.find
-    survivor = [x if parent[x] == x else find(x) for x in range(len(parent))]  # once per contracted node
-    return [first_node.setdefault(survivor[node], v) for v, node in enumerate(node_of)]
+    return join_groups(preds, _first_members(labels, levels), labels, levels, attempts, budget)
 
 
-@dataclass
-class _Contracted:
-    """The contracted graph of `coalesce_groups`, in a topological order kept by `position`."""
-
-    label: list[int]
-    successors: list[set[int]]
-    predecessors: list[set[int]]
-    position: list[int]
-    #: union-find parent of every contracted node (itself while it has not been joined into another)
-    parent: list[int]
-    #: a -> nodes b that a reaches through a third node, as searches found (forgotten on every join)
-    linked: dict[int, set[int]] = field(default_factory=dict)
-
-    def find(self, node: int) -> int:
-        """The surviving node `node` was joined into (itself if none), with path halving."""
-        parent = self.parent
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-
-def _contract_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
-                     levels: Sequence[int]) -> tuple[_Contracted, list[int], list[int]]:
-    """Contract each (label, level) group to one node; also return the contracted node of every node and a
-    topological order of the contracted nodes (by level, then first node). O(V+E) plus a sort by level."""
-    number: dict[tuple[int, int], int] = {}
-    node_of = []
-    label: list[int] = []
-    level: list[int] = []
-    for lab, lev in zip(labels, levels):  # nodes numbered by their first member: node i's first member precedes node i+1's
-        if lab == FIXED:
-            node_of.append(len(label))
-            label.append(FIXED)
-            level.append(lev)
-        else:
-            key = (lab, lev)
-            node = number.get(key)
-            if node is None:
-                node = number[key] = len(label)
-                label.append(lab)
-                level.append(lev)
-            node_of.append(node)
-    size = len(label)
-    successors: list[set[int]] = [set() for _ in range(size)]
-    predecessors: list[set[int]] = [set() for _ in range(size)]
-    for v, sources in enumerate(preds):
-        b = node_of[v]
-        for u in sources:
-            a = node_of[u]
-            if a != b:
-                successors[a].add(b)
-                predecessors[b].add(a)
-    # levels grow along every contracted edge, so sorting by level is a topological order; node ids already
-    # follow the first nodes, so a stable sort by level orders by (level, first node)
-    order = sorted(range(size), key=level.__getitem__)
-    position = [0] * size
-    for i, node in enumerate(order):
-        position[node] = i
-    return _Contracted(label, successors, predecessors, position, list(range(size))), node_of, order
-
-
-def _try_join(graph: _Contracted, p: int, q: int, budget: int) -> int | None:
-    """Join contracted nodes p and q when no path links them through a third node; the survivor, else None."""
-    a, b = (p, q) if graph.position[p] < graph.position[q] else (q, p)
-    linked = graph.linked
-    if b in linked.get(a, ()) or any(b in linked.get(k, ()) for k in linked.get(a, ())):
-        return None  # a path a -> k -> b through a third node is known: the searches below would hit it
-    low, high = graph.position[a], graph.position[b]
-    descendants = _between(graph.successors[a], graph.successors, graph.position, low, high, b, budget)
-    if descendants is None or descendants is _LINKED:
-        if descendants is _LINKED:
-            linked.setdefault(a, set()).add(b)
-        return None
-    ancestors = _between(graph.predecessors[b], graph.predecessors, graph.position, low, high, a, budget)
-    if ancestors is None or ancestors is _LINKED:
-        if ancestors is _LINKED:
-            linked.setdefault(a, set()).add(b)
-        return None
-    slots = sorted([low, high] + [graph.position[x] for x in descendants | ancestors])
-    survivor = _merge_nodes(graph, a, b)
-    sequence = (sorted(ancestors, key=graph.position.__getitem__) + [survivor]
-                + sorted(descendants, key=graph.position.__getitem__))
-    for slot, node in zip(slots, sequence):  # one slot is left over: positions only need to grow
-        graph.position[node] = slot
-    return survivor
-
-
-#: what `_between` returns when it reached its target: a path through a third node links the pair
-_LINKED: set[int] = set()
-
-
-def _between(starts: Iterable[int], neighbours: list[set[int]], position: list[int], low: int, high: int,
-             target: int, budget: int) -> set[int] | None:
-    """Nodes reachable from `starts` inside positions (low, high); `_LINKED` on reaching `target`, None when
-    more than `budget` edges were looked at (the search gave up: a path may link the pair).
-
-    Either way the pair may not join; which of the two it is does not depend on the order of
-    the search (every edge of a reached node is looked at, so the budget is checked per node).
-    """
-    found = {x for x in starts if low < position[x] < high}
-    stack = list(found)
-    pop, push, add = stack.pop, stack.append, found.add
-    looked = 0
-    while stack:
-        around = neighbours[pop()]
-        if target in around:
-            return _LINKED
-        looked += len(around)
-        if looked > budget:
-            return None
-        for y in around:
-            if y not in found and low < position[y] < high:
-                add(y)
-                push(y)
-    return found
-
-
-def _merge_nodes(graph: _Contracted, a: int, b: int) -> int:
-    """Contract a and b into whichever has more edges; return it. O(edges of the other)."""
-    keep, drop = (a, b) if (len(graph.successors[a]) + len(graph.predecessors[a])
-                            >= len(graph.successors[b]) + len(graph.predecessors[b])) else (b, a)
-    for y in graph.successors[drop]:
-        graph.predecessors[y].discard(drop)
-        if y != keep:
-            graph.predecessors[y].add(keep)
-            graph.successors[keep].add(y)
-    for y in graph.predecessors[drop]:
-        graph.successors[y].discard(drop)
-        if y != keep:
-            graph.successors[y].add(keep)
-            graph.predecessors[keep].add(y)
-    graph.successors[keep].discard(drop)
-    graph.predecessors[keep].discard(drop)
-    graph.successors[drop], graph.predecessors[drop] = set(), set()
-    graph.parent[drop] = keep
-    graph.linked.clear()  # paths through a or b may now run through the joined node only
-    return keep
+def _first_members(labels: Sequence[int], levels: Sequence[int]) -> list[int]:
+    """Per node the first member of its (label, level) group (a FIXED node is its own). O(V)."""
+    first: dict[tuple[int, int], int] = {}
+    return [v if lab == FIXED else first.setdefault((lab, lev), v) for v, (lab, lev) in enumerate(zip(labels, levels))]
 
 
 def topological_order(preds: Sequence[Sequence[int]]) -> list[int]:

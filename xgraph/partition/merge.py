@@ -2,7 +2,8 @@
 
 Layers, each usable on its own:
 
-* `level_partition(preds, labels)` and `coalesce_groups(preds, labels, levels)`, in
+* `level_partition(preds, labels)` and `coalesce_groups(preds, labels, levels)` (both in one go:
+  `group_nodes`), in
   `xgraph.partition.levels`: the algorithm, on a plain integer DAG. Pure. The first gives
   every node a level so that grouping by (label, level) is acyclic and never worse than
   topological waves; the second joins those groups further wherever an exact, budgeted path
@@ -28,7 +29,7 @@ from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
 from xgraph.ir import Subgraph
 from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
-from xgraph.partition.levels import FIXED, topological_order, coalesce_groups, level_partition
+from xgraph.partition.levels import FIXED, group_nodes, topological_order
 
 _IS_LEAF = attrgetter("is_leaf")
 _PARENT = methodcaller("get_parent")
@@ -113,8 +114,7 @@ def _plan(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subg
         return []
     dag = children_dag(root)
     node_labels = _label_numbers(dag.children, labels)
-    levels = level_partition(dag.preds, node_labels)
-    group_ids = coalesce_groups(dag.preds, node_labels, levels)
+    group_ids = group_nodes(dag.preds, node_labels, numbered=True)  # children_dag numbers them so
     groups: dict[int, list[Subgraph]] = {}
     for child, group in compress(zip(dag.children, group_ids), map(ne, node_labels, repeat(FIXED))):
         groups.setdefault(group, []).append(child)
