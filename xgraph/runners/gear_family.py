@@ -18,7 +18,7 @@ GearRunner then runs the gears on their own runners, which may fall back per gea
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
