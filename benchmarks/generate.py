@@ -108,6 +108,8 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
             in_run.append(spent[0])
         floor = step_floor(runner, ort_step, gen, shape, rounds)
         subgraphs = len(runner.runners)
+        if getattr(runner, "shared", None) is not None:  # one runner serving every gear's run
+            subgraphs = f"{subgraphs - len(runner.shared.runners)} (+{len(runner.shared.runners)} shared by the gears)"
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
     past = f", {len(graph.get_gears())} past-length gears" if gears else ", past length dynamic"
     return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected,
