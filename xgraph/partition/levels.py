@@ -79,7 +79,7 @@ def level_partition(preds: Sequence[Sequence[int]], labels: Sequence[int]) -> li
     [0, 1, 1]
     """
     _check_dag(preds, labels)
-    return _assign_levels(preds, labels, _latest(preds, labels))
+    return _assign_and_number(preds, labels, _latest(preds, labels))[1]
 
 
 def group_nodes(preds: Sequence[Sequence[int]], labels: Sequence[int], *, attempts: int = 2,
@@ -166,34 +166,11 @@ def _latest_levels(preds: Sequence[Sequence[int]], labels: Sequence[int],
     return latest
 
 
-def _assign_levels(preds: Sequence[Sequence[int]], labels: Sequence[int], latest: Sequence[int]) -> list[int]:
-    """Forwards: join a level the label already uses in [lowest, latest], else open latest. O((V+E) log V)."""
-    level = [0] * len(labels)
-    in_use: dict[int, list[int]] = {}
-    for v, sources in enumerate(preds):
-        label = labels[v]
-        lowest = 0
-        for u in sources:  # the smallest level (1) allows, as in `_wave_levels`
-            candidate = level[u] + (label == FIXED or labels[u] != label)
-            if candidate > lowest:
-                lowest = candidate
-        if label == FIXED:
-            level[v] = lowest
-            continue
-        used = in_use.setdefault(label, [])
-        i = bisect_left(used, lowest)
-        if i < len(used) and used[i] <= latest[v]:
-            level[v] = used[i]
-        else:
-            level[v] = latest[v]
-            insort(used, latest[v])
-    return level
-
-
 def _assign_and_number(preds: Sequence[Sequence[int]], labels: Sequence[int],
                        latest: Sequence[int]) -> tuple[list[int], list[int]]:
-    """`_assign_levels` naming the groups as it goes: per node the first member of its group (a FIXED node is
-    its own), and per node its level. O((V+E) log V)."""
+    """Forwards: each node joins a level its label already uses in [lowest, latest], else opens latest
+    (`level_partition`'s choice), naming the groups as it goes: per node the first member of its group (a FIXED
+    node is its own), and per node its level. O((V+E) log V)."""
     n = len(labels)
     level = [0] * n
     node_of = list(range(n))  # a FIXED node, and the first member of a group, names itself
