@@ -143,7 +143,12 @@ def test_a_failed_onnxruntime_run_gives_the_gears_back_to_their_own_runners(deco
         assert runner.shared is None
         for a, b in zip(got, expected):
             np.testing.assert_array_equal(a, b)
-        assert runner.get_stats()["gears"]["gear6"]["jobs"]["OK"] == 1
+        stats = runner.get_stats()
+        assert stats["gears"]["gear6"]["jobs"]["OK"] == 1
+        # the closed shared runner's jobs still count: the first run, and the two onnxruntime failed
+        assert stats["shared"]["jobs"]["OK"] == 1 and stats["shared"]["jobs"]["FAILED"] == 2
+        assert stats["jobs"]["OK"] == 2 and stats["jobs"]["FAILED"] == 2
+        assert not [k for k in runner.runners if k.startswith("shared/")]
 
 
 def test_gears_that_are_not_one_session_or_are_profiled_keep_their_own_runners(decoder):

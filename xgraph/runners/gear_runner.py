@@ -66,6 +66,7 @@ class GearRunner:
         self.gear_runners: "dict[str, GraphRunner]" = {}
         #: runs every gear's `run` when the gears are one onnxruntime session (xgraph/runners/gear_family.py)
         self.shared: "GraphRunner | None" = None
+        self._retired: "GraphRunner | None" = None  # a shared runner given up on: its stats still count
         try:
             whole = [g.graph.get_root_subgraph() for g in self.gears]
             whole = [r.toposort_child_subgraph()[0] if r.get_children_num() == 1 else None for r in whole]
@@ -212,18 +213,27 @@ class GearRunner:
             try:
                 return shared.run(feeds)
             except KernelError:
-                with self._lock:
-                    if self.shared is shared:
-                        self.shared = None
-                shared.close()
+                self._retire(shared)
+            except RunnerError:
+                if self.shared is shared:
+                    raise  # refused inputs or results: what the gear's own runner would say
+                # another run's onnxruntime failure retired the shared runner meanwhile: run on the gear's own
         return self.runner_for(feeds).run(feeds)
+
+    def _retire(self, shared: "GraphRunner") -> None:
+        """The gears run on their own runners from now on; the shared runner is closed, its stats kept."""
+        with self._lock:
+            if self.shared is not shared:
+                return
+            self.shared, self._retired = None, shared
+        shared.close()
 
     # -- stats and profiling --------------------------------------------------------------------
     def get_stats(self) -> dict[str, Any]:
         """Jobs and copies summed over the gears (and the shared runner), each device runner's stats,
         each gear's own runner's stats under "gears" and the shared runner's under "shared"."""
         per_gear = {name: r.get_stats() for name, r in self.gear_runners.items()}
-        shared = self.shared
+        shared = self.shared or self._retired
         every = {**per_gear, **({"shared": shared.get_stats()} if shared is not None else {})}
         jobs: dict[str, int] = {}
         copies = {"count": 0, "bytes": 0, "seconds": 0.0}
