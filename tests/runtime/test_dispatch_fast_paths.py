@@ -68,13 +68,26 @@ def test_profile_records_one_span_per_copy(compiled, tmp_path):
     assert stats["count"] == 11
 
 
-def test_a_cancelled_job_stops_before_its_next_copy_run(compiled):
+def test_an_ended_run_stops_before_its_next_step(compiled):
     with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
-        scheduler = runner._scheduler
-        job = runner._jobs.new([], None)
-        job.status = type(job.status).CANCELLED  # ended before the run: nothing runs, no result
+        schedule = runner._scheduler._inline
         values = list(_feeds().values())
-        assert scheduler._inline.run(job, values, scheduler._busy, scheduler._observer) is None
+        reported: list = []
+
+        def on_end(copied, seconds, status):
+            reported.append((len(copied), status))
+        # one subgraph between copies: asked once, before the subgraph (after the six input copies)
+        assert schedule.chain is not None
+        assert schedule.run(values, lambda: True, on_end) is None
+        # task by task (with spans): asked before each; ended after the first copy
+        asked: list = []
+
+        def ended() -> bool:
+            asked.append(True)
+            return len(asked) > 1
+        spans: list = []
+        assert schedule.run(values, ended, on_end, lambda task, *_: spans.append(task.name)) is None
+    assert reported == [(6, "CANCELLED"), (1, "CANCELLED")] and spans == ["copy x0 H2D"]
 
 
 def _tensors(compiled):

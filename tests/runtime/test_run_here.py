@@ -1,5 +1,5 @@
 """A synchronous `GraphRunner.run` with nothing else in flight runs the tasks on the caller's thread
-(`ThreadScheduler.run_here`, `xgraph.runners.inline`): same results, copies, stats and errors as the
+(`ThreadScheduler.claim_inline`, `xgraph.runners.inline`): same results, copies, stats and errors as the
 streams give, the streams still used when other jobs are in flight or a runner is bound to its thread."""
 from __future__ import annotations
 
@@ -170,15 +170,14 @@ def test_inline_schedule_orders_by_dependencies_and_frees_each_value_after_its_l
     plan = Plan(tasks, ["x"], ["c"], {"w": np.float32(10)})
     plan.link()
     assert [t.name for t in dependency_order(plan)] == ["t1", "t2", "t0"]
-    schedule = InlineSchedule(plan)
-    frees = {task.name: len(freed) for task, _, _, freed in schedule.steps}
+    schedule = InlineSchedule(plan, {"S": threading.Lock()})
+    frees = {task.name: len(freed) for task, _, _, _, freed in schedule.steps}
     assert frees == {"t1": 1, "t2": 1, "t0": 2}  # w after t1; x after t2; a and b after t0
-    job = type("J", (), {"done": False})()
-    lock = threading.Lock()
     x = np.float32(1)
-    assert schedule.run(job, [x], {"S": lock}, None) == [(x + 10 + x) + (x + 10)]
-    job.done = True
-    assert schedule.run(job, [x], {"S": lock}, None) is None  # a job that ended meanwhile runs nothing
+    ends: list = []
+    assert schedule.run([x], lambda: False, lambda *end: ends.append(end)) == [(x + 10 + x) + (x + 10)]
+    assert schedule.run([x], lambda: True, lambda *end: ends.append(end)) is None  # a run ended meanwhile runs nothing
+    assert ends == [([], 0.0, "OK"), ([], 0.0, "CANCELLED")]  # no copy tasks
 
 
 def test_synchronous_runs_leave_no_job_records_and_count_their_jobs(make, scale_runner):

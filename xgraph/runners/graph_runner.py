@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
-from xgraph.runners.jobs import STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
+from xgraph.runners.jobs import NBYTES, STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -157,7 +158,9 @@ class GraphRunner:
         self._spans: list[tuple] = []
         self._epoch = time.perf_counter()
         self._scheduler = self._create_scheduler()
-        self._run_here = getattr(self._scheduler, "run_here", None)  # synchronous runs on the caller's thread
+        #: synchronous runs on the caller's thread (`_run_inline`), for schedulers that offer them
+        self._claim_inline = getattr(self._scheduler, "claim_inline", None)
+        self._take_slot = self._slots.take_nowait
         self._watchdog_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         if job_timeout is not None:
@@ -210,43 +213,104 @@ class GraphRunner:
     # -- jobs -----------------------------------------------------------------------------------
     def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
         """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place."""
-        return self._start(inputs, outputs, here=False).id, 0
-
-    def _start(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None, here: bool) -> Job:
-        """Check and submit a job; with `here`, run it on this thread when nothing else is in flight."""
-        if self._closed:
-            raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
+        self._refuse_if_closed()
         feeds = self._check_inputs(inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
+        return self._submit(feeds, buffers, collect=False).id, 0
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
+
+    def _submit(self, feeds: list, buffers: list | None, collect: bool) -> Job:
+        """Take a job slot and hand the checked job to the scheduler's streams."""
         acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
                      is_closed=self._is_closed, owner=self._owner)
-        job = self._jobs.new(feeds, buffers, self.job_timeout, collect=here)
+        job = self._jobs.new(feeds, buffers, self.job_timeout, collect=collect)
         job.started = time.perf_counter()
-        run_here = self._run_here if here and self.job_timeout is None else None
-        if run_here is None or not run_here(job, feeds, self._job_done, self.profile):
-            self._scheduler.submit(job, feeds, self._job_done)
+        self._scheduler.submit(job, feeds, self._job_done)
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
         return job
+
+    def _run_inline(self, feeds: list) -> list | None:
+        """Run a checked job to the end on this thread, when a job slot is free, nothing else is in
+        flight and every task may run on any thread (`ThreadScheduler.claim_inline`); its results,
+        or None (nothing done) otherwise.
+
+        Such a run needs no job record: nobody else can wait for it. It takes a job id and a slot,
+        holds each task's stream, counts in the stats (jobs by status, copies) and fails with the
+        error a job on the streams would record, as a job run there does."""
+        try:
+            self._take_slot()
+        except queue.Empty:  # every slot taken: the streams' path waits for one or refuses
+            return None
+        try:
+            schedule = self._claim_inline()
+            if schedule is None:
+                return None
+            job_id = self._jobs.next_id()
+            try:
+                if self.profile:
+                    def on_span(task, start: float, end: float, outs: list) -> None:
+                        self._spans.append((task.name, task.kind, task.stream, start, end, job_id, nbytes_of(outs)))
+                    results = schedule.run(feeds, self._is_closed, self._end_inline_run, on_span)
+                else:
+                    results = schedule.run(feeds, self._is_closed, self._end_inline_run)
+            except KeyboardInterrupt:  # the caller's own Ctrl-C: counted as a failure, then let through
+                raise
+            except BaseException as e:
+                raise self._job_error(job_id, e) from (None if isinstance(e, XGraphError) else e)
+            finally:
+                self._scheduler.end_inline()
+            if results is None:  # close() ran meanwhile
+                raise RunnerError(f"{self._owner}: job {job_id} cancelled: the runner was closed")
+            return results
+        finally:
+            self._slots.release()
+
+    def _end_inline_run(self, copied: list, seconds: float, status: str) -> None:
+        """A run on the caller's thread ended with `status`, having copied `copied` in `seconds`."""
+        try:
+            nbytes = sum(map(NBYTES, copied))
+        except AttributeError:  # a sequence, None or a non-array value among them
+            nbytes = nbytes_of(copied)
+        with self._stats_lock:
+            self._job_counts[status] += 1
+            if copied:
+                copies = self._copies
+                copies["count"] += len(copied)
+                copies["bytes"] += nbytes
+                copies["seconds"] += seconds
 
     def _is_closed(self) -> bool:
         return self._closed
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         if self._jobs.finish(job, status, error):
-            with self._stats_lock:
-                self._job_counts[STATUS_NAMES[job.status]] += 1
+            self._count_job(STATUS_NAMES[job.status])
             self._slots.release()
         if status in (JobStatus.TIMED_OUT, JobStatus.CANCELLED):
             self._scheduler.abandon(job)  # free its feeds and values now, not when a stuck stream gets to them
 
+    def _job_error(self, job_id: int, error: BaseException) -> XGraphError:
+        """What a job that raised `error` fails with: an XGraphError as it is, anything else a
+        RunnerError naming the job."""
+        if isinstance(error, XGraphError):
+            return error
+        if not isinstance(error, Exception):  # even SystemExit fails only the job
+            error = RuntimeError(f"job {job_id} raised {type(error).__name__}: {error}")
+        return RunnerError(f"{self._owner}: job {job_id} failed: {type(error).__name__}: {error}")
+
+    def _count_job(self, status: str) -> None:
+        with self._stats_lock:
+            self._job_counts[status] += 1
+
     def _job_done(self, job: Job, results: list | None, error: BaseException | None) -> None:
         """Scheduler callback (on a stream thread): hand over results or record the failure."""
         if error is not None:
-            if not isinstance(error, XGraphError):
-                error = RunnerError(f"{self._owner}: job {job.id} failed: {type(error).__name__}: {error}")
-            self._finish(job, JobStatus.FAILED, error)
+            self._finish(job, JobStatus.FAILED, self._job_error(job.id, error))
             return
         try:
             if job.outputs is not None:
@@ -284,18 +348,25 @@ class GraphRunner:
         return self._jobs.take_results(job)
 
     def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
-        """Run once and return the outputs in graph output order; raises the job's error on failure."""
-        job = self._start(feeds, None, here=True)  # on this thread when nothing else runs
-        if not job.done:  # it ran on the streams (other jobs were in flight)
-            self._jobs.wait(job)
-        results = job.results
+        """Run once and return the outputs in graph output order; raises the job's error on failure.
+
+        With nothing else in flight (and no job_timeout, under which a stuck kernel must not hold
+        the caller) the tasks run on this thread; otherwise the job goes through the streams."""
+        self._refuse_if_closed()
+        checked = self._check_inputs(feeds)
+        if self.job_timeout is None and self._claim_inline is not None:
+            results = self._run_inline(checked)
+            if results is not None:
+                return results
+        job = self._submit(checked, None, collect=True)
+        self._jobs.wait(job)
         if job.status is not JobStatus.OK:
             raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
-        return results
+        return job.results
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
-        """A task ran: copies (one or a run of them, kind "copies") count in the stats; with profile, a span."""
+        """A task ran on the streams: copies count in the stats; with profile, a span."""
         kind = task.kind
         if kind == "subgraph" and not self.profile:
             return  # subgraph runs are counted by their runners
@@ -303,7 +374,7 @@ class GraphRunner:
         if kind != "subgraph":
             with self._stats_lock:
                 copies = self._copies
-                copies["count"] += len(outs) if kind == "copies" else 1
+                copies["count"] += len(outs)
                 copies["bytes"] += nbytes
                 copies["seconds"] += end - start
         if self.profile:

@@ -1,4 +1,4 @@
-"""A scheduler plan flattened for running one job on the calling thread (`ThreadScheduler.run_here`).
+"""A scheduler plan flattened for running one job on the calling thread (`GraphRunner.run`).
 
 A synchronous `GraphRunner.run` with nothing else in flight has no pipelining to gain from the
 stream threads, only hand-offs to pay: a wake-up per task and one per job, each tens of
@@ -11,10 +11,12 @@ slot in a flat list, and per task the slots it reads, writes and frees (a value 
 after its last reader, as the streams drop it). Running a job is then one loop over the steps
 with list indexing, no dicts keyed by (tensor, memory) and no reader counting. Each task
 still holds its stream's lock, so a stream runs one task at a time even when another thread
-submits jobs meanwhile.
+submits jobs meanwhile. Such a run needs no job record either: the graph runner counts it and
+raises its error itself (`GraphRunner.run`), and `ended()` tells the schedule that the runner
+was closed meanwhile.
 
-    schedule = InlineSchedule(plan)
-    results = schedule.run(job, feeds, locks, observer)   # None if the job ended meanwhile
+    schedule = InlineSchedule(plan, locks)
+    results = schedule.run(feeds, ended, on_end)   # None if ended() said so before a step
 """
 from __future__ import annotations
 
@@ -36,7 +38,6 @@ _consume = deque(maxlen=0).extend
 if TYPE_CHECKING:
     import threading
 
-    from xgraph.runners.jobs import Job
     from xgraph.runners.scheduler import Key, Plan, Task
 
 
@@ -56,10 +57,9 @@ def dependency_order(plan: "Plan") -> "list[Task]":
 
 
 class CopyRun:
-    """Consecutive copy tasks of one copy stream, run as one step: one lock, one clock pair, one report.
+    """Consecutive copy tasks of one copy stream, run as one step: one lock, one clock pair.
 
-    The observer sees it as one task of kind "copies" whose `outs` are every copied value; the
-    graph runner counts each value as a copy (its stats are what per-task copies would give)."""
+    Each value counts as one copy (the stats are what per-task copies would give)."""
 
     __slots__ = ("tasks", "stream", "kind")
 
@@ -68,12 +68,18 @@ class CopyRun:
 
 
 class InlineSchedule:
-    """The plan's tasks as flat steps over a list of value slots (built once, then read-only)."""
+    """The plan's tasks as flat steps over a list of value slots (built once, then read-only).
 
-    __slots__ = ("size", "constant_slots", "constant_values", "feeds", "results", "steps", "fused", "all_copies")
+    `locks`: each stream's lock (the scheduler's, so a task run here and one run by a stream
+    thread never overlap on one stream); a lock per stream of its own when not given."""
 
-    def __init__(self, plan: "Plan") -> None:
+    __slots__ = ("size", "constant_slots", "constant_values", "feeds", "results", "steps", "fused", "chain")
+
+    def __init__(self, plan: "Plan", locks: "Mapping[str, threading.Lock] | None" = None) -> None:
+        import threading
         order = dependency_order(plan)
+        if locks is None:
+            locks = {s: threading.Lock() for s in plan.streams()}
         slots: dict[Key, int] = {}
 
         def slot(key: "Key") -> int:
@@ -94,57 +100,163 @@ class InlineSchedule:
         frees: dict[int, list[int]] = {}
         for k, i in last_reader.items():
             frees.setdefault(i, []).append(slots[k])
-        self.steps = tuple((task, tuple(slot(k) for k in task.inputs), tuple(slots[k] for k in task.outputs),
-                            tuple(frees.get(i, ()))) for i, task in enumerate(order))
+        #: (task, its stream's lock, slots read, slots written, slots freed after it), in dependency order
+        self.steps = tuple((task, locks[task.stream], tuple(slot(k) for k in task.inputs),
+                            tuple(slots[k] for k in task.outputs), tuple(frees.get(i, ())))
+                           for i, task in enumerate(order))
         self.fused = _fuse_copies(self.steps)
         self.results = tuple(slot(k) for k in plan.results)
         self.size = len(slots)
-        copy_tasks = [t for t in order if t.kind != "subgraph"]
-        self.all_copies = CopyRun(copy_tasks) if copy_tasks else None
+        #: the plan as one subgraph between its inputs' and its results' copies, when it is that
+        self.chain = Chain.of(self)
 
-    def run(self, job: "Job", feeds: list, locks: "Mapping[str, threading.Lock]",
-            observer: "Callable[[Job, Task, float, float, list], None] | None", profile: bool = False) -> list | None:
-        """Run every step for `job`; its results in plan order, or None when the job ended meanwhile
-        (cancelled or timed out: its record is final already). A task's exception propagates.
+    def run(self, feeds: list, ended: "Callable[[], bool]", on_end: "Callable[[list, float, str], None]",
+            on_span: "Callable[[Task | CopyRun, float, float, list], None] | None" = None) -> list | None:
+        """Run every step; the results in plan order, or None when `ended()` says the run was ended
+        meanwhile (asked before each step: the runner was closed). A task's exception propagates.
 
-        The observer sees every copy; subgraph tasks only when `profile` (their runners keep
-        their own stats). With `profile` every task is its own step, reported as it ends (one
-        span per copy); without, consecutive copies on one stream are one step (`CopyRun`) and
-        all the copies of the run are reported once, as it ends (also when it fails): the task
-        is `all_copies`, `outs` every copied value and end - start their total time."""
+        `on_end(copied, seconds, status)` is called once as the run ends: every value copied, the
+        copies' total time and "OK", "CANCELLED" (ended) or "FAILED" (raising). With `on_span`,
+        every task is its own step and `on_span(task, start, end, outs)` is called as it ends;
+        without, consecutive copies on one stream are one step (`CopyRun`)."""
+        if on_span is None and self.chain is not None:
+            return self.chain.run(feeds, ended, on_end)
         values: list = [None] * self.size
         put, take = values.__setitem__, values.__getitem__
         _consume(map(put, self.constant_slots, self.constant_values))
         _consume(map(put, self.feeds, feeds))
         clock = time.perf_counter
-        copied: list = []  # without profile, the copies are reported once, when the run ends
+        copied: list = []
         copy_seconds = 0.0
         try:
-            for task, reads, writes, frees in (self.steps if profile else self.fused):
-                with locks[task.stream]:  # the stream still runs one task at a time
-                    if job.done:
+            for task, lock, reads, writes, frees in (self.fused if on_span is None else self.steps):
+                with lock:  # the stream still runs one task at a time
+                    if ended():
+                        on_end(copied, copy_seconds, "CANCELLED")
                         return None
                     start = clock()
                     outs = list(map(take, reads))
-                    if task.kind == "copies":
-                        if {*map(type, outs)} == ONLY_ARRAYS:
-                            outs = list(map(ndarray.copy, outs))
-                        else:  # a sequence or an empty optional among them: each copy task knows its value
-                            outs = [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(task.tasks, outs)]
-                    else:
+                    if task.kind == "subgraph":
                         outs = task.fn(outs)
+                    else:
+                        outs = copy_values(task, outs)
+                        copy_seconds += clock() - start
+                        copied += outs
                     _consume(map(put, writes, outs))
-                    if observer is not None and (profile or task.kind != "subgraph"):
-                        if profile:
-                            observer(job, task, start, clock(), outs)
-                        else:
-                            copy_seconds += clock() - start
-                            copied += outs
-                _consume(map(put, frees, _NONES))
-            return list(map(take, self.results))
-        finally:
-            if copied:
-                observer(job, self.all_copies, 0.0, copy_seconds, copied)
+                    if on_span is not None:
+                        on_span(task, start, clock(), outs)
+                if frees:
+                    _consume(map(put, frees, _NONES))
+            results = list(map(take, self.results))
+        except BaseException:
+            on_end(copied, copy_seconds, "FAILED")
+            raise
+        on_end(copied, copy_seconds, "OK")
+        return results
+
+
+def copy_values(task: "Task | CopyRun", values: list) -> list:
+    """The copies a copy step (one copy task or a `CopyRun`) makes of `values`, one per task."""
+    if {*map(type, values)} == ONLY_ARRAYS:
+        return list(map(ndarray.copy, values))
+    # a sequence or an empty optional among them: each copy task knows its value
+    tasks = task.tasks if task.kind == "copies" else (task,)
+    return [v.copy() if type(v) is ndarray else t.fn([v])[0] for t, v in zip(tasks, values)]
+
+
+class Chain:
+    """A plan that is one subgraph between the copies of its inputs and of its results (a model
+    placed on one device, each gear of a decoder), run as straight-line code: the same locks,
+    copies and results as `InlineSchedule.run`'s loop over the same steps, without the loop and
+    the value table. Each of `feed_order`, `reads`, `picks` and `results` is the order in which a
+    step takes the values before it (indices), None when it takes them as they are.
+
+    Either copy step may be absent (a subgraph in host memory reads the inputs as they are). It
+    applies when the subgraph reads only the (copied) inputs and the results are only its (copied)
+    outputs; `of` returns None for any other plan."""
+
+    __slots__ = ("copy_in", "lock_in", "feed_order", "task", "lock", "reads", "copy_out", "lock_out", "picks",
+                 "results")
+
+    @classmethod
+    def of(cls, schedule: "InlineSchedule") -> "Chain | None":
+        steps = list(schedule.fused)
+        copy_in = steps.pop(0) if steps and steps[0][0].kind != "subgraph" else None
+        copy_out = steps.pop() if len(steps) > 1 and steps[-1][0].kind != "subgraph" else None
+        if len(steps) != 1 or steps[0][0].kind != "subgraph" or schedule.constant_slots:
+            return None
+        chain = cls()
+        task, chain.lock, reads, writes, _ = steps[0]
+        chain.task = task
+        if copy_in is not None:
+            chain.copy_in, chain.lock_in, in_reads, before, _ = copy_in
+            if not set(in_reads) <= set(schedule.feeds):
+                return None
+            feed_at = {s: i for i, s in enumerate(schedule.feeds)}
+            chain.feed_order = _unless_identity(tuple(feed_at[s] for s in in_reads), len(schedule.feeds))
+        else:
+            chain.copy_in = chain.lock_in = chain.feed_order = None
+            before = schedule.feeds
+        at = {s: i for i, s in enumerate(before)}
+        if not set(reads) <= set(at):
+            return None
+        chain.reads = _unless_identity(tuple(at[s] for s in reads), len(before))
+        made = {s: i for i, s in enumerate(writes)}
+        if copy_out is not None:
+            chain.copy_out, chain.lock_out, out_reads, after, _ = copy_out
+            if not set(out_reads) <= set(made):
+                return None
+            chain.picks = _unless_identity(tuple(made[s] for s in out_reads), len(writes))
+            made = {s: i for i, s in enumerate(after)}
+        else:
+            chain.copy_out = chain.lock_out = chain.picks = None
+        if not set(schedule.results) <= set(made):
+            return None
+        chain.results = _unless_identity(tuple(made[s] for s in schedule.results), len(made))
+        return chain
+
+    def run(self, feeds: list, ended: "Callable[[], bool]", on_end: "Callable[[list, float, str], None]") -> list | None:
+        """`InlineSchedule.run` for this plan (without spans). `ended()` is asked once, before the
+        subgraph: the copies around it take no time worth cancelling."""
+        clock = time.perf_counter
+        copied: list = []
+        seconds = 0.0
+        try:
+            if self.copy_in is not None:
+                with self.lock_in:
+                    start = clock()
+                    values = feeds if self.feed_order is None else list(map(feeds.__getitem__, self.feed_order))
+                    values = list(map(ndarray.copy, values)) if {*map(type, values)} == ONLY_ARRAYS \
+                        else copy_values(self.copy_in, values)
+                    seconds = clock() - start
+                copied = values
+            else:
+                values = feeds
+            with self.lock:
+                if ended():
+                    on_end(copied, seconds, "CANCELLED")
+                    return None
+                values = self.task.fn(values if self.reads is None else list(map(values.__getitem__, self.reads)))
+            if self.copy_out is not None:
+                with self.lock_out:
+                    start = clock()
+                    if self.picks is not None:
+                        values = list(map(values.__getitem__, self.picks))
+                    values = list(map(ndarray.copy, values)) if {*map(type, values)} == ONLY_ARRAYS \
+                        else copy_values(self.copy_out, values)
+                    seconds += clock() - start
+                copied = copied + values
+            results = values if self.results is None else list(map(values.__getitem__, self.results))
+        except BaseException:
+            on_end(copied, seconds, "FAILED")
+            raise
+        on_end(copied, seconds, "OK")
+        return results
+
+
+def _unless_identity(order: tuple, size: int) -> tuple | None:
+    """`order` (indices into a list of `size` values), or None when it takes the whole list as it is."""
+    return None if order == tuple(range(size)) else order
 
 
 def _fuse_copies(steps: tuple) -> tuple:
@@ -156,12 +268,12 @@ def _fuse_copies(steps: tuple) -> tuple:
         if len(run) == 1:
             fused.append(run[0])
         elif run:
-            fused.append((CopyRun([s[0] for s in run]), tuple(s[1][0] for s in run), tuple(s[2][0] for s in run),
-                          tuple(i for s in run for i in s[3])))
+            fused.append((CopyRun([s[0] for s in run]), run[0][1], tuple(s[2][0] for s in run),
+                          tuple(s[3][0] for s in run), tuple(i for s in run for i in s[4])))
         run.clear()
 
     for step in steps:
-        task, reads, writes = step[0], step[1], step[2]
+        task, reads, writes = step[0], step[2], step[3]
         single = task.kind == "copy" and len(reads) == 1 and len(writes) == 1
         if not single or (run and run[0][0].stream != task.stream):
             flush()
@@ -173,4 +285,4 @@ def _fuse_copies(steps: tuple) -> tuple:
     return tuple(fused)
 
 
-__all__ = ["CopyRun", "InlineSchedule", "dependency_order"]
+__all__ = ["Chain", "CopyRun", "InlineSchedule", "copy_values", "dependency_order"]

@@ -30,7 +30,8 @@ _DROPPED = "results dropped"
 _COLLECTED = "results collected"
 
 
-_NBYTES = operator.attrgetter("nbytes")
+#: an array's size in bytes, read in C
+NBYTES = operator.attrgetter("nbytes")
 
 
 def nbytes_of(values: "list | tuple") -> int:
@@ -39,7 +40,7 @@ def nbytes_of(values: "list | tuple") -> int:
     Called several times per job (stats, kept results), so the common case, arrays only, runs
     in C (no Python bytecode per value)."""
     try:
-        return sum(map(_NBYTES, values))
+        return sum(map(NBYTES, values))
     except AttributeError:  # a sequence (list of arrays), None, or a non-array value among them
         pass
     total = 0
@@ -106,6 +107,8 @@ class JobTable:
         self._keep_bytes = MAX_KEPT_RESULT_BYTES if keep_result_bytes is None else keep_result_bytes
         self._result_bytes = 0
         self._ids = itertools.count(1)
+        #: a job id no other job of this table has, for a run that needs no record (`GraphRunner.run`)
+        self.next_id = self._ids.__next__
         self._lock = threading.Lock()
         self._pending: dict[int, Job] = {}
         self._finished: OrderedDict[int, Job] = OrderedDict()

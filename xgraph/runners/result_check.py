@@ -56,7 +56,7 @@ class _Output:
 class ResultCheck:
     """The output signature of one runner, and the check of one run's results against it."""
 
-    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "_exact", "_passed")
+    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "exact", "_passed")
 
     def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
         self.owner = owner
@@ -68,13 +68,13 @@ class ResultCheck:
         self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
         #: every output a tensor of known dtype and static shape: [(dtype, shape), ...], checked as one
         #: comparison of lists built in C (the general loop below runs only to name a mismatch)
-        self._exact = ([(out.dtype, out.static) for out in self.outputs]
+        self.exact = ([(out.dtype, out.static) for out in self.outputs]
                        if all(out is not None and out.dtype is not None and out.static is not None
                               for out in self.outputs) else None)
         #: input signature -> the [(dtype, shape), ...] of results that passed for it: the check reads
         #: only types, dtypes and shapes, so the next run with that signature (a decoding loop's next
         #: step) is one dict lookup and one comparison of lists built in C
-        self._passed: "dict | None" = {} if self._exact is None else None
+        self._passed: "dict | None" = {} if self.exact is None else None
 
     @classmethod
     def of(cls, owner: str, outputs: Sequence, inputs: Sequence) -> "ResultCheck":
@@ -87,7 +87,7 @@ class ResultCheck:
 
     def __call__(self, inputs: Sequence, results: Sequence) -> None:
         """Raise RunnerError naming the first output that does not match its tensor."""
-        exact = self._exact
+        exact = self.exact
         if exact is not None and len(results) == len(exact) and {*map(type, results)} == ONLY_ARRAYS \
                 and list(map(DTYPE_SHAPE, results)) == exact:
             return

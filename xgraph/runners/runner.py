@@ -25,8 +25,9 @@ from xgraph.errors import RunnerError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported for existing importers
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
+from xgraph.runners.jobs import NBYTES, Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
 from xgraph.runners.result_check import ResultCheck
+from xgraph.runners.run_stats import RunStats
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 
 if TYPE_CHECKING:
@@ -83,12 +84,11 @@ class _Runtime:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.slots = JobSlots(max_jobs)
         self.exec_lock = threading.Lock()
-        self.stats_lock = threading.Lock()
         self.worker: threading.Thread | None = None
         self.io: tuple[list, list] | None = None
         self.result_check: ResultCheck | None = None
         self.closed = False
-        self.stats = {"runs": 0, "failures": 0, "total_s": 0.0, "last_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+        self.stats = RunStats()
 
 
 class Runner:
@@ -215,8 +215,7 @@ class Runner:
             try:
                 results = self.execute(inputs)
             except BaseException as e:
-                with rt.stats_lock:
-                    rt.stats["failures"] += 1
+                rt.stats.failed()
                 if isinstance(e, (XGraphError, KeyboardInterrupt)):
                     raise
                 # anything else a runner or kernel raises (ValueError, even SystemExit) is this
@@ -233,17 +232,14 @@ class Runner:
             else:
                 self._check_results(inputs, results)
         except RunnerError:
-            with rt.stats_lock:
-                rt.stats["failures"] += 1
+            rt.stats.failed()
             raise
-        bytes_in, bytes_out = nbytes_of(inputs), nbytes_of(results)
-        with rt.stats_lock:
-            s = rt.stats
-            s["runs"] += 1
-            s["total_s"] += elapsed
-            s["last_s"] = elapsed
-            s["bytes_in"] += bytes_in
-            s["bytes_out"] += bytes_out
+        try:
+            rt.stats.record((elapsed, sum(map(NBYTES, inputs)), sum(map(NBYTES, results))))
+        except AttributeError:  # a sequence, None or a non-array value among them
+            rt.stats.record((elapsed, nbytes_of(inputs), nbytes_of(results)))
+        if rt.stats.due():
+            rt.stats.fold()
         return list(results)
 
     def _check_results(self, inputs: list, results: Any) -> None:
@@ -325,8 +321,7 @@ class Runner:
 
     def get_stats(self) -> dict[str, Any]:
         """Counters: runs, failures, total_s, last_s, bytes_in, bytes_out (plus subclass extras)."""
-        with self._rt.stats_lock:
-            return dict(self._rt.stats)
+        return self._rt.stats.snapshot()
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -14,7 +14,8 @@ Streams work in FIFO order across jobs, so consecutive jobs overlap on different
 final (failed, cancelled, timed out) has its remaining tasks skipped.
 
 A synchronous run (`GraphRunner.run`) with no other job in flight need not use the streams at all:
-`run_here` runs the tasks in dependency order on the calling thread, each holding its stream,
+`claim_inline` hands it the plan's `InlineSchedule`, which runs the tasks in dependency order on
+the calling thread, each holding its stream,
 which is the same schedule without a thread hand-off per task and per job (a KV-cache decoding
 step is a chain of small subgraphs, where those hand-offs cost more than the subgraphs).
 
@@ -110,16 +111,8 @@ class _JobRun:
 Observer = Callable[[Job, Task, float, float, list], None]
 
 
-class _InlineRun:
-    """What `abandon` finds for a job running on its caller's thread: nothing to free (one shared instance)."""
-
-    __slots__ = ("values", "readers", "lock")
-
-    def __init__(self) -> None:
-        self.values, self.readers, self.lock = {}, {}, threading.Lock()
-
-
-_INLINE_RUN = _InlineRun()
+#: what `_runs` holds while a synchronous run uses the caller's thread (`claim_inline`)
+_INLINE = object()
 
 
 class ThreadScheduler:
@@ -134,12 +127,12 @@ class ThreadScheduler:
         self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
                          for s in self._queues]
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
-        # every task may run on the caller's thread: synchronous runs may skip the streams (run_here)
-        self._inline = InlineSchedule(plan) if all(t.any_thread for t in plan.tasks) else None
-        self._runs: dict[int, _JobRun] = {}  # job id -> state, while the job runs
+        # every task may run on the caller's thread: synchronous runs may skip the streams (claim_inline)
+        self._inline = InlineSchedule(plan, self._busy) if all(t.any_thread for t in plan.tasks) else None
+        self._runs: dict = {}  # job id -> state (_JobRun), while the job runs; _INLINE during a claimed run
         self._runs_lock = threading.Lock()
         # the stream threads start with the first job that needs them: a runner used only through
-        # synchronous runs on the caller's thread (run_here), such as each gear of a decoding loop,
+        # synchronous runs on the caller's thread (claim_inline), such as each gear of a decoding loop,
         # never starts any (64 past-length gears would hold 192 idle threads otherwise)
         self._started = self._inline is None
         for thread in self._threads if self._started else ():
@@ -161,36 +154,22 @@ class ThreadScheduler:
         for task in self._roots:
             self._queues[task.stream].put((run, task))
 
-    def run_here(self, job: Job, feeds: list[np.ndarray],
-                 done: Callable[[Job, list | None, BaseException | None], None], profile: bool = False) -> bool:
-        """Run `job` to the end on the calling thread (`xgraph.runners.inline`), when no other job is
-        in flight and every task may run on any thread; `done` is called as `submit` would call it.
-        False (nothing done) otherwise."""
+    def claim_inline(self) -> InlineSchedule | None:
+        """The plan's `InlineSchedule`, for one synchronous run on the caller's thread, when every task
+        may run on any thread and no other job is in flight (their pipeline order stays on the
+        streams); None otherwise. A claim is given back with `end_inline()`."""
         if self._inline is None:
-            return False
+            return None
         with self._runs_lock:
             if self._runs:
-                return False  # other jobs use the streams: keep their pipeline order
-            self._runs[job.id] = _INLINE_RUN
-        try:
-            results = self._inline.run(job, feeds, self._busy, self._observer, profile)
-        except BaseException as e:  # reported through the job, as on a stream
-            self._forget_job(job)
-            if isinstance(e, KeyboardInterrupt):  # the caller's own Ctrl-C: end the job, then let it through
-                done(job, None, RuntimeError(f"job {job.id} interrupted (KeyboardInterrupt)"))
-                raise
-            if not isinstance(e, Exception):
-                e = RuntimeError(f"job {job.id} raised {type(e).__name__}: {e}")
-            done(job, None, e)
-            return True
-        self._forget_job(job)
-        if results is not None:
-            done(job, results, None)
-        return True
+                return None
+            self._runs[_INLINE] = _INLINE  # jobs submitted meanwhile see a job in flight
+        return self._inline
 
-    def _forget_job(self, job: Job) -> None:
+    def end_inline(self) -> None:
+        """The synchronous run `claim_inline` allowed has ended."""
         with self._runs_lock:
-            self._runs.pop(job.id, None)
+            self._runs.pop(_INLINE, None)
 
     def abandon(self, job: Job) -> None:
         """Free what a job that ended early (timed out, cancelled) still holds; its queued tasks are skipped.
