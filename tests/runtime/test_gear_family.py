@@ -166,3 +166,25 @@ def test_gears_that_are_not_one_session_or_are_profiled_keep_their_own_runners(d
         assert runner.shared is None
         runner.run({"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)})
         assert runner.get_stats()["gears"]["gear0"]["jobs"]["OK"] == 1
+
+
+@pytest.mark.parametrize("shapes", [
+    [(1, 8), (1, 16), (1, 32)],                    # one input tells the gears apart: found by its shape
+    [((1, 1), (1, 1)), ((1, 1), (1, 2)), ((1, 2), (1, 1))],  # no single input does: the whole signature
+])
+def test_the_gear_result_check_finds_each_gears_check(shapes):
+    from xgraph.runners.gear_family import GearResults
+    from xgraph.runners.result_check import ResultCheck
+    f32 = np.dtype(np.float32)
+    gears = [s if isinstance(s[0], tuple) else (s, (1, 1)) for s in shapes]
+    checks = {tuple((f32, shape) for shape in gear): ResultCheck(f"gear {i}", [("y", f32, (i + 1, 3))], [])
+              for i, gear in enumerate(gears)}
+    results = GearResults(checks, next(iter(checks.values())))
+    assert (results.at is None) == isinstance(shapes[0][0], tuple)
+    for i, gear in enumerate(gears):
+        inputs = [np.zeros(shape, np.float32) for shape in gear]
+        results(inputs, [np.zeros((i + 1, 3), np.float32)])  # this gear's output shape passes
+        with pytest.raises(RunnerError, match=rf"gear {i}: output 'y' must be float32 of shape \({i + 1}, 3\)"):
+            results(inputs, [np.zeros((i + 2, 3), np.float32)])  # the next gear's does not
+        with pytest.raises(RunnerError, match=rf"gear {i}: output 'y' must be float32"):
+            results(inputs, [np.zeros((i + 1, 3), np.float64)])

@@ -84,25 +84,40 @@ class GearInputs:
 
 
 class GearResults:
-    """The shared subgraph runner's result check: the check of the gear whose input signature the
-    run's inputs have (each gear's own `ResultCheck`, static, so one comparison of lists)."""
+    """The shared subgraph runner's result check: the check of the gear whose inputs the run has
+    (each gear's own `ResultCheck`, static, so one comparison of lists).
 
-    __slots__ = ("by_inputs", "exact", "fallback", "size")
+    The gear is found by the shape of one input whose shape differs from gear to gear (`at`: a
+    past key of a decoder), when there is one; by the whole input signature otherwise. The shared
+    runner's inputs have passed `GearInputs`, so they are exactly one gear's."""
+
+    __slots__ = ("at", "by_key", "exact", "fallback", "size")
 
     def __init__(self, by_inputs: "dict[tuple, ResultCheck]", fallback: ResultCheck) -> None:
-        self.by_inputs, self.fallback, self.size = by_inputs, fallback, fallback.size
-        #: input signature -> the [(dtype, shape), ...] the gear's outputs have (its check's own list)
-        self.exact = {key: check.exact for key, check in by_inputs.items() if check.exact is not None}
+        self.fallback, self.size = fallback, fallback.size
+        signatures = list(by_inputs)
+        width = len(signatures[0]) if signatures else 0
+        #: an input whose shape alone tells the gears apart, else None (the whole signature)
+        self.at = next((i for i in range(width) if len({sig[i][1] for sig in signatures}) == len(signatures)), None)
+        #: key (that input's shape, or the whole signature) -> the gear's check
+        self.by_key = {self._key_of(sig): check for sig, check in by_inputs.items()}
+        #: key -> the [(dtype, shape), ...] the gear's outputs have (its check's own list)
+        self.exact = {key: check.exact for key, check in self.by_key.items() if check.exact is not None}
+
+    def _key_of(self, signature: tuple) -> tuple:
+        return signature if self.at is None else signature[self.at][1]
 
     def __call__(self, inputs: Sequence, results: Sequence) -> None:
-        if {*map(type, inputs)} <= ONLY_ARRAYS:
+        at = self.at
+        if at is not None and len(inputs) > at and type(inputs[at]) is np.ndarray:
+            key = inputs[at].shape
+        elif at is None and {*map(type, inputs)} <= ONLY_ARRAYS:
             key = tuple(map(DTYPE_SHAPE, inputs))
-            if {*map(type, results)} == ONLY_ARRAYS and list(map(DTYPE_SHAPE, results)) == self.exact.get(key):
-                return  # the common case, as the gear's ResultCheck decides it
-            check = self.by_inputs.get(key)
         else:
-            check = None
-        (check or self.fallback)(inputs, results)
+            key = None
+        if {*map(type, results)} == ONLY_ARRAYS and list(map(DTYPE_SHAPE, results)) == self.exact.get(key):
+            return  # the common case, as the gear's ResultCheck decides it
+        (self.by_key.get(key) or self.fallback)(inputs, results)
 
 
 def serve_gears(runner: "GraphRunner", gears: "Sequence[Gear]", gear_runners: "Sequence[Runner]",

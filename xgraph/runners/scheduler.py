@@ -111,10 +111,6 @@ class _JobRun:
 Observer = Callable[[Job, Task, float, float, list], None]
 
 
-#: what `_runs` holds while a synchronous run uses the caller's thread (`claim_inline`)
-_INLINE = object()
-
-
 class ThreadScheduler:
     """One daemon worker thread per stream, fed by a queue; dependencies counted per job."""
 
@@ -129,8 +125,11 @@ class ThreadScheduler:
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
         # every task may run on the caller's thread: synchronous runs may skip the streams (claim_inline)
         self._inline = InlineSchedule(plan, self._busy) if all(t.any_thread for t in plan.tasks) else None
-        self._runs: dict = {}  # job id -> state (_JobRun), while the job runs; _INLINE during a claimed run
+        self._runs: dict[int, _JobRun] = {}  # job id -> state, while the job runs on the streams
         self._runs_lock = threading.Lock()
+        self._inline_claim = threading.Lock()  # held by the synchronous run using `_inline` (claim_inline)
+        #: the synchronous run `claim_inline` allowed has ended
+        self.end_inline = self._inline_claim.release
         # the stream threads start with the first job that needs them: a runner used only through
         # synchronous runs on the caller's thread (claim_inline), such as each gear of a decoding loop,
         # never starts any (64 past-length gears would hold 192 idle threads otherwise)
@@ -156,20 +155,17 @@ class ThreadScheduler:
 
     def claim_inline(self) -> InlineSchedule | None:
         """The plan's `InlineSchedule`, for one synchronous run on the caller's thread, when every task
-        may run on any thread and no other job is in flight (their pipeline order stays on the
-        streams); None otherwise. A claim is given back with `end_inline()`."""
-        if self._inline is None:
-            return None
-        with self._runs_lock:
-            if self._runs:
-                return None
-            self._runs[_INLINE] = _INLINE  # jobs submitted meanwhile see a job in flight
-        return self._inline
+        may run on any thread, no other synchronous run holds it and no job is on the streams
+        (their pipeline order stays there); None otherwise. A claim is given back with `end_inline`.
 
-    def end_inline(self) -> None:
-        """The synchronous run `claim_inline` allowed has ended."""
-        with self._runs_lock:
-            self._runs.pop(_INLINE, None)
+        A job submitted while a synchronous run goes on runs on the streams beside it; each task
+        holds its stream's lock, so both are right."""
+        if self._inline is None or not self._inline_claim.acquire(False):
+            return None
+        if self._runs:
+            self._inline_claim.release()
+            return None
+        return self._inline
 
     def abandon(self, job: Job) -> None:
         """Free what a job that ended early (timed out, cancelled) still holds; its queued tasks are skipped.
@@ -267,8 +263,8 @@ class ThreadScheduler:
         stream has nothing running or queued, running the task here is the same schedule without
         it. Only for tasks whose runner may be called from any thread.
         """
-        if not task.any_thread or local or len(self._runs) > 1 or not inbox.empty() \
-                or not self._queues[task.stream].empty():
+        if not task.any_thread or local or len(self._runs) > 1 or self._inline_claim.locked() \
+                or not inbox.empty() or not self._queues[task.stream].empty():
             return False  # with other jobs in flight, both threads have work: keep the pipeline
         return self._busy[task.stream].acquire(blocking=False)
 
