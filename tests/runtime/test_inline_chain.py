@@ -105,8 +105,9 @@ def test_a_failure_in_a_chain_is_counted_and_named_as_in_the_general_loop(make, 
     with xgraph.create_graph_runner(_placed(make, "AICORE")) as runner:
         if not chained:
             _without_chain(runner)
-        with pytest.raises(RunnerError, match=r"ChainDoubler.*ValueError: broken device"):
+        with pytest.raises(RunnerError, match=r"ChainDoubler.*ValueError: broken device") as caught:
             runner.run({"x": np.ones((1, 4), np.float32)})
+        assert isinstance(caught.value.__cause__, ValueError)  # the runner's own exception stays attached
         doubler.fail = None
         np.testing.assert_array_equal(runner.run({"x": np.ones((1, 4), np.float32)})[0], np.full((1, 4), 2, np.float32))
         stats = runner.get_stats()

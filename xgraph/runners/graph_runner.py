@@ -258,10 +258,10 @@ class GraphRunner:
                     results = schedule.run(feeds, self._is_closed, self._end_inline_run, on_span)
                 else:
                     results = schedule.run(feeds, self._is_closed, self._end_inline_run)
-            except KeyboardInterrupt:  # the caller's own Ctrl-C: counted as a failure, then let through
+            except (XGraphError, KeyboardInterrupt):  # as they are (Ctrl-C: counted as a failure, let through)
                 raise
             except BaseException as e:
-                raise self._job_error(job_id, e) from (None if isinstance(e, XGraphError) else e)
+                raise self._job_error(job_id, e) from e
             finally:
                 self._scheduler.end_inline()
             if results is None:  # close() ran meanwhile
