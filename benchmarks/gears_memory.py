@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 COMPILE = r"""
-import importlib.util, json, resource, sys, os
+import json, resource, sys, os
 import onnx, xgraph
-spec = importlib.util.spec_from_file_location("m", sys.argv[1])
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+from xgraph.runners.testing import load_script
+m = load_script(sys.argv[1], "m")
 model = m.bert_like_encoder(hidden=int(sys.argv[2]), heads=4, vocab=1000, layers=int(sys.argv[3]))
 weights = sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
 g = xgraph.compile(model, json.loads(sys.argv[4]))

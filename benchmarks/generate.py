@@ -23,7 +23,6 @@ step is static and one AI Core subgraph.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 import xgraph
+from xgraph.runners.testing import load_script
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "generate"
 PROMPT = [3, 17, 42]
@@ -40,10 +40,7 @@ FLOOR_PAST = 32  # the past length of the fixed-length step
 
 
 def _sample_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"generate_{name}", SAMPLE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SAMPLE / f"{name}.py", f"generate_{name}")
 
 
 def _execute_seconds(runner) -> float:

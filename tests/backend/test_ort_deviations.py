@@ -7,7 +7,6 @@ kernels. That "auto" then passes every case "numpy" passes is checked by test_co
 """
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from pathlib import Path
 
@@ -17,13 +16,11 @@ import pytest
 import xgraph.backend as backend
 from xgraph import Graph
 from xgraph.runners.ort_deviations import deviation, deviations
+from xgraph.runners.testing import load_script
 
 ort = pytest.importorskip("onnxruntime")
 
-_spec = importlib.util.spec_from_file_location("xgraph_conformance_cases", Path(__file__).with_name(
-    "test_conformance.py"))
-_conformance = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conformance)
+_conformance = load_script(Path(__file__).with_name("test_conformance.py"), "xgraph_conformance_cases")
 CASES = _conformance.CASES
 LISTED = sorted((case, entry) for entry in deviations() for case in entry.cases)
 

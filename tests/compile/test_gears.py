@@ -74,7 +74,6 @@ def test_gear_keys_are_valid_option_keys():
 
 # ----------------------------------------------------------------------------- compile
 
-import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -82,6 +81,7 @@ import onnx  # noqa: E402
 
 import xgraph  # noqa: E402
 from xgraph.errors import ModelFileError, RunnerError  # noqa: E402
+from xgraph.runners.testing import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT_GEARS = {"input_shape": "input_ids:-1,-1;attention_mask:-1,-1", "dynamic_dims": "1,8,1,8;2,16,2,16;1,32,1,32"}
@@ -90,10 +90,7 @@ DENSE = {"MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv"}
 
 
 def _builders(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / path, name)
 
 
 @pytest.fixture(scope="module")

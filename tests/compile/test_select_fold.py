@@ -70,12 +70,11 @@ def test_a_where_that_still_has_work_stays(why, model):
 
 
 def test_a_decoders_causal_mask_for_one_token_is_gone_on_every_gear():
-    import importlib.util
     from pathlib import Path
+
+    from xgraph.runners.testing import load_script
     sample = Path(__file__).resolve().parents[2] / "samples" / "generate"
-    spec = importlib.util.spec_from_file_location("generate_for_select_fold", sample / "generate.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script(sample / "generate.py", "generate_for_select_fold")
     model = onnx.load(sample / "decoder.onnx")
     assert sum(n.op_type == "Where" for n in model.graph.node) == 2  # one causal mask per layer
     g = xgraph.compile(model, gen.gear_options([0, 1, 7]))

@@ -6,7 +6,6 @@ sample's (samples/generate/make_model.py), loaded by path.
 """
 from __future__ import annotations
 
-import importlib.util
 import types
 from pathlib import Path
 
@@ -15,17 +14,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from xgraph.runners.testing import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_sample = _load("generate_make_model", ROOT / "samples" / "generate" / "make_model.py")
+_sample = load_script(ROOT / "samples" / "generate" / "make_model.py", "generate_make_model")
 _Builder, _attention, _ln, _mlp, gpt2_like = (_sample._Builder, _sample._attention, _sample._ln, _sample._mlp,
                                               _sample.gpt2_like)
 
@@ -91,10 +85,10 @@ def unet_like(channels: int = 8, size: int = 64) -> onnx.ModelProto:
 
 def _bert_like_encoder():
     """The BERT-style builder of tests/compile (loaded by path: no sibling imports)."""
-    return _load("compile_models", ROOT / "tests" / "compile" / "conftest.py").bert_like_encoder
+    return load_script(ROOT / "tests" / "compile" / "conftest.py", "compile_models").bert_like_encoder
 
 
-_llm = _load("large_llm_exports", ROOT / "tests" / "large" / "llm_exports.py")  # Llama, T5, Whisper
+_llm = load_script(ROOT / "tests" / "large" / "llm_exports.py", "large_llm_exports")  # Llama, T5, Whisper
 
 
 def onnxruntime_outputs(model: onnx.ModelProto, feeds) -> list:

@@ -19,17 +19,16 @@ weights, no download. Loaded by path from conftest.py (import mode "importlib").
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from xgraph.runners.testing import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("generate_make_model_llm", ROOT / "samples" / "generate" / "make_model.py")
-_sample = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_sample)
+_sample = load_script(ROOT / "samples" / "generate" / "make_model.py", "generate_make_model_llm")
 Builder = _sample._Builder
 NEG = -1e9  # the additive mask value (torch uses finfo.min; -1e9 keeps float32 sums finite)
 

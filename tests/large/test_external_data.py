@@ -402,12 +402,10 @@ def test_data_file_replaced_before_the_session_opens_it_is_refused(compiled_pair
 def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
     """33 layers of 4096x4096 float32 (2.2 GB, past protobuf's 2 GiB): the side file is used even
     with a threshold above the weights, and the run equals numpy over the original data file."""
-    import importlib.util
     from pathlib import Path
-    spec = importlib.util.spec_from_file_location(
-        "large_model", Path(__file__).resolve().parents[2] / "benchmarks" / "large_model.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+
+    from xgraph.runners.testing import load_script
+    bench = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "large_model.py", "large_model")
     layers, n = 33, bench.N
     weight_bytes = bench.generate(tmp_path / "big.onnx", layers)
     assert weight_bytes > 1 << 31

@@ -3,7 +3,6 @@ attention over the growing cache on AI CPU), runs step by step through create_gr
 the presents fed back as pasts, and greedy generation equals onnxruntime token for token."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -11,16 +10,14 @@ import onnxruntime as ort
 import pytest
 
 import xgraph
+from xgraph.runners.testing import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "generate"
 DYNAMIC = {"present_l0_k", "present_l0_v", "l0_kt", "l0_scores", "l0_scaled", "l0_masked", "l0_probs", "l0_ctx"}
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"generate_{name}", SAMPLE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SAMPLE / f"{name}.py", f"generate_{name}")
 
 
 @pytest.fixture(scope="module")

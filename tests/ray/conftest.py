@@ -11,7 +11,6 @@ them on one worker under --dist loadgroup; pytest 9 with pytest-xdist 3.8 ignore
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import types
 from pathlib import Path
@@ -21,17 +20,14 @@ import pytest
 from onnx import TensorProto, helper
 
 import xgraph
+from xgraph.runners.testing import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 
 
 def _compile_models():
     """The compile tests' model builders (import mode "importlib" has no sibling imports)."""
-    path = Path(__file__).parents[1] / "compile" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("ray_compile_models", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).parents[1] / "compile" / "conftest.py", "ray_compile_models")
 
 
 _builders = _compile_models()

@@ -7,7 +7,6 @@ to their own runners when onnxruntime fails a run.
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 
 import xgraph
 from xgraph.errors import KernelError, RunnerError
+from xgraph.runners.testing import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 10
@@ -22,10 +22,7 @@ PASTS = [f"past_l{i}_{kv}" for i in range(2) for kv in "kv"]
 
 
 def _module(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / path, name)
 
 
 @pytest.fixture(scope="module")

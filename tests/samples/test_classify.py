@@ -1,7 +1,6 @@
 """The classify sample: DVPP -> AI Core -> AI CPU -> CPU, equal to Pillow + onnxruntime, and robust to bad JPEGs."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -9,15 +8,13 @@ import pytest
 
 import xgraph
 from xgraph.errors import XGraphError
+from xgraph.runners.testing import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"classify_{name}", SAMPLE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SAMPLE / f"{name}.py", f"classify_{name}")
 
 
 def test_checked_in_models_are_what_the_generator_makes():

@@ -2,7 +2,6 @@
 against onnxruntime's integer kernels on the same quantized model and against the float model's answers."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 import subprocess
@@ -18,16 +17,14 @@ pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
 from xgraph.compiler.quantize_front import split_front  # noqa: E402
+from xgraph.runners.testing import load_script  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 IMAGES = sorted((SAMPLE / "images").glob("*.jpg"))
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"classify_{name}", SAMPLE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SAMPLE / f"{name}.py", f"classify_{name}")
 
 
 def _readme_quantize_command(output: Path) -> list[str]:

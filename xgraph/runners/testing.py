@@ -4,6 +4,8 @@ and the jobs-in-flight loop the throughput benchmarks time.
 `place` builds what `xgraph.compile` produces (device subgraphs with "device" and "runner"
 attrs) from a plain op -> device function, so runtime behaviour can be tested without the
 partitioner. `zoo_model` loads an ONNX model-zoo architecture from onnx's test data.
+`load_script` loads a file of the repository (a sample's script, another test folder's model
+builders) as a module, for tests and benchmarks that use it without installing it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,21 @@ import onnx
 from onnx import helper, numpy_helper
 
 from xgraph.ir import Graph, Op
+
+def load_script(path: "str | Path", name: str | None = None):
+    """The Python file at `path`, executed as a fresh module named `name` (default: from the path).
+
+    Only for the repository's own files (samples, test builders, benchmarks): running a file is
+    running its code."""
+    import importlib.util
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(name or f"xgraph_script_{path.parent.name}_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 #: The "light" model-zoo architectures shipped in onnx's backend test data.
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
