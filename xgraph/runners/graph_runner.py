@@ -27,7 +27,7 @@ from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
-from xgraph.runners.jobs import NBYTES, STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
+from xgraph.runners.jobs import STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
@@ -272,10 +272,7 @@ class GraphRunner:
 
     def _end_inline_run(self, copied: list, seconds: float, status: str) -> None:
         """A run on the caller's thread ended with `status`, having copied `copied` in `seconds`."""
-        try:
-            nbytes = sum(map(NBYTES, copied))
-        except AttributeError:  # a sequence, None or a non-array value among them
-            nbytes = nbytes_of(copied)
+        nbytes = nbytes_of(copied)
         with self._stats_lock:
             self._job_counts[status] += 1
             if copied:

@@ -226,8 +226,7 @@ class Chain:
                 with self.lock_in:
                     start = clock()
                     values = feeds if self.feed_order is None else list(map(feeds.__getitem__, self.feed_order))
-                    values = list(map(ndarray.copy, values)) if {*map(type, values)} == ONLY_ARRAYS \
-                        else copy_values(self.copy_in, values)
+                    values = copy_values(self.copy_in, values)
                     seconds = clock() - start
                 copied = values
             else:
@@ -242,8 +241,7 @@ class Chain:
                     start = clock()
                     if self.picks is not None:
                         values = list(map(values.__getitem__, self.picks))
-                    values = list(map(ndarray.copy, values)) if {*map(type, values)} == ONLY_ARRAYS \
-                        else copy_values(self.copy_out, values)
+                    values = copy_values(self.copy_out, values)
                     seconds += clock() - start
                 copied = copied + values
             results = values if self.results is None else list(map(values.__getitem__, self.results))

@@ -30,8 +30,7 @@ _DROPPED = "results dropped"
 _COLLECTED = "results collected"
 
 
-#: an array's size in bytes, read in C
-NBYTES = operator.attrgetter("nbytes")
+_NBYTES = operator.attrgetter("nbytes")
 
 
 def nbytes_of(values: "list | tuple") -> int:
@@ -40,7 +39,7 @@ def nbytes_of(values: "list | tuple") -> int:
     Called several times per job (stats, kept results), so the common case, arrays only, runs
     in C (no Python bytecode per value)."""
     try:
-        return sum(map(NBYTES, values))
+        return sum(map(_NBYTES, values))
     except AttributeError:  # a sequence (list of arrays), None, or a non-array value among them
         pass
     total = 0

@@ -25,7 +25,7 @@ from xgraph.errors import RunnerError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported for existing importers
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import NBYTES, Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
+from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
 from xgraph.runners.result_check import ResultCheck
 from xgraph.runners.run_stats import RunStats
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
@@ -234,10 +234,7 @@ class Runner:
         except RunnerError:
             rt.stats.failed()
             raise
-        try:
-            rt.stats.record((elapsed, sum(map(NBYTES, inputs)), sum(map(NBYTES, results))))
-        except AttributeError:  # a sequence, None or a non-array value among them
-            rt.stats.record((elapsed, nbytes_of(inputs), nbytes_of(results)))
+        rt.stats.record((elapsed, nbytes_of(inputs), nbytes_of(results)))
         if rt.stats.due():
             rt.stats.fold()
         return list(results)
