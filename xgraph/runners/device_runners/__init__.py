@@ -1,17 +1,37 @@
-"""The built-in runners, one module per device, plus the null runner for scheduling tests."""
+"""The built-in runners, one module per device, plus the null runner for scheduling tests.
+
+The classes are resolved on first use, so that the registry hook (`hooks`) can be registered
+without loading the runtime: a compile never runs a runner.
+"""
 from __future__ import annotations
 
-from xgraph.runners.device_runners.aicore import AICoreRunner
-from xgraph.runners.device_runners.aicpu import AICPURunner
-from xgraph.runners.device_runners.base import DeviceRunner
-from xgraph.runners.device_runners.cpu import CPURunner
-from xgraph.runners.device_runners.dvpp import DVPPRunner
-from xgraph.runners.device_runners.null import NullRunner
+import importlib
+from typing import Any
+
+_LAZY = {
+    "AICoreRunner": "xgraph.runners.device_runners.aicore",
+    "AICPURunner": "xgraph.runners.device_runners.aicpu",
+    "DeviceRunner": "xgraph.runners.device_runners.base",
+    "CPURunner": "xgraph.runners.device_runners.cpu",
+    "DVPPRunner": "xgraph.runners.device_runners.dvpp",
+    "NullRunner": "xgraph.runners.device_runners.null",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xgraph.runners.device_runners' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def builtin_runners() -> dict[str, type]:
     """{runner name: class} for the built-in devices; registered through the xgraph_runners hook."""
-    return {"aicore": AICoreRunner, "aicpu": AICPURunner, "dvpp": DVPPRunner, "cpu": CPURunner, "null": NullRunner}
+    names = {"aicore": "AICoreRunner", "aicpu": "AICPURunner", "dvpp": "DVPPRunner", "cpu": "CPURunner",
+             "null": "NullRunner"}
+    return {runner: __getattr__(cls) for runner, cls in names.items()}
 
 
 __all__ = ["AICPURunner", "AICoreRunner", "CPURunner", "DVPPRunner", "DeviceRunner", "NullRunner", "builtin_runners"]
