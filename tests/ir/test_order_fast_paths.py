@@ -161,3 +161,41 @@ def test_toposort_stays_kahns_order_through_edits_that_keep_and_break_the_table_
         expected = _kahn(ops, {op: op.get_input_ops() for op in ops}, insertion.__getitem__)
         assert [op.name for op in g.toposort()] == [op.name for op in expected], (step, kind)
     check_links(g)
+
+
+def _wide_random_graph(seed: int, n: int = 60) -> Graph:
+    """Ops of 0 to 5 input slots: repeated inputs, omitted ones, weights and graph inputs among them."""
+    rng = random.Random(seed)
+    g = Graph(f"wide{seed}")
+    g.create_input("x", [1])
+    g.create_const("w", [1.0])
+    names = ["x", "w"]
+    for i in range(n):
+        slots = rng.choice([0, 1, 1, 2, 2, 3, 5])
+        inputs = [None if rng.random() < 0.1 else rng.choice(names[-6:] if rng.random() < 0.5 else names)
+                  for _ in range(slots)]
+        g.create_op(f"op{i}", "Sum" if slots else "RandomNormal", inputs=inputs)
+        names.append(f"op{i}")
+    return g
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_op_producers_match_their_definition(seed):
+    from xgraph.ir.child_links import MANY, NONE, _op_producers
+    g = _wide_random_graph(seed)
+    position = {op: i for i, op in enumerate(g.get_ops())}
+    first, more = _op_producers(g)
+    assert len(first) == g.get_op_num()
+    kinds = set()
+    for op, code in zip(g.get_ops(), first):
+        reads = tuple(dict.fromkeys(position[t.producer] for t in op.get_input_tensors()
+                                    if t is not None and t.producer is not None))
+        if not reads:
+            assert code == NONE
+        elif len(reads) == 1:
+            assert code == reads[0]
+        else:
+            assert code <= MANY and more[MANY - code] == reads
+        kinds.add(min(len(reads), 2))
+    assert kinds == {0, 1, 2}  # every kind of op was met
+    assert sorted(MANY - c for c in first if c <= MANY) == list(range(len(more)))  # `more` in op order
