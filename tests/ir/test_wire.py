@@ -5,7 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from xgraph.ir.onnx.wire import type_field, value_infos, varint
+from xgraph.ir.onnx.wire import nodes, type_field, value_infos, varint
 
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, 2**31 + 5])
@@ -65,3 +65,50 @@ def test_exported_value_info_is_fill_value_infos_in_any_batch(monkeypatch):
         exported.append(graph.to_onnx().SerializeToString())
         assert list(onnx.load_from_string(exported[-1]).graph.value_info) == expected
     assert len(set(exported)) == 1
+
+
+def test_nodes_equal_the_adds():
+    long = "t" * 300
+    rows = [([], [], "", "", ""), (["x", ""], ["y"], "n", "Add", ""), (["é名"], ["a", "", "b"], "名", "TopK", "ai.onnx"),
+            ([long] * 3, [long + "o"], long, "Custom" * 30, "com.example" * 20), (["x"], ["z"], "m", "Add", "")]
+    expected = onnx.GraphProto(name="g")
+    for inputs, outputs, name, op_type, domain in rows:
+        expected.node.add(op_type=op_type, domain=domain, name=name, input=inputs, output=outputs)
+    merged = onnx.GraphProto(name="g")
+    merged.MergeFromString(nodes(rows))
+    assert merged == expected
+    assert merged.SerializeToString() == expected.SerializeToString()
+    assert all(n.HasField("domain") and n.HasField("name") for n in merged.node)  # present even when empty
+    assert nodes([]) == b""
+    with pytest.raises(UnicodeEncodeError):
+        nodes([([], [], "\ud800", "Relu", "")])
+
+
+def test_exported_nodes_are_the_per_op_adds_in_any_batch(monkeypatch):
+    """The export's nodes (merged in batches, attributes and doc strings set after) are one `_add_node` per op,
+    in order, wherever the batches break: omitted inputs, omitted outputs, attributes, doc strings, domains."""
+    import xgraph.ir.onnx.exporter as exporter
+    from xgraph import Graph
+
+    nodes_ = [helper.make_node("Relu", ["x"], ["r0"], doc_string="first")]
+    nodes_ += [helper.make_node("LeakyRelu", [f"r{i}"], [f"r{i + 1}"], alpha=0.1 * i) for i in range(5)]
+    nodes_ += [helper.make_node("Clip", ["r5", "", "hi"], ["c"]),
+               helper.make_node("Dropout", ["c"], ["d", ""]),
+               helper.make_node("TopK", ["d", "k"], ["v", "i"], axis=0, doc_string="last"),
+               helper.make_node("Add", ["v", "r5"], ["y"])]
+    model = _model_with(nodes_, initializer=[helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
+                                             helper.make_tensor("k", TensorProto.INT64, [1], [2])])
+    graph = Graph.from_onnx(model)
+    graph.get_op(graph.get_ops()[2].name).set_attr("device", "AICORE", onnx_type=None)  # an annotation: left out
+    out_set = set(graph.get_output_tensors())
+    expected = onnx.GraphProto()
+    for op in graph.get_ops():
+        exporter._add_node(expected.node, op, out_set)
+    exported = []
+    for batch in (1, 2, 3, 4096):
+        monkeypatch.setattr(exporter, "_NODE_BATCH", batch)
+        exported.append(graph.to_onnx().SerializeToString())
+        assert list(onnx.load_from_string(exported[-1]).graph.node) == list(expected.node)
+    assert len(set(exported)) == 1
+    assert [n.doc_string for n in expected.node if n.doc_string] == ["first", "last"]
+    assert sum(len(n.attribute) for n in expected.node) == 6 and "" in expected.node[7].output

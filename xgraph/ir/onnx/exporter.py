@@ -7,6 +7,7 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ from xgraph.errors import GraphError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 from xgraph.ir.onnx.side_file import external_reference, goes_external
-from xgraph.ir.onnx.wire import type_field, value_infos
+from xgraph.ir.onnx.wire import nodes as wire_nodes, type_field, value_infos
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
@@ -110,11 +111,27 @@ def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
 
 def _add_node(nodes, op: "Op", outputs: set) -> None:
     """`op` as a NodeProto appended to `nodes` (a graph's repeated field: built in place, never copied)."""
-    node = nodes.add(
-        op_type=op.type, domain=op.domain, name=op.name,
-        input=["" if t is None else t.name for t in op._inputs],
-        output=[t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
-                for t in op._outputs])
+    node = nodes.add(op_type=op.type, domain=op.domain, name=op.name, input=_input_names(op),
+                     output=_output_names(op, outputs))
+    _add_node_extras(node, op)
+
+
+def _input_names(op: "Op") -> list[str]:
+    return ["" if t is None else t.name for t in op._inputs]
+
+
+def _output_names(op: "Op", outputs: set) -> list[str]:
+    return [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else "" for t in op._outputs]
+
+
+def _has_extras(op: "Op") -> bool:
+    """True when `op`'s node needs more than its names, type and domain: a doc string or ONNX attributes."""
+    kinds = op._attr_types
+    return bool(op.doc_string) or bool(kinds and list(kinds.values()).count(None) < len(kinds))
+
+
+def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
+    """The doc string and the ONNX attributes of `op` on its node (annotations are never exported)."""
     if op.doc_string:
         node.doc_string = op.doc_string
     kinds = op._attr_types
@@ -123,6 +140,30 @@ def _add_node(nodes, op: "Op", outputs: set) -> None:
             node.attribute.extend(op.attribute_protos())
         except TypeError as e:
             raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
+
+
+#: nodes encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
+_NODE_BATCH = 4096
+
+
+def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
+    """Every op as a NodeProto appended to `g.node`, in order: what `_add_node` builds per op, with the
+    names, types and domains encoded as bytes (`wire.nodes`) and merged in batches, then the doc strings and
+    attributes set on the few nodes that have them. A name that is not valid Unicode takes `_add_node`'s way."""
+    nodes = g.node
+    start = len(nodes)
+    for at in range(0, len(ops), _NODE_BATCH):
+        batch = ops[at:at + _NODE_BATCH]
+        try:
+            encoded = wire_nodes([(_input_names(op), _output_names(op, outputs), op.name, op.type, op.domain)
+                                  for op in batch])
+        except UnicodeEncodeError:
+            for op in batch:
+                _add_node(nodes, op, outputs)
+            continue
+        g.MergeFromString(encoded)
+        for i in compress(range(at, at + len(batch)), map(_has_extras, batch)):
+            _add_node_extras(nodes[start + i], ops[i])
 
 
 def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"]:
@@ -155,9 +196,7 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
     g = model.graph
     g.name = name
     out_set = set(outputs)
-    nodes = g.node
-    for op in ops:
-        _add_node(nodes, op, out_set)
+    _add_nodes(g, ops, out_set)
     io = set(inputs) | out_set
     add = g.value_info.add
     if types:

@@ -15,6 +15,8 @@ from typing import Iterable
 
 #: GraphProto.value_info and ValueInfoProto.name / .type (onnx.proto)
 GRAPH_VALUE_INFO, VALUE_INFO_NAME, VALUE_INFO_TYPE = 13, 1, 2
+#: GraphProto.node and NodeProto.input / .output / .name / .op_type / .domain (onnx.proto)
+GRAPH_NODE, NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_DOMAIN = 1, 1, 2, 3, 4, 7
 
 _ONE_BYTE = [bytes([n]) for n in range(128)]
 
@@ -56,4 +58,41 @@ def value_infos(entries: Iterable[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-__all__ = ["field", "type_field", "value_infos", "varint"]
+def nodes(rows: Iterable[tuple[list[str], list[str], str, str, str]]) -> bytes:
+    """GraphProto bytes holding one ``node`` per (inputs, outputs, name, op_type, domain), in order:
+    ``graph.MergeFromString`` appends them as ``graph.node.add(op_type=..., domain=..., name=..., input=...,
+    output=...)`` would (the three strings present even when empty, as the keyword arguments set them).
+    A name that is not valid Unicode raises UnicodeEncodeError."""
+    one = _ONE_BYTE
+    k_in, k_out = varint(NODE_INPUT << 3 | 2), varint(NODE_OUTPUT << 3 | 2)
+    k_name = varint(NODE_NAME << 3 | 2)
+    key = varint(GRAPH_NODE << 3 | 2)
+    kinds: dict[tuple[str, str], bytes] = {}  # the op_type and domain fields: a few pairs, each encoded once
+    parts = []
+    append = parts.append
+    for inputs, outputs, name, op_type, domain in rows:
+        fields = []
+        add = fields.append
+        for text in inputs:
+            encoded = text.encode("utf-8")
+            n = len(encoded)
+            add(k_in + (one[n] if n < 128 else varint(n)) + encoded)
+        for text in outputs:
+            encoded = text.encode("utf-8")
+            n = len(encoded)
+            add(k_out + (one[n] if n < 128 else varint(n)) + encoded)
+        encoded = name.encode("utf-8")
+        n = len(encoded)
+        add(k_name + (one[n] if n < 128 else varint(n)) + encoded)
+        kind = kinds.get((op_type, domain))
+        if kind is None:
+            kind = kinds[(op_type, domain)] = field(NODE_OP_TYPE, op_type.encode("utf-8")) + \
+                field(NODE_DOMAIN, domain.encode("utf-8"))
+        add(kind)
+        body = b"".join(fields)
+        n = len(body)
+        append(key + (one[n] if n < 128 else varint(n)) + body)
+    return b"".join(parts)
+
+
+__all__ = ["field", "nodes", "type_field", "value_infos", "varint"]
