@@ -155,8 +155,9 @@ def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
     for at in range(0, len(ops), _NODE_BATCH):
         batch = ops[at:at + _NODE_BATCH]
         try:
-            encoded = wire_nodes([(_input_names(op), _output_names(op, outputs), op.name, op.type, op.domain)
-                                  for op in batch])
+            encoded = wire_nodes([(["" if t is None else t.name for t in op._inputs],  # `_input_names`, `_output_names`
+                                   [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
+                                    for t in op._outputs], op.name, op.type, op.domain) for op in batch])
         except UnicodeEncodeError:
             for op in batch:
                 _add_node(nodes, op, outputs)

@@ -61,7 +61,8 @@ def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
     if sg._children:
         node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
     elif not sg.is_root:
-        node["ops"] = sorted(map(_NAME, sg._ops))
+        ops = sg._ops
+        node["ops"] = [next(iter(ops)).name] if len(ops) == 1 else sorted(map(_NAME, ops))
     return node
 
 
