@@ -2,7 +2,9 @@
 
 Two tools:
 
-* `collector_paused()` pauses the collector around one bulk build, plan or capture.
+* `collector_paused()` pauses the collector around one bulk build, plan or capture; with
+  `keeps=True` (a graph read from a file) what the block leaves alive goes straight to the
+  oldest generation.
 * `objects_frozen()` spans a long multi-stage job on one graph (a compile): each paused block
   that ends inside it moves the objects alive then out of the collector's sight (`gc.freeze`),
   and the scope hands them all back when it ends (`gc.unfreeze`).
@@ -27,13 +29,19 @@ _owners = 0
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(keeps: bool = False) -> Iterator[None]:
     """Pause the cyclic collector for the duration of a bulk build, plan or capture.
 
     Creating many small objects makes the collector run full passes over every object of the
     graph (ops, tensors, subgraphs); on a 100k-op graph those passes cost more than the work
     itself. Reference counting still frees everything; the collector resumes (if it was on)
     when the block ends. Inside `objects_frozen`, what is alive when the block ends is frozen.
+
+    `keeps`: the block builds something its caller keeps (a graph read from a file). Then, when
+    the block turns the collector back on and nothing is frozen, what is alive moves to the
+    oldest generation in one step (`gc.freeze` then `gc.unfreeze`, two list splices): else the
+    first young collection after the block walks every object it made (a 100k-op graph: about
+    a million), and the middle generation's next collection walks them again.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -42,8 +50,19 @@ def collector_paused() -> Iterator[None]:
     finally:
         if _owners:
             gc.freeze()
+        elif keeps and was_enabled:
+            _promote()
         if was_enabled:
             gc.enable()
+
+
+def _promote() -> None:
+    """Move every tracked object to the oldest generation without a collection, unless objects are frozen
+    (by a caller, or an `objects_frozen` scope that started meanwhile: their freeze is not ours to lift)."""
+    with _lock:
+        if not _owners and gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
 
 
 @contextmanager

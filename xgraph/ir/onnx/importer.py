@@ -112,7 +112,7 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     mapped: dict[str, np.ndarray] = {}
-    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
         model, _, label, inv = read_model_inventory(src, label, mapped)
         return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
                                       graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
@@ -128,7 +128,7 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
     already mapped (the arrays become the weights as they are: no copy). `largest_dim`: the
     model's `largest_declared_dim`, when the caller read it from its inventory; `nodes`: the main
     graph's nodes as the safe reader read them into columns (unchecked), else they are read here."""
-    with collector_paused():
+    with collector_paused(keeps=True):
         try:
             return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
                                 largest_dim, nodes)

@@ -320,7 +320,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     mapped: dict[str, np.ndarray] = {}
-    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
         model, _, label, inv = read_model_inventory(src, mapped=mapped)
         nodes = inv.nodes
         del inv
@@ -333,7 +333,7 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
     mapped: dict[str, np.ndarray] = {}
-    with collector_paused():  # from the reader's node columns on: one bulk build, no collector passes between
+    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
         model, _, label, inv = read_model_inventory(src, mapped=mapped)
         if any(p.key == META_KEY for p in model.metadata_props):
             nodes = inv.nodes
