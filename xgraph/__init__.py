@@ -5,12 +5,10 @@ first use, so `import xgraph` stays cheap and each stage loads only when needed.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 import xgraph.ops  # noqa: F401 - registers the custom op schemas (xgraph.dvpp) with onnx
 import xgraph.registries  # noqa: F401 - installs the default registries behind xgraph.devices.get_devices
 from xgraph.errors import XGraphError
+from xgraph.lazy import lazy_names
 from xgraph.ir import Graph, GraphTemplate, Op, Subgraph, Tensor
 
 __version__ = "0.1.0"
@@ -32,14 +30,7 @@ _LAZY: dict[str, "str | tuple[str, str]"] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xgraph' has no attribute {name!r}")
-    module, attr = module if isinstance(module, tuple) else (module, name)
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = ["Graph", "GraphTemplate", "Op", "Subgraph", "Tensor", "XGraphError", "__version__", *_LAZY]

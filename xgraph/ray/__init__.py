@@ -11,8 +11,7 @@ using one of them without Ray installed raises a RunnerError saying how to insta
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from xgraph.lazy import lazy_names
 
 _LAZY = {
     "create_graph_runner": "xgraph.ray.graph_runner",
@@ -26,13 +25,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xgraph.ray' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = list(_LAZY)

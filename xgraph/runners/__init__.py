@@ -6,8 +6,7 @@ the whole runtime.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from xgraph.lazy import lazy_names
 
 _LAZY = {
     "GraphRunner": "xgraph.runners.graph_runner",
@@ -17,13 +16,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xgraph.runners' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = ["GraphRunner", "Runner", "create_graph_runner", "register_runner"]

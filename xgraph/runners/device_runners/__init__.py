@@ -5,8 +5,7 @@ without loading the runtime: a compile never runs a runner.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from xgraph.lazy import lazy_names
 
 _LAZY = {
     "AICoreRunner": "xgraph.runners.device_runners.aicore",
@@ -18,13 +17,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xgraph.runners.device_runners' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 def builtin_runners() -> dict[str, type]:
