@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from itertools import chain
 from operator import attrgetter, methodcaller
 from typing import Any
 
@@ -201,9 +202,8 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
-    claimed: set[str] = set()  # ops placed in a leaf already (which leaf: `leaf_of`)
     child_names: dict[Subgraph, set[str]] = {}
-    ops, place, place_all, leaf_of = graph._ops, build.place_op, build.place_ops, graph._leaf_of
+    leaves: list[tuple[Subgraph, Any]] = []  # each leaf with what its "ops" holds, in the order of the walk
 
     def add(parent: Subgraph, spec: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
@@ -222,22 +222,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
             for k in kids:
                 add(sg, k, depth + 1)
             return
-        names = spec.get("ops")
-        if not isinstance(names, list) or not names or not is_text(*names):
-            dec.fail(f"leaf subgraph {sg.name!r} has no op list")
-        found = list(map(ops.get, names))
-        if None not in found and len(set(names)) == len(names) and claimed.isdisjoint(names):
-            claimed.update(names)
-            place_all(sg, found)
-            return
-        for n in names:  # a problem: found and named one op at a time
-            op = ops.get(n)
-            if op is None:
-                dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
-            if n in claimed:
-                dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
-            claimed.add(n)
-            place(sg, op)
+        leaves.append((sg, spec.get("ops")))
 
     kids = node.get("children")
     if kids is None:
@@ -246,8 +231,39 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
         dec.fail("the root's children are not a list")
     for k in kids:
         add(root, k, 1)
+    _place_leaves(build, leaves, dec)
+
+
+def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: "Decoder | DecodedValues") -> None:
+    """Put each op in the leaf that names it: every op of the graph in exactly one leaf. Checked for all the
+    leaves at once (C passes over one list of every name); a problem is then named leaf by leaf, in order."""
+    ops = build.graph._ops
+    lists = [names for _, names in leaves]
+    if all(type(names) is list and names for names in lists):
+        every = list(chain.from_iterable(lists))
+        if is_text(*every) and len(every) == len(ops) and len(set(every)) == len(every):
+            found = list(map(ops.get, every))
+            if None not in found:  # each op of the graph named once: placed leaf by leaf
+                at = 0
+                for sg, names in leaves:
+                    build.place_ops(sg, found[at:at + len(names)])
+                    at += len(names)
+                return
+    claimed: set[str] = set()  # ops placed in a leaf already (which leaf: `leaf_of`)
+    leaf_of = build.graph._leaf_of
+    for sg, names in leaves:
+        if not isinstance(names, list) or not names or not is_text(*names):
+            dec.fail(f"leaf subgraph {sg.name!r} has no op list")
+        for n in names:
+            op = ops.get(n)
+            if op is None:
+                dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
+            if n in claimed:
+                dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
+            claimed.add(n)
+            build.place_op(sg, op)
     if len(claimed) != len(ops):  # claimed names are distinct ops of the graph
-        missing = [op.name for op in graph.get_ops() if op.name not in claimed]
+        missing = [name for name in ops if name not in claimed]
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
 
 
