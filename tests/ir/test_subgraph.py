@@ -244,3 +244,25 @@ def test_child_dependencies_count_each_producer_once_per_op():
     children, preds = root.child_dependencies()  # the links are cached; the numbering follows the new tree
     assert [c.name for c in children] == [f"subgraph_{n}" for n in "acdefh"]
     assert preds == [[], [0], [0, 0, 1], [0], [2], [3]]
+
+
+def test_get_leaf_subgraphs_is_get_leaf_subgraph_per_op():
+    from xgraph import Graph
+    from xgraph.errors import GraphError
+    g = Graph("g")
+    x = g.create_input("x", [1])
+    for n, src in [("a", "x"), ("b", "a"), ("c", "b")]:
+        g.create_op(n, "Relu", inputs=[src])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    root.merge_children({g.get_leaf_subgraph("a"), g.get_leaf_subgraph("b")})
+    ops = g.get_ops()
+    assert g.get_leaf_subgraphs(ops) == [g.get_leaf_subgraph(op) for op in ops]
+    assert g.get_leaf_subgraphs(["c", ops[0]]) == [g.get_leaf_subgraph("c"), g.get_leaf_subgraph("a")]
+    assert g.get_leaf_subgraphs(iter(ops[:1])) == [g.get_leaf_subgraph("a")]
+    other = Graph("other")
+    stranger = other.create_op("a", "Relu", inputs=[other.create_input("x", [1])])
+    with pytest.raises(GraphError, match="does not belong to graph 'g'"):
+        g.get_leaf_subgraphs([ops[0], stranger])
+    with pytest.raises(GraphError, match="no op named 'zz'"):
+        g.get_leaf_subgraphs(["zz"])

@@ -334,6 +334,15 @@ class GraphCore(AttrsMixin):
         """The leaf subgraph holding `op`."""
         return self._leaf_of[self._resolve_op(op)]
 
+    def get_leaf_subgraphs(self, ops: "Iterable[Op | str]") -> list[Subgraph]:
+        """`[get_leaf_subgraph(op) for op in ops]`: the ops of this graph found in one C pass over its op -> leaf
+        table (which holds exactly its ops), a name or a stranger resolved one by one (GraphError naming it)."""
+        ops = list(ops)
+        try:
+            return list(map(self._leaf_of.__getitem__, ops))
+        except (KeyError, TypeError):
+            return [self.get_leaf_subgraph(op) for op in ops]
+
     def get_subgraph(self, name: str) -> Subgraph:
         """The shallowest subgraph called `name`; GraphError if there is none."""
         level = [self._root]

@@ -12,6 +12,7 @@ saying so; on a graph without ops they find nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import accumulate, chain
 
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, GraphTemplate, Subgraph
@@ -84,9 +85,11 @@ def filter_by_template(graph: Graph, template: GraphTemplate) -> set[Subgraph]:
     if not isinstance(template, GraphTemplate):
         raise PartitionError(f"filter_by_template: expected a GraphTemplate, got {type(template).__name__}; "
                              "build one with xgraph.GraphTemplate(name).add_op(...)")
-    get_leaf = graph.get_leaf_subgraph
-    per_match = [set(map(get_leaf, match.values())) for match in graph.isomorphism(template)]
-    held = set().union(*per_match)
+    matches = [list(match.values()) for match in graph.isomorphism(template)]
+    leaves = graph.get_leaf_subgraphs(chain.from_iterable(matches))
+    ends = list(accumulate(map(len, matches)))
+    per_match = [set(leaves[end - len(ops):end]) for ops, end in zip(matches, ends)]
+    held = set(leaves)
     taken = {leaf for leaf in held if not (leaf.get_parent() is root and _is_free(leaf))}  # once per subgraph
     if not taken:
         return held
