@@ -199,3 +199,15 @@ def test_op_producers_match_their_definition(seed):
         kinds.add(min(len(reads), 2))
     assert kinds == {0, 1, 2}  # every kind of op was met
     assert sorted(MANY - c for c in first if c <= MANY) == list(range(len(more)))  # `more` in op order
+
+
+@pytest.mark.parametrize("rewire", [False, True])
+def test_topo_positions_are_the_toposort_and_follow_edits(rewire):
+    g = _random_graph(3, rewire=rewire)
+    positions = g.topo_positions()
+    assert dict(positions) == {op: i for i, op in enumerate(g.toposort())}
+    with pytest.raises(TypeError):
+        positions[g.get_ops()[0]] = 7  # read-only: the cached table cannot be changed through it
+    last = g.toposort()[-1]
+    g.create_op("after", "Relu", inputs=[last.get_output_tensor()])
+    assert g.topo_positions()[g.get_op("after")] == g.get_op_num() - 1

@@ -8,7 +8,8 @@ All writes of tables, links and tree membership go through `xgraph.ir.builder`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -303,6 +304,10 @@ class GraphCore(AttrsMixin):
         if index is None:
             index = self._cache["implicit"] = implicit_reads(sorted(self._nested_ops), self._tensors)
         return index
+
+    def topo_positions(self) -> "Mapping[Op, int]":
+        """Op -> its position in `toposort()`, read-only, kept until the next structural change (no dict per call)."""
+        return MappingProxyType(self._topo_index())
 
     def _topo_index(self) -> dict[Op, int]:
         index = self._cache.get("topo_index")

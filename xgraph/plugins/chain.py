@@ -244,7 +244,7 @@ def _check_partition(call: _Call, graph: Graph, returned: Any) -> list[Subgraph]
         return items
     ops_of = [sg.get_ops() for sg in items]
     _check_disjoint(call, items, ops_of)
-    position = dict(zip(graph.toposort(), range(graph.get_op_num())))
+    position = graph.topo_positions()
     first = [min(map(position.__getitem__, ops)) for ops in ops_of]
     return [items[i] for i in sorted(range(len(items)), key=first.__getitem__)]
 
