@@ -23,7 +23,6 @@ Recording keeps one record per anchor, so it stays O(anchors x template size).
 from __future__ import annotations
 
 import contextvars
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -365,11 +364,10 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
     if not template._ops:
         return []
     ops = list(graph._ops.values())
-    types = [op.type for op in ops]
-    type_count = Counter(types)  # counted in C; the ops listed only for the types the template names
     by_type: dict[str, list[Op]] = {ty: [] for t in template._ops.values() for ty in t.types}
-    for op in compress(ops, map(by_type.__contains__, types)):
+    for op in compress(ops, map(by_type.__contains__, [op.type for op in ops])):  # the types the template names
         by_type[op.type].append(op)
+    type_count = {ty: len(found) for ty, found in by_type.items()}  # all the search order asks about
     partial: list[dict[str, Op]] = [{}]
     for comp in _components(template):
         found = _match_component(graph, _search_order(comp, None if flow_order else type_count), by_type, misses,
