@@ -266,3 +266,21 @@ def test_get_leaf_subgraphs_is_get_leaf_subgraph_per_op():
         g.get_leaf_subgraphs([ops[0], stranger])
     with pytest.raises(GraphError, match="no op named 'zz'"):
         g.get_leaf_subgraphs(["zz"])
+
+
+def test_are_children_is_is_child_for_each():
+    from xgraph import Graph
+    g = Graph("g")
+    x = g.create_input("x", [1])
+    for n, src in [("a", "x"), ("b", "a"), ("c", "b")]:
+        g.create_op(n, "Relu", inputs=[src])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    a, b, c = (g.get_leaf_subgraph(n) for n in "abc")
+    merged = root.merge_children({a, b})
+    kids = root.get_children()
+    for given in ([merged, c], {merged}, frozenset(), iter([c]), {merged: 1}.keys(), [merged, merged]):
+        assert root.are_children(given)
+    for given in ([a], [merged, a], {root}, [c, b]):
+        assert not root.are_children(given) and not all(map(root.is_child, given))
+    assert root.get_children() == kids  # nothing changed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from itertools import chain, repeat
 from operator import attrgetter
+from collections.abc import KeysView
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
@@ -108,6 +109,13 @@ class Subgraph(AttrsMixin):
     def is_child(self, other: "Subgraph") -> bool:
         """True when `other` is a direct child of this subgraph."""
         return other in self._children
+
+    def are_children(self, subgraphs: "Iterable[Subgraph]") -> bool:
+        """True when every one of `subgraphs` is a direct child of this subgraph (`is_child` for all of them, in C,
+        without a copy of the children)."""
+        if not isinstance(subgraphs, (set, frozenset, KeysView)):
+            subgraphs = set(subgraphs)
+        return self._children.keys() >= subgraphs
 
     def set_children_attrs(self, children: "Iterable[Subgraph]", attrs: "dict[str, Any]") -> None:
         """Set the same `attrs` on many children of this subgraph, as `child.set_attr(k, v)` per key would:

@@ -156,7 +156,7 @@ def _check_plan_input(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> No
     if not isinstance(labels, Mapping):
         raise PartitionError(f"plan_merge: labels must map children of the root to labels, "
                              f"got {type(labels).__name__}")
-    if labels.keys() <= root.get_children() and all(map(_IS_LEAF, labels)):
+    if root.are_children(labels.keys()) and all(map(_IS_LEAF, labels)):
         return  # the usual input, checked in bulk; the loop below names the first offender
     for child in labels:
         if not isinstance(child, Subgraph) or not root.is_child(child):
@@ -205,7 +205,7 @@ def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:
         return members
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
-    if (all(map(is_, map(_PARENT, members), repeat(root))) and set(members) <= root.get_children()
+    if (all(map(is_, map(_PARENT, members), repeat(root))) and root.are_children(members)
             and all(map(_IS_LEAF, members)) and not any(map(methodcaller("has_attr", DEVICE_ATTR), members))):
         return members  # the usual input, checked in bulk; the loop below names the first offender
     for sg in members:

@@ -252,7 +252,7 @@ def _check_partition(call: _Call, graph: Graph, returned: Any) -> list[Subgraph]
 def _plainly_fine(graph: Graph, root: Subgraph, items: list[Any]) -> bool:
     """True when `items` are distinct, unassigned children of the root of `graph` (checked in bulk, in C)."""
     return (all(map(isinstance, items, repeat(Subgraph))) and all(map(is_, map(_GRAPH, items), repeat(graph)))
-            and len(set(items)) == len(items) and set(items) <= root.get_children()
+            and len(set(items)) == len(items) and root.are_children(items)
             and not any(map(methodcaller("has_attr", "device"), items)))
 
 
