@@ -8,7 +8,6 @@ once per merge, and the op-to-op links it reads are worked out once per graph st
 from __future__ import annotations
 
 from array import array
-from itertools import chain, repeat
 from operator import attrgetter, eq
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 _CHILDREN = attrgetter("_children")
 _INPUTS = attrgetter("_inputs")
 _OUTPUTS = attrgetter("_outputs")
+_SEQ = attrgetter("_seq")
 
 
 def child_dependencies(sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]]":
@@ -132,16 +132,29 @@ def _op_producers(graph: "Graph") -> "tuple[array, list[tuple[int, ...]]]":
             else:
                 append(NONE)
         return _keep(graph, first, more)
-    outputs = list(map(_OUTPUTS, ops))  # tensor -> the position of the op producing it, built in C
-    get = dict(zip(chain.from_iterable(outputs),
-                   chain.from_iterable(map(repeat, range(len(ops)), map(len, outputs))))).get
-    for inputs in map(_INPUTS, ops):  # get(None) and get(a graph input or weight) are None
+    if not ops:
+        return _keep(graph, first, more)
+    # an op's position from its creation number: they rise along the table (creation order, or the order a
+    # file set, numbered again), so one list maps them; a producer is always an op of the table
+    seqs = list(map(_SEQ, ops))
+    base = min(seqs)
+    span = max(seqs) - base + 1
+    if span <= 4 * len(ops) + 1024:  # the usual table: numbers from a few removals apart, a list indexes them
+        position: "list[int] | dict[int, int]" = [NONE] * span
+        for i, number in enumerate(seqs):
+            position[number - base] = i
+    else:  # many ops made and removed since: only the numbers in use
+        position = {number - base: i for i, number in enumerate(seqs)}
+    for inputs in map(_INPUTS, ops):
         n = len(inputs)
         if n == 1:  # the usual ops: one or two inputs, nothing to deduplicate by hand
-            p = get(inputs[0])
-            append(NONE if p is None else p)
+            t = inputs[0]
+            p = None if t is None else t._producer
+            append(NONE if p is None else position[p._seq - base])
         elif n == 2:
-            p, q = get(inputs[0]), get(inputs[1])
+            a, b = inputs
+            p = None if a is None or a._producer is None else position[a._producer._seq - base]
+            q = None if b is None or b._producer is None else position[b._producer._seq - base]
             if p is None:
                 append(NONE if q is None else q)
             elif q is None or q == p:
@@ -150,8 +163,8 @@ def _op_producers(graph: "Graph") -> "tuple[array, list[tuple[int, ...]]]":
                 append(MANY - len(more))
                 more.append((p, q))
         else:
-            sources = dict.fromkeys(map(get, inputs))
-            sources.pop(None, None)
+            sources = dict.fromkeys(position[t._producer._seq - base] for t in inputs
+                                    if t is not None and t._producer is not None)
             if len(sources) == 1:
                 append(next(iter(sources)))
             elif sources:
