@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xgraph import Graph, XGraphError
+from xgraph import Graph, Subgraph, XGraphError
 from xgraph.ir.links import check_links, check_tree
 
 
@@ -246,16 +246,21 @@ def test_child_dependencies_count_each_producer_once_per_op():
     assert preds == [[], [0], [0, 0, 1], [0], [2], [3]]
 
 
-def test_get_leaf_subgraphs_is_get_leaf_subgraph_per_op():
-    from xgraph import Graph
-    from xgraph.errors import GraphError
+def _abc_split() -> "tuple[Graph, Subgraph, tuple[Subgraph, ...]]":
+    """a -> b -> c, the root split into one leaf per op: (graph, root, the three leaves)."""
     g = Graph("g")
-    x = g.create_input("x", [1])
+    g.create_input("x", [1])
     for n, src in [("a", "x"), ("b", "a"), ("c", "b")]:
         g.create_op(n, "Relu", inputs=[src])
     root = g.get_root_subgraph()
     root.create_child_subgraph()
-    root.merge_children({g.get_leaf_subgraph("a"), g.get_leaf_subgraph("b")})
+    return g, root, tuple(g.get_leaf_subgraph(n) for n in "abc")
+
+
+def test_get_leaf_subgraphs_is_get_leaf_subgraph_per_op():
+    from xgraph.errors import GraphError
+    g, root, (a, b, _) = _abc_split()
+    root.merge_children({a, b})
     ops = g.get_ops()
     assert g.get_leaf_subgraphs(ops) == [g.get_leaf_subgraph(op) for op in ops]
     assert g.get_leaf_subgraphs(["c", ops[0]]) == [g.get_leaf_subgraph("c"), g.get_leaf_subgraph("a")]
@@ -269,18 +274,11 @@ def test_get_leaf_subgraphs_is_get_leaf_subgraph_per_op():
 
 
 def test_are_children_is_is_child_for_each():
-    from xgraph import Graph
-    g = Graph("g")
-    x = g.create_input("x", [1])
-    for n, src in [("a", "x"), ("b", "a"), ("c", "b")]:
-        g.create_op(n, "Relu", inputs=[src])
-    root = g.get_root_subgraph()
-    root.create_child_subgraph()
-    a, b, c = (g.get_leaf_subgraph(n) for n in "abc")
+    g, root, (a, b, c) = _abc_split()
     merged = root.merge_children({a, b})
     kids = root.get_children()
-    for given in ([merged, c], {merged}, frozenset(), iter([c]), {merged: 1}.keys(), [merged, merged]):
-        assert root.are_children(given)
-    for given in ([a], [merged, a], {root}, [c, b]):
-        assert not root.are_children(given) and not all(map(root.is_child, given))
+    for these in ([merged, c], {merged}, frozenset(), iter([c]), {merged: 1}.keys(), [merged, merged]):
+        assert root.are_children(these)
+    for these in ([a], [merged, a], {root}, [c, b]):
+        assert not root.are_children(these) and not all(map(root.is_child, these))
     assert root.get_children() == kids  # nothing changed
