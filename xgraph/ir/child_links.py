@@ -134,8 +134,8 @@ def _op_producers(graph: "Graph") -> "tuple[array, list[tuple[int, ...]]]":
         return _keep(graph, first, more)
     if not ops:
         return _keep(graph, first, more)
-    # an op's position from its creation number: they rise along the table (creation order, or the order a
-    # file set, numbered again), so one list maps them; a producer is always an op of the table
+    # an op's position from its creation number, which no other op of the table shares: one list (a dict when
+    # the numbers lie far apart) maps them, read off the producer in hand; a producer is always an op of the table
     seqs = list(map(_SEQ, ops))
     base = min(seqs)
     span = max(seqs) - base + 1
