@@ -7,9 +7,9 @@ root are the device-level subgraphs. Every op knows its leaf (kept by the Graph)
 from __future__ import annotations
 
 import heapq
+from collections.abc import KeysView
 from itertools import chain, repeat
 from operator import attrgetter
-from collections.abc import KeysView
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
