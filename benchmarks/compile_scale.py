@@ -23,6 +23,11 @@ plugins (a template plugin taking Tanh -> Abs and Softmax -> MatMul pairs), plac
 (propose + apply: first fit, merge), kernels (kernel and precision annotation), compile
 (the `xgraph.compile` call), serialize and deserialize (.xmodel), xcompile (compile +
 serialize). Ratios ("x onnx") divide by the baseline of the same configuration.
+Floor ("col x", "obj x"; off with --no-floor): the least pure-Python work any compile does,
+in a third worker alternating with the other two (`work_floor`): onnx load + infer_shapes and
+the nodes read into columns, then one linked object per op and tensor and one grouping
+pass, with none of xgraph's checks, plugins or reasons. It bounds what the ratio targets
+leave for xgraph's own stages.
 Memory: max RSS of each subprocess (MB; xgraph's is measured after serialize) and the
 tracemalloc peak (MB, one extra untimed run each, since tracing slows Python down).
 
@@ -268,6 +273,87 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     return row
 
 
+class _FloorOp:
+    __slots__ = ("type", "name", "inputs", "outputs", "device", "group")
+
+    def __init__(self, op_type: str, name: str):
+        self.type, self.name, self.inputs, self.outputs, self.device, self.group = op_type, name, [], [], None, None
+
+
+class _FloorTensor:
+    __slots__ = ("name", "producer", "consumers", "type")
+
+    def __init__(self, name: str):
+        self.name, self.producer, self.consumers, self.type = name, None, [], None
+
+
+#: the floor's device per op type (anything else: the host CPU); the floor does not check support
+_FLOOR_DEVICES = dict.fromkeys(("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Add", "Mul", "MatMul", "Softmax", "Erf",
+                                "Div", "Sub", "Transpose", "Reshape", "LayerNormalization"), "AICORE")
+
+
+def work_floor(path: str, trace: bool) -> dict:
+    """The least pure-Python work any compile of `path` does, in two steps after onnx load + infer_shapes:
+
+    * columns: the nodes' fields read into Python columns (xgraph's reader, one comprehension) and
+      every tensor's inferred type keyed by name (one C call per value);
+    * objects: then one slotted object per op and per tensor, linked both ways through one
+      name -> tensor dict (what an IR with an object per op, like the public `Op`/`Tensor`, must
+      build), and one pass giving each op a device by its type and cutting runs of one device
+      into groups (a partition with no support checks, reasons, plugins, merge checks or
+      annotations).
+
+    The cyclic collector is off after onnx's part, as xgraph keeps it during its bulk passes (with it
+    on, its collections over the new objects double the objects step at 100k ops). Nothing here is
+    part of xgraph; it says how much of a ratio to the baseline is spent before any of xgraph's own
+    work."""
+    import gc
+
+    from xgraph.ir.onnx.nodes import Nodes
+    from xgraph.ir.onnx.value_types import value_type_keys
+    t = clock()
+    model = onnx.shape_inference.infer_shapes(onnx.load(path))
+    onnx_done = clock()
+    gc.disable()
+    nodes = Nodes(model.graph.node, None)
+    types, _ = value_type_keys(model.graph)
+    columns_done = clock()
+    tensors: dict[str, _FloorTensor] = {}
+    ops = []
+    get = tensors.get
+    for op_type, name, inputs, outputs in zip(nodes.op_types, nodes.names, nodes.inputs, nodes.outputs):
+        op = _FloorOp(op_type, name)
+        for n in inputs:
+            tensor = get(n)
+            if tensor is None:
+                tensor = tensors[n] = _FloorTensor(n)
+            tensor.consumers.append(op)
+            op.inputs.append(tensor)
+        for n in outputs:
+            tensor = get(n)
+            if tensor is None:
+                tensor = tensors[n] = _FloorTensor(n)
+            tensor.producer = op
+            op.outputs.append(tensor)
+        ops.append(op)
+    for n, key in types.items():
+        tensor = get(n)
+        if tensor is not None:
+            tensor.type = key
+    groups: list[list] = []
+    device = None
+    for op in ops:  # the benchmark's models are written in topological order
+        op.device = _FLOOR_DEVICES.get(op.type, "CPU")
+        if op.device != device:
+            device = op.device
+            groups.append([])
+        groups[-1].append(op)
+        op.group = len(groups) - 1
+    end = clock()
+    gc.enable()
+    return {"floor_onnx": onnx_done - t, "floor_columns": columns_done - t, "floor_objects": end - t}
+
+
 def byte_compile(before: str | None) -> None:
     """Write the bytecode of the xgraph package(s) measured, as pip does for an installed package.
 
@@ -323,6 +409,9 @@ def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
     for _ in range(args.repeat):
         b = run_worker("baseline", path, folder, False, args.timeout)
         base_rows += [b] if b else []
+        if args.floor:
+            f = run_worker("floor", path, folder, False, args.timeout)
+            base_rows += [f] if f else []
         for name, tree in trees.items():
             if name in given_up:
                 continue
@@ -351,7 +440,8 @@ def measure(family: str, n: int, named: bool, folder: str, args) -> list[dict]:
 COLUMNS = [("tree", "tree", "{:<6}"), ("family", "model", "{:<11}"), ("size", "ops", "{:>7}"), ("naming", "names", "{:<7}"),
            ("onnx", "onnx s", "{:>7.2f}"), ("load", "load", "{:>6.2f}"), ("prepare", "prep", "{:>6.2f}"),
            ("plugins", "plugin", "{:>6.2f}"), ("placement", "place", "{:>6.2f}"), ("kernels", "kern", "{:>6.2f}"),
-           ("compile", "compile", "{:>7.2f}"), ("compile_x", "x onnx", "{:>6.1f}"), ("serialize", "ser", "{:>6.2f}"),
+           ("compile", "compile", "{:>7.2f}"), ("compile_x", "x onnx", "{:>6.1f}"),
+           ("floor_columns_x", "col x", "{:>5.1f}"), ("floor_objects_x", "obj x", "{:>5.1f}"), ("serialize", "ser", "{:>6.2f}"),
            ("xcompile_x", "xc x", "{:>6.1f}"), ("deserialize", "deser", "{:>6.2f}"),
            ("onnx_rss", "rss0 MB", "{:>7.0f}"), ("rss", "rss MB", "{:>7.0f}"), ("rss_x", "rss x", "{:>5.1f}"),
            ("onnx_traced", "tm0 MB", "{:>7.0f}"), ("traced", "tm MB", "{:>7.0f}")]
@@ -362,7 +452,8 @@ def _width(fmt: str) -> int:
 
 
 def _cell(row: dict, key: str, fmt: str) -> str:
-    ratios = {"compile_x": ("compile", "onnx"), "xcompile_x": ("xcompile", "onnx"), "rss_x": ("rss", "onnx_rss")}
+    ratios = {"compile_x": ("compile", "onnx"), "xcompile_x": ("xcompile", "onnx"), "rss_x": ("rss", "onnx_rss"),
+              "floor_columns_x": ("floor_columns", "onnx"), "floor_objects_x": ("floor_objects", "onnx")}
     if key in ratios:
         top, bottom = ratios[key]
         if top in row and row.get(bottom):
@@ -410,6 +501,12 @@ def print_targets(rows: list[dict]) -> None:
         text = ", ".join(f"{name} {value:.2f}{unit} ({'ok' if value <= limit else 'MISSED'} <= {limit}{unit})"
                          for name, value, limit, unit in checks)
         print(f"  {r['tree'] + ' ' if r['tree'] else ''}{r['family']} {r['naming']}: {text}")
+        if "floor_objects" in r:
+            budget = TARGETS["compile"] * r["onnx"]
+            print(f"    floor (no xgraph work): columns {r['floor_columns'] / r['onnx']:.2f}x, one object per op and "
+                  f"tensor {r['floor_objects'] / r['onnx']:.2f}x; the {TARGETS['compile']:.0f}x target leaves "
+                  f"{budget - r['floor_objects']:.2f} s past the objects floor, xgraph spends "
+                  f"{r['compile'] - r['floor_objects']:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -429,6 +526,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="wall time, or CPU time of each run (steadier when other jobs share the machine)")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false",
                         help="compile without the template plugin (the plugins stage then only creates children)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the pure-Python floor runs (the least work any object-per-op compile does)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -437,7 +536,8 @@ def main(argv: list[str] | None = None) -> None:
     CLOCK_NAME[0] = args.clock
     if args.worker:
         kind, path, plugin_dir = args.worker
-        row = work_baseline(path, args.trace) if kind == "baseline" else work_xgraph(path, plugin_dir, args.trace)
+        work = {"baseline": work_baseline, "floor": work_floor}.get(kind)
+        row = work(path, args.trace) if work else work_xgraph(path, plugin_dir, args.trace)
         print(json.dumps(row))
         return
     if args.quick:
