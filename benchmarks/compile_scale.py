@@ -303,8 +303,9 @@ def work_floor(path: str, trace: bool) -> dict:
       into groups (a partition with no support checks, reasons, plugins, merge checks or
       annotations).
 
-    The cyclic collector is off after onnx's part, as xgraph keeps it during its bulk passes (with it
-    on, its collections over the new objects double the objects step at 100k ops). Nothing here is
+    The cyclic collector is off after onnx's part: xgraph freezes what its bulk passes leave alive, so
+    the collector does not walk those either (with it on, its collections over the new objects
+    double the objects step at 100k ops). Nothing here is
     part of xgraph; it says how much of a ratio to the baseline is spent before any of xgraph's own
     work."""
     import gc
