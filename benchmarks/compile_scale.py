@@ -29,7 +29,7 @@ the nodes read into columns, then one linked object per op and tensor and one gr
 pass, with none of xgraph's checks, plugins or reasons. It bounds what the ratio targets
 leave for xgraph's own stages. The baseline's time includes onnx's first-use cost (about 30
 ms), which the xgraph and floor workers pay when they import xgraph, before their clocks
-start: it shows only at 1k ops, where the ratios read below 1.
+start: it shows only at 1k ops, where the floor ratios read below 1.
 Memory: max RSS of each subprocess (MB; xgraph's is measured after serialize) and the
 tracemalloc peak (MB, one extra untimed run each, since tracing slows Python down).
 
