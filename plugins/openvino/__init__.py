@@ -107,7 +107,7 @@ class OpenVinoPlugin(Plugin):
         """The unassigned ops whose every output OpenVINO's `query_model` places on the device, merged."""
         model = self.core.read_model(graph.to_onnx().SerializeToString())
         supported = set(self.core.query_model(model, self.device, self.config()))
-        producer = {name: op.get_friendly_name() for op in model.get_ordered_ops()
+        producer = {name: op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() != "Result"
                     for port in op.outputs() for name in port.get_names()}
 
         def takes(op) -> bool:
