@@ -166,12 +166,18 @@ def test_a_large_blob_goes_to_the_side_file_with_the_weights(toy):
     assert origin(_blob_subgraph(xgraph.load(out)).get_blob().data) is not None
 
 
-def test_a_stale_blob_is_recompiled_at_load_and_can_be_saved_back(toy, monkeypatch):
-    path, w, x, tmp = toy
+def _saved_then_loaded_under(toy, monkeypatch, version):
+    """The toy model compiled with TOYSDK 1.0, saved, and loaded again once TOYSDK is `version`."""
+    path, _, _, tmp = toy
     out = tmp / "m.xmodel"
     xgraph.compile(path, {"plugins": "toy"}).serialize(out)
-    monkeypatch.setenv("TOYSDK_VERSION", "1.3")
-    loaded = xgraph.load(out)
+    monkeypatch.setenv("TOYSDK_VERSION", version)
+    return xgraph.load(out), out
+
+
+def test_a_stale_blob_is_recompiled_at_load_and_can_be_saved_back(toy, monkeypatch):
+    _, w, x, _ = toy
+    loaded, out = _saved_then_loaded_under(toy, monkeypatch, "1.3")
     with xgraph.create_graph_runner(loaded) as runner:
         [check] = runner.blob_checks
         [y] = runner.run({"x": x})
@@ -184,11 +190,7 @@ def test_a_stale_blob_is_recompiled_at_load_and_can_be_saved_back(toy, monkeypat
 
 
 def test_an_unsupported_blob_is_one_error_naming_plugin_subgraph_and_both_versions(toy, monkeypatch):
-    path, _, _, tmp = toy
-    out = tmp / "m.xmodel"
-    xgraph.compile(path, {"plugins": "toy"}).serialize(out)
-    monkeypatch.setenv("TOYSDK_VERSION", "2.0")
-    loaded = xgraph.load(out)
+    loaded, _ = _saved_then_loaded_under(toy, monkeypatch, "2.0")
     name = _blob_subgraph(loaded).name
     with pytest.raises(BlobError) as e:
         xgraph.create_graph_runner(loaded)
