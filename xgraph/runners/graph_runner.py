@@ -438,8 +438,9 @@ class GraphRunner:
 def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:
     """A GraphRunner for a compiled graph (a `GearRunner` picking the gear by input shapes when it has gears).
 
-    options: max_jobs_in_flight, block_when_full, job_timeout, profile, and registries (the
-    session's `xgraph.registries.Registries`; the default one when not given).
+    options: max_jobs_in_flight, block_when_full, job_timeout, profile, registries (the
+    session's `xgraph.registries.Registries`; the default one when not given), and plugin_path
+    (where the plugins that check compiled blobs are found, besides the installed ones).
     """
     if hasattr(graph, "get_gears") and graph.get_gears():  # one static partition per gear (xgraph/ir/gears.py)
         from xgraph.runners.gear_runner import GearRunner
