@@ -24,6 +24,7 @@ _LAZY: dict[str, "str | tuple[str, str]"] = {
     "create_graph_runner": "xgraph.runners.graph_runner",
     "GraphRunner": "xgraph.runners.graph_runner",
     "explain": "xgraph.compiler.explain",
+    "bisect": "xgraph.runners.bisect",
     "quantize": "xgraph.compiler.quantize",
     "write_html": ("xgraph.view.report_html", "write_html_report"),
     "write_svg": "xgraph.view.picture",

@@ -17,13 +17,10 @@ The helpers here (model loading, input files, random inputs, value summaries) ar
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
-
-import numpy as np
 
 from xgraph.cli.common import model_path, seed
 from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
@@ -31,15 +28,14 @@ from xgraph.cli.outputs import encode_output, output_file_name, output_files, sa
 from xgraph.cli.input_files import IMAGE_SUFFIXES, read_inputs  # noqa: F401 - shared with verify and bench
 from xgraph.errors import ModelFileError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES as RUNNER_MODES
+from xgraph.runners.random_inputs import (MAX_RANDOM_BYTES, MAX_RANK, complete_inputs,  # noqa: F401 - shared
+                                          concrete_shape, random_value)
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Tensor
 
 MODES = RUNNER_MODES
 KERNELS = KERNEL_CHOICES
-#: --random makes values for inputs up to this size (and rank); larger ones come from files.
-MAX_RANDOM_BYTES = 1 << 30
-MAX_RANK = 64
 
 
 # -- arguments shared with verify and bench ------------------------------------------------------
@@ -102,54 +98,6 @@ def load_compiled(args: argparse.Namespace) -> "Graph":
 
 # -- inputs --------------------------------------------------------------------------------------
 
-def _is_tensor(t: "Tensor") -> bool:
-    return t.is_tensor_value
-
-
-def concrete_shape(t: "Tensor") -> tuple[int, ...]:
-    """The tensor's shape with every unknown or symbolic dim taken as 1."""
-    if t.shape is None:
-        raise XGraphError(f"input {t.name!r} has unknown rank, so no random value can be made for it; "
-                          f"pass it with --input {t.name}=FILE")
-    shape = tuple(d if isinstance(d, int) else 1 for d in t.shape)
-    itemsize = t.dtype.itemsize if t.dtype is not None and t.dtype.itemsize else 8
-    if len(shape) > MAX_RANK or any(d < 0 for d in shape) or math.prod(shape) * itemsize > MAX_RANDOM_BYTES:
-        raise XGraphError(f"input {t.name!r} declares shape {t.shape}, for which no random value is made (rank at "
-                          f"most {MAX_RANK}, dims >= 0, at most {MAX_RANDOM_BYTES} bytes); pass it with "
-                          f"--input {t.name}=FILE")
-    return shape
-
-
-def random_value(t: "Tensor", rng: np.random.Generator) -> np.ndarray:
-    """A seeded random value for input `t`: normal floats, small non-negative ints, random bools."""
-    if not _is_tensor(t) or t.dtype is None:
-        raise XGraphError(f"input {t.name!r} is not a plain tensor (a sequence, optional or untyped value), so no "
-                          f"random value can be made for it; pass it with --input {t.name}=FILE")
-    shape = concrete_shape(t)
-    dtype = t.dtype
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(np.bool_)
-    if dtype.kind in "iu":
-        high = 256 if dtype == np.uint8 else 4
-        return rng.integers(0, high, shape).astype(dtype)
-    if dtype.kind in "OUS":
-        return np.full(shape, "x", dtype=object)
-    if dtype.kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
-
-
-def complete_inputs(feeds: dict[str, Any], tensors: "Sequence[Tensor]", seed: int) -> tuple[dict[str, Any], list[str]]:
-    """`feeds` with every missing input filled by `random_value` (seeded); also the names filled."""
-    rng = np.random.default_rng(seed)
-    filled = [t.name for t in tensors if t.name not in feeds]
-    feeds = dict(feeds)
-    for t in tensors:
-        if t.name not in feeds:
-            feeds[t.name] = random_value(t, rng)
-    return feeds, filled
-
-
 def missing_inputs_error(missing: "Sequence[Tensor]", model: str) -> XGraphError:
     """The error for inputs not given: each with its dtype and shape, and how to give it."""
     described = "; ".join(f"{t.name} ({t.dtype}, shape {t.shape})" for t in missing)
@@ -203,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         feeds, filled = complete_inputs(feeds, inputs, args.seed)
     on_ray = args.ray is not None
     with (run_dir.ray_graph_runner(args, graph) if on_ray else
-          xgraph.create_graph_runner(graph, args.mode, args.kernels)) as runner:
+          xgraph.create_graph_runner(graph, args.mode, args.kernels, plugin_path=plugin_path_of(args))) as runner:
         outputs = runner.run(feeds)
         ran = runner.select_gear(feeds) if graph.get_gears() and not on_ray else None
     part = graph if ran is None else ran.graph

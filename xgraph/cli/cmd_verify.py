@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from xgraph.cli.common import model_path, seed, tolerance
+from xgraph.cli.common import model_path, positive_int, seed, tolerance
 from xgraph.cli.gears import add_gear_argument, gear_title, gears_to_use
 from xgraph.cli.cmd_run import (add_compile_arguments, add_input_argument, add_kernels_argument, complete_inputs,
-                                load_compiled, read_inputs)
+                                load_compiled, plugin_path_of, read_inputs)
 from xgraph.errors import XGraphError
-from xgraph.ir.onnx.mapped import origin
-from xgraph.runners.ort_session import check_files
+from xgraph.runners.reference_run import EVALUATOR, ONNXRUNTIME
+from xgraph.runners.reference_run import run_reference as run_reference_model
 
 if TYPE_CHECKING:
     import onnx
@@ -151,46 +151,15 @@ def reference_model(path: Path, graph: "Graph") -> ReferenceModel:
 
 def run_reference(ref: ReferenceModel, feeds: dict[str, Any], names: Sequence[str],
                   label: str, allow_onnxruntime: bool = True) -> tuple[str, list[Any]]:
-    """(which reference ran, its outputs): onnxruntime, else (or when it may not be used) the ONNX
-    reference evaluator with xgraph's inference fixes."""
-    problems = []
-    try:
-        if not allow_onnxruntime:
-            raise _NotAllowed
-
-        import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if ref.weights:  # the data file the safe reader checked, opened by onnxruntime (OrtValues over
-            # the maps would make it keep a packed copy beside another of its own: 3x the weights)
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(ref.folder))
-        session = ort.InferenceSession(ref.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        check_files([found[0] for found in map(origin, ref.weights.values()) if found is not None])
-        wanted = {i.name for i in session.get_inputs()}
-        return "onnxruntime", session.run(list(names), {k: v for k, v in feeds.items() if k in wanted})
-    except _NotAllowed:
-        problems.append("onnxruntime: runs the path being checked")
-    except ImportError:
-        problems.append("onnxruntime: not installed")
-    except XGraphError:  # a data file replaced while checking: an error, not a reason to try another reference
-        raise
-    except Exception as e:  # onnxruntime raises its own exception types for models it cannot run
-        problems.append(f"onnxruntime: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        from xgraph.kernels.reference import weights_as_inputs
-        from xgraph.kernels.reference_fixes import evaluator_fixes
-        model = weights_as_inputs(ref.model, ref.weights) if ref.weights else ref.model
-        evaluator = ReferenceEvaluator(model, new_ops=evaluator_fixes())
-        return "ONNX reference evaluator", evaluator.run(list(names), {**feeds, **ref.weights})
-    except Exception as e:  # the evaluator raises many types; all mean it cannot run this model
-        problems.append(f"reference evaluator: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
-    raise XGraphError(f"{label}: no reference can run this model, so it cannot be verified ({'; '.join(problems)})")
-
-
-class _NotAllowed(Exception):
-    """onnxruntime runs the path under check, so it cannot be that path's reference."""
+    """(which reference ran, its outputs): onnxruntime, else the ONNX reference evaluator with xgraph's
+    inference fixes. When onnxruntime runs the path being checked the evaluator comes first, and
+    onnxruntime stands in only when the evaluator cannot run the model (the name then says so)."""
+    order = (ONNXRUNTIME, EVALUATOR) if allow_onnxruntime else (EVALUATOR, ONNXRUNTIME)
+    result = run_reference_model(ref.model, feeds, names, label, order=order, weights=ref.weights, folder=ref.folder)
+    if not allow_onnxruntime and result.reference == ONNXRUNTIME:
+        return (f"{ONNXRUNTIME} (the {EVALUATOR} cannot run this model: {result.problems[0].split(': ', 1)[-1]}; "
+                "so the reference is not independent of this path)"), result.values
+    return result.reference, result.values
 
 
 def tolerances(args: argparse.Namespace, graph: "Graph") -> tuple[float, float]:
@@ -219,6 +188,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rtol", type=tolerance, help="relative tolerance against max|ref| (default 1e-4; 1e-2 for sim fp16)")
     p.add_argument("--atol", type=tolerance, help="absolute tolerance (default 1e-6; 1e-3 for sim fp16)")
     add_gear_argument(p, "every gear in turn")
+    p.add_argument("--bisect", action="store_true",
+                   help="also run every device subgraph alone on the reference's own values of its inputs and name "
+                   "the first subgraph (and op) out of tolerance (docs/cli.md#verify---bisect)")
+    p.add_argument("--seeds", type=positive_int, default=3,
+                   help="with --bisect: how many seeded random inputs, from --seed on (default 3)")
     p.set_defaults(func=run)
 
 
@@ -264,7 +238,12 @@ def degenerate_warnings(refs: References, filled: Sequence[str], graph: "Graph",
     if filled:
         other = dict(refs.feeds)
         other.update(complete_inputs({}, [t for t in graph.get_input_tensors() if t.name in filled], seed + 1)[0])
-        _, again = run_reference(refs.model, other, refs.names, refs.label, allow_onnxruntime=reference == "onnxruntime")
+        try:
+            _, again = run_reference(refs.model, other, refs.names, refs.label,
+                                     allow_onnxruntime=reference == "onnxruntime")
+        except XGraphError as e:  # only a warning depends on it: say so, the verdict stands
+            return notes + [f"note: the reference could not run a second random input ({e}), so constant "
+                            "weights were not checked for"]
         same = [n for n, a, b in zip(refs.names, expected, again)
                 if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)]
         if same and len(same) == len(refs.names):
@@ -275,15 +254,18 @@ def degenerate_warnings(refs: References, filled: Sequence[str], graph: "Graph",
 
 
 def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kernels: str,
-               rtol: float, atol: float, source: str) -> bool:
-    """Run the compiled graph on one kernels choice, compare with a reference independent of it, print."""
+               rtol: float, atol: float, source: str, out: list[str]) -> bool:
+    """Run the compiled graph on one kernels choice, compare with a reference independent of it; the
+    report goes to `out` (printed once every check has run, so an error never follows a verdict)."""
+    print = out.append
     import xgraph
-    with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, kernels) as runner:
+    with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, kernels,
+                                                                plugin_path=plugin_path_of(args)) as runner:
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow shows in the table as inf, not as noise
         got = runner.run(refs.feeds)
         backends = sorted({getattr(r, "backend", type(r).__name__) for r in runner.runners.values()})
     reference, expected = refs.get(avoid_onnxruntime="onnxruntime" in backends)
-    where = "on the original model" if reference == "onnxruntime" else "on the original model, fixed for inference"
+    where = "on the original model" if reference.startswith("onnxruntime") else "on the original model, fixed for inference"
     print(f"verify {args.model}: mode {args.mode}, kernels {kernels} ({', '.join(backends)}) on the compiled "
           f"partition vs reference {reference} {where}; inputs: {source}")
     checks = [check_output(n, g, e, rtol, atol) for n, g, e in zip(refs.names, got, expected)]
@@ -303,6 +285,26 @@ def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kerne
     return True
 
 
+def bisect_command(args: argparse.Namespace, graph: "Graph", given: dict[str, Any], out: list[str]) -> int:
+    """`--bisect`: the per-subgraph table of `xgraph.bisect`; 0 when every subgraph is within tolerance."""
+    from xgraph.runners.bisect import bisect
+    kernels = args.kernels or "auto"
+    report = bisect(graph, given, args.seeds, seed=args.seed, mode=args.mode, kernels=kernels,
+                    plugin_path=plugin_path_of(args))
+    out.append(report.table())
+    return 0 if report.ok else EXIT_MISMATCH
+
+
+def precision_notes(graph: "Graph") -> list[str]:
+    """A warning per device subgraph whose plugin lets it compute below float32 (its measured error is in
+    the table above; `--bisect` measures it subgraph by subgraph)."""
+    return [f"warning: subgraph {sg.name!r} ({sg.get_attr('device')}) computes in {sg.get_attr('inference_precision')} "
+            f"(plugin {sg.get_attr('plugin') if sg.has_attr('plugin') else '?'!r} precision option): the errors "
+            "above include its rounding; --bisect measures it alone"
+            for sg in graph.get_root_subgraph().get_children()
+            if sg.has_attr("inference_precision") and sg.get_attr("inference_precision") not in ("f32", "float32")]
+
+
 def run(args: argparse.Namespace) -> int:
     """Compile, run each kernels path, compare each with an independent reference, print; 0 when all pass.
 
@@ -310,15 +312,22 @@ def run(args: argparse.Namespace) -> int:
     """
     graph = load_compiled(args)
     given = read_inputs(args.input, graph.get_input_tensors())
-    results = [verify_graph(args, graph if gear is None else gear.graph, given, gear_title(gear))
+    out: list[str] = []
+    results = [verify_graph(args, graph if gear is None else gear.graph, given, gear_title(gear), out)
                for gear in gears_to_use(graph, args, given, every=True)]
+    if getattr(args, "bisect", False):
+        results.append(bisect_command(args, graph, given, out))
+    print("\n".join(out))
     return 0 if all(r == 0 for r in results) else EXIT_MISMATCH
 
 
-def verify_graph(args: argparse.Namespace, graph: "Graph", given: dict[str, Any], title: str = "") -> int:
-    """Verify one (static, for a gear) partition: 0 when every kernels path matches its reference."""
+def verify_graph(args: argparse.Namespace, graph: "Graph", given: dict[str, Any], title: str = "",
+                 out: "list[str] | None" = None) -> int:
+    """Verify one (static, for a gear) partition: 0 when every kernels path matches its reference. The
+    report is appended to `out` (printed here when None)."""
+    lines: list[str] = [] if out is None else out
     if title:
-        print(f"verify {args.model}:{title}")
+        lines.append(f"verify {args.model}:{title}")
     inputs = graph.get_input_tensors()
     feeds, filled = complete_inputs(given, inputs, args.seed)
     rtol, atol = tolerances(args, graph)
@@ -328,7 +337,9 @@ def verify_graph(args: argparse.Namespace, graph: "Graph", given: dict[str, Any]
     given = [n for n in feeds if n not in filled]
     source = ", ".join(filter(None, [f"{len(filled)} random (seed {args.seed})" if filled else "",
                                      f"{len(given)} from files" if given else ""])) or "none"
-    results = [check_path(args, graph, refs, kernels, rtol, atol, source) for kernels in kernel_paths(args)]
-    for note in degenerate_warnings(refs, filled, graph, args.seed):
-        print(note)
+    results = [check_path(args, graph, refs, kernels, rtol, atol, source, lines) for kernels in kernel_paths(args)]
+    lines.extend(degenerate_warnings(refs, filled, graph, args.seed))
+    lines.extend(precision_notes(graph))
+    if out is None:
+        print("\n".join(lines))
     return 0 if all(results) else EXIT_MISMATCH

@@ -49,6 +49,17 @@ def seed(value: str) -> int:
     return n
 
 
+def positive_int(value: str) -> int:
+    """A count such as --seeds: an integer from 1 to 1000."""
+    try:
+        n = int(value) if len(value) < 8 else None
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count; give an integer from 1 to 1000")
+    return n
+
+
 def tolerance(value: str) -> float:
     """A --rtol/--atol: a finite number >= 0."""
     try:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
 from xgraph.ir.child_links import child_dependencies, children_in_op_order, edges_go_forward
 from xgraph.ir.quotient import merge_makes_cycle
 from xgraph.ir.snapshot import copy_value
@@ -337,6 +338,23 @@ class Subgraph(AttrsMixin):
                 if t is not None and t._data is not None:
                     seen.setdefault(t, None)
         return list(seen)
+
+    # -- compiled blob -----------------------------------------------------------------------------
+    def set_blob(self, data: BlobData, weights: str = "shared", compat: str = "") -> Blob:
+        """Keep what a vendor compiler produced for this subgraph (bytes, a uint8 array or a file path).
+
+        `weights="shared"`: the blob holds none of the weights the graph holds (the runner takes them from
+        `get_const_tensors()` at load); "embedded": it holds them. `compat` is checked by the plugin's
+        `check_blob` at load. Replaces an earlier blob; stored once in the .xmodel (`xgraph.ir.blob`)."""
+        value = make_blob_attr(data, weights, compat, f"subgraph {self._name!r}")
+        self.set_attr(BLOB_ATTR, value)
+        return blob_from_attr(value)
+
+    def get_blob(self) -> "Blob | None":
+        """The compiled blob set by `set_blob` (data as a read-only uint8 array, mapped when loaded from a
+        side file), or None."""
+        value = self._attrs.get(BLOB_ATTR)
+        return None if value is None else blob_from_attr(value)
 
     def to_onnx(self, *, external_weights: bool = False) -> "onnx.ModelProto":
         """A standalone onnx.ModelProto: boundary tensors as inputs/outputs, its weights inside.

@@ -81,3 +81,14 @@ class Plugin:
     def compile(self, subgraph: "Subgraph") -> None:
         """Attach what the runner needs to one returned subgraph (attrs); by default nothing."""
         return None
+
+    def check_blob(self, compat: str) -> str:
+        """Whether a blob this plugin's compile stored with `compat` (`Subgraph.set_blob`) can be loaded:
+        "ok", "recompile" (compile the subgraph again from the graph) or "unsupported". Asked when a runner
+        is created for the subgraph (`xgraph.plugins.blobs`); by default "ok"."""
+        return "ok"
+
+    def blob_compat(self) -> "str | None":
+        """The compatibility string this plugin's compile writes now (named when a blob is refused); None if
+        it stores no blobs."""
+        return None

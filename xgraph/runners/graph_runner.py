@@ -129,8 +129,12 @@ class GraphRunner:
 
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
-                 profile: bool = False, registries: "Registries | None" = None) -> None:
-        """Create a runner per device subgraph and start one stream per device and copy engine."""
+                 profile: bool = False, registries: "Registries | None" = None,
+                 plugin_path: "list[str] | None" = None) -> None:
+        """Create a runner per device subgraph and start one stream per device and copy engine.
+
+        Subgraphs with a compiled blob are checked by their plugin first (`plugin_path`: where to find
+        it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included."""
         from xgraph.ir import Graph
         if not isinstance(graph, Graph):
             hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
@@ -144,7 +148,9 @@ class GraphRunner:
         self.job_timeout, self.block_when_full = job_timeout, block_when_full
         self.max_jobs_in_flight = max_jobs_in_flight
         self._owner = f"graph runner for {graph.name!r}"
+        self.plugin_path = plugin_path
         self.runners, self.plan = self._create_runners(graph, mode, kernels)
+        self.blob_checks = [r.blob_check for r in self.runners.values() if getattr(r, "blob_check", None)]
         self._inputs: list[Tensor] = graph.get_input_tensors()
         self._outputs: list[Tensor] = graph.get_output_tensors()
         self._check_inputs = InputCheck(self._owner, self._inputs)
@@ -178,7 +184,8 @@ class GraphRunner:
         try:
             for sg in device_subgraphs(graph):
                 by_subgraph[sg] = runners[sg.name] = Runner.create_runner(sg, mode, kernels,
-                                                                          registries=self.registries)
+                                                                          registries=self.registries,
+                                                                          plugin_path=self.plugin_path)
             return runners, build_plan(graph, by_subgraph, self.registries.devices)
         except BaseException:
             for r in by_subgraph.values():
@@ -431,8 +438,9 @@ class GraphRunner:
 def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:
     """A GraphRunner for a compiled graph (a `GearRunner` picking the gear by input shapes when it has gears).
 
-    options: max_jobs_in_flight, block_when_full, job_timeout, profile, and registries (the
-    session's `xgraph.registries.Registries`; the default one when not given).
+    options: max_jobs_in_flight, block_when_full, job_timeout, profile, registries (the
+    session's `xgraph.registries.Registries`; the default one when not given), and plugin_path
+    (where the plugins that check compiled blobs are found, besides the installed ones).
     """
     if hasattr(graph, "get_gears") and graph.get_gears():  # one static partition per gear (xgraph/ir/gears.py)
         from xgraph.runners.gear_runner import GearRunner

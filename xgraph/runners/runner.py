@@ -23,6 +23,8 @@ import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
 from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported for existing importers
+from xgraph.ir.blob import BLOB_ATTR
+from xgraph.plugins.blobs import check_subgraph_blob
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
 from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
@@ -104,6 +106,9 @@ class Runner:
     #: then lets an idle stream's task run on the thread that made it ready, skipping a thread
     #: wake-up. Leave False for runners bound to a thread (e.g. a device context per thread).
     any_thread: bool = False
+    #: What the subgraph's plugin said of its compiled blob when `create_runner` made this runner
+    #: (`xgraph.plugins.blobs.BlobCheck`), or None when the subgraph has no blob.
+    blob_check: Any = None
 
     _rt_init_lock = threading.Lock()
 
@@ -115,10 +120,12 @@ class Runner:
     # -- creation --------------------------------------------------------------------------------
     @classmethod
     def create_runner(cls, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto", *,
-                      registries: "Registries | None" = None) -> "Runner":
+                      registries: "Registries | None" = None, plugin_path: "list[str] | None" = None) -> "Runner":
         """The runner registered for `subgraph`'s "runner" attr in `mode`, created for it.
 
-        A runner class whose `__init__` takes `kernels` and/or `registries` receives them.
+        A runner class whose `__init__` takes `kernels` and/or `registries` receives them. A subgraph with a
+        compiled blob is first checked by its plugin (found by name, on `plugin_path` or installed), which
+        may recompile it or refuse it (`xgraph.plugins.blobs`); the verdict is the runner's `blob_check`.
         """
         from xgraph.ir import Subgraph
         if not isinstance(subgraph, Subgraph):
@@ -144,6 +151,7 @@ class Runner:
         name = runners[mode]
         registries = resolve(registries)
         klass = get_runner_class(name, f"{where}, mode {mode!r}: ", registries)
+        blob_check = check_subgraph_blob(subgraph, plugin_path) if subgraph.has_attr(BLOB_ATTR) else None
         try:
             parameters = inspect.signature(klass.__init__).parameters
             extra: dict[str, Any] = {}
@@ -161,6 +169,7 @@ class Runner:
             runner.subgraph = subgraph
         if getattr(runner, "mode", None) is None:
             runner.mode = mode
+        runner.blob_check = blob_check
         return runner
 
     # -- what subclasses implement ----------------------------------------------------------------

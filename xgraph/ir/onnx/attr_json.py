@@ -5,7 +5,7 @@ every value and bounds the nesting; it never unpickles or imports anything."""
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -20,8 +20,10 @@ MAX_JSON_DEPTH = 64
 class Encoder:
     """Tags Python attr values for JSON; collects arrays to store as initializers."""
 
-    def __init__(self) -> None:
+    def __init__(self, external: "Callable[[str, np.ndarray], onnx.TensorProto | None] | None" = None) -> None:
         self.arrays: list[onnx.TensorProto] = []
+        #: given a key and an array, its external-data reference (a large compiled blob in the side file), or None
+        self._external = external
         #: attrs of text values only (op annotations: device, reason, kernel) -> their encoding, shared: a
         #: 100k-op graph repeats a few such dicts, and json.dumps writes a shared dict like separate ones
         self._text_attrs: dict[tuple, dict[str, list]] = {}
@@ -51,7 +53,8 @@ class Encoder:
             return ["y", base64.b64encode(v).decode("ascii")]
         if isinstance(v, np.ndarray):
             key = f"{ARRAY_PREFIX}{len(self.arrays)}"
-            self.arrays.append(array_to_tensor(v, key))
+            reference = self._external(key, v) if self._external is not None else None
+            self.arrays.append(array_to_tensor(v, key) if reference is None else reference)
             return ["a", key]
         if isinstance(v, tuple):
             return ["t", [self.encode(x) for x in v]]

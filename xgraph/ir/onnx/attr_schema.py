@@ -16,6 +16,7 @@ from operator import methodcaller
 from typing import Any, Callable
 
 from xgraph.errors import ModelFileError
+from xgraph.ir.blob import blob_problem
 
 #: Text attrs (device names, reasons, kernel names) longer than this are refused.
 MAX_TEXT = 1 << 16
@@ -94,6 +95,7 @@ GRAPH_ATTRS: dict[str, Check] = {
 }
 SUBGRAPH_ATTRS: dict[str, Check] = {
     "device": _name, "runner": _runner_map, "memory": _one_of("host", "device"), "estimated_time_us": _seconds,
+    "blob": blob_problem,
 }
 OP_ANNOTATIONS: dict[str, Check] = {
     "device": _text, "placement_reason": _text, "kernel": _text, "precision": _text,

@@ -18,13 +18,14 @@ import json
 import os
 from itertools import chain
 from operator import attrgetter, methodcaller
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
+from xgraph.ir.blob import blob_arrays
 from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_with
@@ -85,7 +86,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         external = {t.name: side.add(t.name, t._data) for t in graph._tensors.values()
                     if t._data is not None and goes_external(t._data)}
     model = graph_to_onnx(graph, external=external)
-    enc = Encoder()
+    enc = Encoder(None if side is None else _blob_to_side(side))
     table = ValueTable(enc)
     ops = list(graph._ops.values())
     meta = {
@@ -110,6 +111,13 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
     return model
 
 
+def _blob_to_side(side: SideLayout) -> "Callable[[str, np.ndarray], onnx.TensorProto | None]":
+    """Large compiled blobs (uint8 attr arrays, `xgraph.ir.blob`) go to the side file beside the weights."""
+    def external(key: str, array: np.ndarray) -> "onnx.TensorProto | None":
+        return side.add(key, array) if array.dtype == np.uint8 and goes_external(array) else None
+    return external
+
+
 def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold: int | None = None) -> None:
     """Write `graph` to `path` atomically: on any error the old file (if any) is left untouched.
 
@@ -123,7 +131,7 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
     """
     check_target(path)
     threshold = external_threshold(graph, external_data_threshold)
-    weights = [t._data for t in graph._tensors.values() if t._data is not None]
+    weights = [t._data for t in graph._tensors.values() if t._data is not None] + blob_arrays(graph)
     total = sum(int(a.nbytes) for a in weights)
     side = None
     if (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights):

@@ -127,6 +127,22 @@ class DeviceRunner(Runner):
         self._estimated_s += estimate.seconds
         return results
 
+    def trace_steps(self, inputs: list[np.ndarray]) -> "list[tuple[str, dict[str, Any]]] | None":
+        """Run once and return, per planned step in order, how the step is named and its outputs by tensor
+        name (copies: the plan reuses buffers); None when the backend runs the subgraph whole (onnxruntime,
+        the reference evaluator). `xgraph.bisect` names the first op that differs with it."""
+        if self._executor.backend != "numpy":
+            return None
+        found: list[tuple[str, dict[str, Any]]] = []
+
+        def record(step, args, results) -> None:
+            op = step.fused[-1] if step.fused else step.op
+            names = [t.name for t in op.get_output_tensors()]
+            found.append((step.describe(), {n: np.array(v, copy=True) for n, v in zip(names, results)
+                                            if isinstance(v, np.ndarray)}))
+        self._executor.run(inputs, on_step=record)
+        return found
+
     def get_stats(self) -> dict[str, Any]:
         """The base counters, the backend's (e.g. reused buffer bytes) and, in "sim" mode, estimated_device_s."""
         stats = super().get_stats()
