@@ -160,7 +160,8 @@ class MatchLog:
     #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about)}
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     misses: list[NearMiss] = field(default_factory=list)
-    matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)  # (label, template, match)
+    #: (label, template, match) of every match found, near misses or not (the chain tells plugins their roles)
+    matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)
 
     def _called(self, template: GraphTemplate, found: int) -> None:
         first = template.get_ops()[0] if template.get_ops() else None
@@ -175,9 +176,9 @@ class MatchLog:
             mine = self.templates.setdefault(name, {"calls": 0, "matches": 0, "types": entry.get("types", [])})
             mine["calls"] += entry["calls"]
             mine["matches"] += entry["matches"]
+        self.matches += inner.matches
         if self.near_misses:
             self.misses += inner.misses
-            self.matches += inner.matches
 
 
 _ACTIVE: contextvars.ContextVar["MatchLog | None"] = contextvars.ContextVar("xgraph_match_log", default=None)
@@ -340,6 +341,7 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
         matches = _find_matches(graph, template)
         if log is not None:
             log._called(template, len(matches))
+            log.matches += [(log.label, template.name, m) for m in matches]
         return matches
     # Near misses from two passes: the matching pass (anchored on the rarest op type, so it breaks
     # on the way up from e.g. a Relu) and one in data-flow order (anchored on the template's first
