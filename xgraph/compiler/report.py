@@ -99,7 +99,8 @@ def report(compiled: Graph) -> dict[str, Any]:
         "options": _options_attr(compiled.name, options),
         "prepare": _attr(compiled, "prepare_summary", {}),
         "plugins": _plugins(plugin_runs, subgraphs),
-        "warnings": runner_warnings(children),
+        "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
+                                                 if isinstance(run, dict) for w in run.get("warnings", [])],
     }
     units = int8_units(compiled, child_of)
     if units:  # only quantized models carry the key

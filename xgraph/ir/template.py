@@ -157,7 +157,8 @@ class MatchLog:
 
     near_misses: bool = False
     label: str = ""
-    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about)}
+    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about),
+    #: "op_types": {template op: its op types}}
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     misses: list[NearMiss] = field(default_factory=list)
     #: (label, template, match) of every match found, near misses or not (the chain tells plugins their roles)
@@ -167,6 +168,7 @@ class MatchLog:
         first = template.get_ops()[0] if template.get_ops() else None
         entry = self.templates.setdefault(template.name, {"calls": 0, "matches": 0,
                                                           "types": sorted(first.types) if first else []})
+        entry["op_types"] = {t.name: sorted(t.types) for t in template.get_ops()}
         entry["calls"] += 1
         entry["matches"] += found
 
@@ -174,6 +176,7 @@ class MatchLog:
         """Take over what an inner recorder saw (its label wins where it set one)."""
         for name, entry in inner.templates.items():
             mine = self.templates.setdefault(name, {"calls": 0, "matches": 0, "types": entry.get("types", [])})
+            mine["op_types"] = dict(entry.get("op_types", {}))
             mine["calls"] += entry["calls"]
             mine["matches"] += entry["matches"]
         self.matches += inner.matches

@@ -61,9 +61,10 @@ from xgraph.ir import Graph, Subgraph
 from xgraph.ir.template import record_matches
 from xgraph.plugins.base import RUNNER_MODES, Decline, Plugin
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
-from xgraph.plugins.location import DEBUG_HINT, at, code_location
+from xgraph.plugins.location import DEBUG_HINT, at, code_location, defined_at
 from xgraph.plugins.settings import apply_options, declared_options
 from xgraph.plugins.snapshot import GraphSnapshot
+from xgraph.plugins.template_types import op_types_of, templates_held, unknown_type_warnings
 
 if TYPE_CHECKING:
     from xgraph.ir import Op
@@ -76,7 +77,7 @@ def run_plugin_chain(graph: Graph, names: "list[str] | str", plugin_path: list[s
                      plugin_options: "Mapping[str, Mapping[str, Any]] | None" = None, *,
                      strict: bool = False) -> list[dict[str, Any]]:
     """Run the named plugins in order on `graph`; one record per plugin: name, device, runner, subgraphs, source,
-    options, seconds, templates, declined. `strict`: a declined subgraph is an error."""
+    options, seconds, templates, declined, warnings. `strict`: a declined subgraph is an error."""
     if not isinstance(graph, Graph):
         raise PluginError(f"run_plugin_chain needs an xgraph.Graph, got {type(graph).__name__}")
     names = _plugin_names(names)
@@ -117,6 +118,8 @@ class _Call:
         self.requested = loaded.name
         self.source = loaded.source
         self.roots = loaded.code_roots()
+        self.factory = loaded.get_plugin
+        self.plugin: Any = None  # the plugin object, once made: problems point at its methods
 
     def named(self, plugin_name: str) -> None:
         """Add the name the plugin gives itself to messages, when it differs from the requested one."""
@@ -140,8 +143,12 @@ class _Call:
                               f"{DEBUG_HINT}; fix the plugin or leave it out of \"plugins\"") from e
 
     def error(self, problem: str) -> PluginError:
-        """A PluginError about this plugin."""
-        return PluginError(f"{self.label}: {problem}")
+        """A PluginError about this plugin, at the definition of the method the problem starts with (e.g.
+        "partition() returned ...") when the plugin has it, else at its get_plugin."""
+        method = problem.split("(", 1)[0]
+        target = getattr(self.plugin, method, None) if method in _METHODS + ("get_memory",) else None
+        where = defined_at(target) if target is not None else None
+        return PluginError(f"{self.label}: {problem}{at(where or defined_at(self.factory))}")
 
 
 def takes_options(factory: Callable[..., Any]) -> bool:
@@ -184,6 +191,9 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
     call = _Call(loaded)
     started = time.perf_counter()
     plugin, options = make_plugin(call, loaded, dict(options or {}))
+    if isinstance(plugin, type):
+        raise call.error(f"get_plugin() returned the class {plugin.__name__}; return an instance: {plugin.__name__}()")
+    call.plugin = plugin
     missing = [m for m in _METHODS if not callable(getattr(plugin, m, None))]
     if missing:
         raise call.error(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
@@ -204,6 +214,7 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         raise call.error(f"get_memory() returned {memory!r}; return 'device' (buffers shared with AI Core/AI CPU/DVPP) "
                          "or 'host' (every tensor in or out is copied)")
 
+    held = op_types_of(templates_held(loaded.module, plugin))
     before = GraphSnapshot(graph)
     try:
         with record_matches(label=name) as matching:
@@ -243,12 +254,14 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
     except BaseException:
         before.restore()
         raise
-    templates = [{"name": t, **counts} for t, counts in matching.templates.items()]
+    templates = [{"name": t, "calls": c["calls"], "matches": c["matches"], "types": c["types"]}
+                 for t, c in matching.templates.items()]
+    held.update({t: c["op_types"] for t, c in matching.templates.items() if "op_types" in c})
     position = graph.topo_positions() if declined else {}
     return {"name": name, "device": device, "runner": dict(runner), "memory": memory,
             "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source, "options": options,
             "ops": sum(sg.get_op_num() for sg in subgraphs), "seconds": round(time.perf_counter() - started, 6),
-            "templates": templates,
+            "templates": templates, "warnings": unknown_type_warnings(name, held) if held else [],
             "declined": [{"subgraph": sg.name, "reason": reason,
                           "ops": [op.name for op in sorted(sg.get_ops(), key=position.__getitem__)]}
                          for sg, reason in declined]}

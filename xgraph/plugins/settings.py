@@ -51,9 +51,14 @@ def declared_options(name: str, module: ModuleType | None, call: Any = None) -> 
                               f"{', '.join(t.__name__ for t in _JSON_TYPES)}")
         if not option.required and option.default is not None and not _fits(option.default, option.type):
             raise PluginError(f"plugin {name!r}: option {option.name!r} defaults to {option.default!r}, which is "
-                              f"not a {option.type.__name__}; fix the default in get_options()")
+                              f"not {_a(option.type)}; fix the default in get_options()")
         seen.add(option.name)
     return list(schema)
+
+
+def _a(expected: type) -> str:
+    name = expected.__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _fits(value: Any, expected: type) -> bool:
@@ -85,7 +90,7 @@ def apply_options(name: str, schema: list[PluginOption], given: dict[str, Any]) 
         value = given[option.name]
         if not _fits(value, option.type):
             raise OptionError(f"plugin_options for plugin {name!r}: option {option.name!r} is "
-                              f"{type(value).__name__} {value!r:.60}; expected a {option.type.__name__}"
+                              f"{type(value).__name__} {value!r:.60}; expected {_a(option.type)}"
                               f"{f' ({option.help})' if option.help else ''}")
         values[option.name] = float(value) if option.type is float else value
     return values
