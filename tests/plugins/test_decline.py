@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 import xgraph
 from xgraph.cli.xcompile import main as xcompile_main
@@ -43,16 +41,9 @@ BROKEN = PLUGIN.replace('raise Decline("OpenVINO rejected Relu \'d\': unsupporte
 
 
 @pytest.fixture
-def model(tmp_path):
+def model(tmp_path, chain_model):
     chain = [("Relu", "x", "a"), ("Neg", "a", "b"), ("Sigmoid", "b", "c"), ("Relu", "c", "d"), ("Neg", "d", "e")]
-    nodes = [helper.make_node(t, [i], [o], name=o) for t, i, o in chain]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4])])
-    path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    (tmp_path / "ov.py").write_text(textwrap.dedent(PLUGIN))
-    (tmp_path / "ov_broken.py").write_text(textwrap.dedent(BROKEN))
-    return path
+    return chain_model(tmp_path, chain, {"ov": PLUGIN, "ov_broken": BROKEN})
 
 
 def _owner(compiled, op):

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 import xgraph
 from xgraph.errors import OptionError, PluginError
@@ -66,15 +64,9 @@ def get_plugin():
 
 
 @pytest.fixture
-def setup(tmp_path):
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Softmax", ["a"], ["y"], name="sm")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    (tmp_path / "smfc.py").write_text(textwrap.dedent(SMFC))
-    (tmp_path / "loose.py").write_text(textwrap.dedent(LOOSE))
-    (tmp_path / "typo_template.py").write_text(textwrap.dedent(TYPO_TEMPLATE))
+def setup(tmp_path, chain_model):
+    path = chain_model(tmp_path, [("Relu", "x", "relu"), ("Softmax", "relu", "sm")],
+                       {"smfc": SMFC, "loose": LOOSE, "typo_template": TYPO_TEMPLATE})
     return tmp_path, path
 
 
