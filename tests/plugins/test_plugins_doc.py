@@ -3,7 +3,6 @@ Subgraph.to_onnx() (the runner's names, order, dtypes and shapes), template role
 and results equal to onnxruntime on the whole model."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +18,8 @@ ort = pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture(scope="module")
-def plugin_dir(tmp_path_factory) -> Path:
-    code = re.search(r"```python\n(# my_plugins/ext_npu\.py.*?)```", DOC.read_text(), re.S).group(1)
-    folder = tmp_path_factory.mktemp("my_plugins")
-    (folder / "ext_npu.py").write_text(code)
-    return folder
+def plugin_dir(doc_plugin) -> Path:
+    return doc_plugin(DOC, "# my_plugins/ext_npu.py", "ext_npu")
 
 
 @pytest.fixture(scope="module")
