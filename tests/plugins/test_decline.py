@@ -69,12 +69,28 @@ def test_declined_subgraph_goes_to_placement_and_the_rest_stands(model):
     assert any(f["reason"].startswith("plugin 'ov' declined:") and f["ops"] == ["d", "e"] for f in report["fallbacks"])
 
 
+def test_the_html_report_names_the_decline(model):
+    from xgraph.view.report_html import render_html_report
+    text = render_html_report(xgraph.compile(model, {"plugins": "ov"}, plugin_path=[str(model.parent)]))
+    chain = text.split('id="xg-plugin-chain"', 1)[1].split("</table>", 1)[0]
+    assert "subgraph_d (2 ops): OpenVINO rejected Relu &#x27;d&#x27;: unsupported layout" in chain
+    fallbacks = text.split('id="xg-fallbacks"', 1)[1].split("</table>", 1)[0]
+    assert "plugin &#x27;ov&#x27; declined: OpenVINO rejected Relu" in fallbacks
+
+
 def test_declined_ops_are_placed_one_by_one(model):
-    """The declined {d, e} is split back into its ops: placement may put them on different devices."""
-    compiled = xgraph.compile(model, {"plugins": "ov", "devices": "cpu"}, plugin_path=[str(model.parent)])
-    names = {sg.name for sg in compiled.get_root_subgraph().get_children()}
-    assert "subgraph_a" in names
-    assert {op.name for op in compiled.get_root_subgraph().find_child_subgraph_by_op("d").get_ops()} >= {"c", "d", "e"}
+    """The declined {d, e} is split back into the children the plugin merged, one per op, as they were."""
+    from xgraph.plugins import run_plugin_chain
+    graph = xgraph.Graph.from_onnx(str(model))
+    root = graph.get_root_subgraph()
+    root.create_child_subgraph()
+    [run] = run_plugin_chain(graph, ["ov"], [str(model.parent)])
+    assert run["subgraphs"] == ["subgraph_a"]
+    children = {sg.name: sg for sg in root.get_children()}
+    assert sorted(children) == ["subgraph_a", "subgraph_c", "subgraph_d", "subgraph_e"]
+    for name in ("subgraph_d", "subgraph_e"):
+        assert children[name].get_attrs() == {} and children[name].get_op_num() == 1
+        assert graph.get_leaf_subgraph(name.removeprefix("subgraph_")) is children[name]
 
 
 def test_explain_names_the_decline(model):
@@ -127,3 +143,44 @@ def test_summary_prints_the_decline(model, capsys):
     printed = " ".join(capsys.readouterr().out.split())
     assert ("plugin 'ov' declined subgraph 'subgraph_d' (2 op(s)): OpenVINO rejected Relu 'd': unsupported layout; "
             "placement took its ops") in printed
+
+
+def test_an_unmerged_subgraph_declines_with_its_attrs_dropped(tmp_path, model):
+    (tmp_path / "single.py").write_text(textwrap.dedent('''
+        from xgraph.partition import filter_by_type
+        from xgraph.plugins import Decline, Plugin
+
+        class Single(Plugin):
+            def partition(self, graph):
+                return filter_by_type(graph, "Sigmoid")
+
+            def compile(self, subgraph):
+                subgraph.set_attr("half_done", 1)
+                raise Decline("changed my mind")
+
+        def get_plugin():
+            return Single()
+    '''))
+    compiled = xgraph.compile(model, {"plugins": "single"}, plugin_path=[str(tmp_path)])
+    sg = compiled.get_root_subgraph().find_child_subgraph_by_op("c")
+    assert not sg.has_attr("half_done") and sg.get_attr("device") != "SINGLE"
+    assert compiled.get_attr("plugin_runs")[0]["declined"][0]["ops"] == ["c"]
+
+
+def test_unmerge_child_checks_then_changes_nothing():
+    from xgraph.errors import GraphError
+    g = xgraph.Graph("g")
+    g.create_input("x", [1])
+    for name, source in [("a", "x"), ("b", "a"), ("c", "b")]:
+        g.create_op(name, "Relu", inputs=[source])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    parts = [g.get_leaf_subgraph("a"), g.get_leaf_subgraph("b")]
+    merged = root.merge_children(set(parts))
+    with pytest.raises(GraphError, match="not exactly those of 'subgraph_a'"):
+        root.unmerge_child(merged, parts[:1])
+    with pytest.raises(GraphError, match="not a leaf it held"):
+        root.unmerge_child(merged, [g.get_leaf_subgraph("c")])
+    assert root.is_child(merged) and g.get_leaf_subgraph("a") is merged
+    root.unmerge_child(merged, parts)
+    assert not root.is_child(merged) and g.get_leaf_subgraph("a") is parts[0] and root.get_children_num() == 3

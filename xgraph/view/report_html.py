@@ -218,11 +218,13 @@ def header_section(rep: dict[str, Any], model: str | None, colours: dict[str, st
         for run in plugins:
             tried = ", ".join(f"{t['name']} ({t['matches']})" for t in run.get("templates", [])) or "-"
             seconds = run.get("seconds")
+            declined = "; ".join(f"{d['subgraph']} ({len(d['ops'])} ops): {d['reason']}"
+                                 for d in run.get("declined", [])) or "-"
             body.append([xml(run["name"]), _swatch(run["device"], colours), str(run["ops"]), str(len(run["subgraphs"])),
-                         xml(tried), "" if seconds is None else f"{seconds:.3f}"])
+                         xml(tried), xml(declined), "" if seconds is None else f"{seconds:.3f}"])
         chain = ("<h2>Plugin chain</h2>" +
-                 _table(["plugin", "device", "ops taken", "subgraphs", "templates tried (matches)", "seconds"],
-                        body, (2, 3, 5), ' id="xg-plugin-chain"'))
+                 _table(["plugin", "device", "ops taken", "subgraphs", "templates tried (matches)", "declined", "seconds"],
+                        body, (2, 3, 6), ' id="xg-plugin-chain"'))
     return f'<table class="xg-table xg-facts" id="xg-header">{rows}</table>{chain}'
 
 
