@@ -235,11 +235,10 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
                     call(f"compile({sg.name!r})", plugin.compile, sg, declinable=True)
                 except Decline as e:
                     declined.append((sg, e.reason))
-            if declined and strict:
-                sg, reason = declined[0]
-                raise call.error(f"declined subgraph {sg.name!r} ({sg.get_op_num()} op(s)): {reason}; "
-                                 "\"strict_plugins\" makes a decline an error (drop it to let placement take "
-                                 "the ops)")
+                    if strict:
+                        raise PluginError(f"{call.label}: declined subgraph {sg.name!r} ({sg.get_op_num()} op(s)): "
+                                          f"{e.reason}{at(code_location(e, call.roots))}; \"strict_plugins\" makes a "
+                                          "decline an error (drop it to let placement take the ops)") from e
             gone = {sg for sg, _ in declined}
             subgraphs = [sg for sg in subgraphs if sg not in gone]
             own_ops: set[Op] = set().union(*(sg.get_ops() for sg in subgraphs))
