@@ -108,6 +108,8 @@ def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[
         ok, plugin = _call(check, "get_plugin(options)", factory, given)
     else:
         ok, plugin = _call(check, "get_plugin()", factory)
+    held = templates_held(check.loaded.module, plugin if ok and not isinstance(plugin, type) else None)
+    check.warnings = unknown_type_warnings(name, op_types_of(held))
     if not ok:
         return check
     if isinstance(plugin, type):
@@ -115,7 +117,6 @@ def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[
                               f"{plugin.__name__}(){_at(factory)}")
         return check
     _check_interface(check, plugin)
-    check.warnings = unknown_type_warnings(name, op_types_of(templates_held(check.loaded.module, plugin)))
     return check
 
 

@@ -32,7 +32,8 @@ def known_op_types() -> set[str]:
 def templates_held(module: ModuleType | None, plugin: Any) -> list[GraphTemplate]:
     """GraphTemplates among a plugin module's globals and its plugin object's attributes (and lists of them)."""
     values: list[Any] = list(vars(module).values()) if module is not None else []
-    values += list(getattr(plugin, "__dict__", {}).values()) + list(vars(type(plugin)).values())
+    if plugin is not None:
+        values += list(getattr(plugin, "__dict__", {}).values()) + list(vars(type(plugin)).values())
     found: dict[int, GraphTemplate] = {}
     for value in values:
         items = value if isinstance(value, (list, tuple, set, frozenset)) else \
