@@ -64,6 +64,7 @@ from xgraph.plugins.loader import LoadedPlugin, load_plugin
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, defined_at
 from xgraph.plugins.settings import apply_options, declared_options
 from xgraph.plugins.snapshot import GraphSnapshot
+from xgraph.plugins.roles import set_template_matches
 from xgraph.plugins.template_types import op_types_of, templates_held, unknown_type_warnings
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         if changed:
             raise call.error(f"partition() changed {'; '.join(changed)}; a partition may only merge unassigned "
                              "subgraphs (merge_subgraph) and return them; attach data in compile()")
-        set_template_matches(graph, subgraphs, matching.matches)
+        set_template_matches(subgraphs, matching.matches)
         declined: list[tuple[Subgraph, str]] = []
         if subgraphs and not _compile_does_nothing(plugin):
             # nothing runs between the check above and this one unless compile does: with no compile
@@ -283,24 +284,6 @@ def _return_declined(call: _Call, graph: Graph, before: GraphSnapshot, declined:
                 sg.del_attr(key)
         for key, value in was.items():
             sg.set_attr(key, value)
-
-
-def set_template_matches(graph: Graph, subgraphs: list[Subgraph],
-                         matches: "list[tuple[str, str, dict[str, Op]]]") -> None:
-    """Attr "template_matches" on each subgraph: the template matches lying wholly inside it, each once."""
-    if not subgraphs:
-        return
-    owner = {op: sg for sg in subgraphs for op in sg.get_ops()}
-    found: dict[Subgraph, dict[tuple, dict[str, Any]]] = {sg: {} for sg in subgraphs}
-    for _, template, match in matches:
-        holders = {owner.get(op) for op in match.values()}
-        if len(holders) == 1 and None not in holders:
-            roles = {role: op.name for role, op in match.items()}
-            found[holders.pop()].setdefault((template, tuple(sorted(roles.items()))),
-                                            {"template": template, "roles": roles})
-    for sg, entries in found.items():
-        if entries:
-            sg.set_attr("template_matches", list(entries.values()))
 
 
 def _compile_does_nothing(plugin: Any) -> bool:
