@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import re
+
 import onnx
 import pytest
 
@@ -14,6 +16,18 @@ ZOO = sorted((ONNX_DATA / "light").glob("*.onnx"))
 def zoo_models() -> list[Path]:
     """Paths of the 9 model-zoo architectures (light versions with constant weights)."""
     return ZOO
+
+
+@pytest.fixture(scope="session")
+def doc_plugin(tmp_path_factory):
+    """write(doc, first_line, module) -> a fresh folder holding the ```python block of `doc` whose first line starts
+    with `first_line`, saved as module.py: a plugin shown in the docs, to run as written."""
+    def write(doc: Path, first_line: str, module: str) -> Path:
+        code = re.search(r"```python\n(" + re.escape(first_line) + r".*?)```", doc.read_text(), re.S).group(1)
+        folder = tmp_path_factory.mktemp("my_plugins")
+        (folder / f"{module}.py").write_text(code)
+        return folder
+    return write
 
 
 #: Node ids of the ONNX conformance cases (tests/backend/test_conformance.py), one test per case.

@@ -1,7 +1,6 @@
 """The README's plugin example works as written: compiled in, and equal to onnxruntime."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +14,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.fixture(scope="module")
-def plugin_dir(tmp_path_factory) -> Path:
-    code = re.search(r"```python\n# my_plugins/smfc\.py.*?\n(.*?)```", README.read_text(), re.S).group(1)
-    folder = tmp_path_factory.mktemp("my_plugins")
-    (folder / "readme_smfc.py").write_text(code)
-    return folder
+def plugin_dir(doc_plugin) -> Path:
+    return doc_plugin(README, "# my_plugins/smfc.py", "readme_smfc")
 
 
 def _model(opset: int) -> onnx.ModelProto:

@@ -108,7 +108,7 @@ def test_call_order_partition_then_compile_once_per_subgraph(tmp_path, call_log)
     assert records[0].pop("seconds") >= 0
     assert records == [{"name": "order", "device": "ORDER", "runner": {"run": "cpu"}, "memory": "device",
                         "subgraphs": ["subgraph_b", "subgraph_d"], "source": str(tmp_path / "order.py"),
-                        "options": {}, "ops": 2, "templates": []}]
+                        "options": {}, "ops": 2, "templates": [], "declined": [], "warnings": []}]
     for name in ("subgraph_b", "subgraph_d"):
         sg = g.get_subgraph(name)
         assert sg.get_attr("device") == "ORDER" and sg.get_attr("runner") == {"run": "cpu"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xgraph import Graph
-from xgraph.view.palette import BUILTIN_COLOURS, CROSSING_COLOUR, device_colour
+from xgraph.view.palette import BUILTIN_COLOURS, CROSSING_COLOUR, device_colours
 from xgraph.view.scene import layout_graph
 from xgraph.view.picture import render_svg, write_svg
 
@@ -31,14 +31,15 @@ def test_one_element_per_op_coloured_by_device(toy):
     root = _parse(render_svg(toy))
     ops = _ops(root)
     assert sorted(g.get("data-op") for g in ops) == sorted(op.name for op in toy.get_ops())
+    colours = device_colours(op.get_attr("device") for op in toy.get_ops())
     for g in ops:
         device = toy.get_op(g.get("data-op")).get_attr("device")
         assert g.get("data-device") == device
-        assert device_colour(device) in _fills(g)
+        assert colours[device] in _fills(g)
     fills = _fills(root)
     for device in ("AICORE", "AICPU", "CPU"):
         assert BUILTIN_COLOURS[device] in fills
-    assert device_colour("SMFC") in fills and device_colour("SMFC") not in BUILTIN_COLOURS.values()
+    assert colours["SMFC"] in fills and colours["SMFC"] not in BUILTIN_COLOURS.values()
 
 
 def test_weights_are_not_nodes_but_inputs_and_outputs_are(toy):

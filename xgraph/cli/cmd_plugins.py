@@ -18,7 +18,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help="with --check: the plugins to check (default: every "
                    "plugin found)")
     p.add_argument("--plugin-path", action="append", default=[], metavar="DIR",
-                   help=f"directory to look for plugins in (repeatable, or {os.pathsep!r}-separated)")
+                   help=f"directory to look for plugins in, or a plugin .py file (repeatable, or "
+                   f"{os.pathsep!r}-separated)")
     p.add_argument("--check", action="store_true", help="import each plugin and check its interface (methods, "
                    "device, memory, registered runners); exit 1 naming each problem")
     p.add_argument("--model", metavar="MODEL", help="with --check: dry-run the plugins on this model and say what "
@@ -47,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
     console = make_console(markup=False)  # names print as they are
 
     plugins = Table(title="Partition plugins")
-    for column in ("name", "device", "runner", "status", "found at"):
+    for column in ("name", "device", "runner", "options", "status", "found at"):
         plugins.add_column(column, overflow="fold")
     found = discover_plugins(plugin_path)
     for (name, source), check in zip(found, check_all([n for n, _ in found], plugin_path)):
         runner = ", ".join(f"{m}={n}" for m, n in check.runner.items())
         status = "ok" if check.ok else f"{len(check.problems)} problem(s): xgraph plugins --check {name}"
-        plugins.add_row(*(Text(shown(v)) for v in (name, check.device, runner, status, source)))
+        plugins.add_row(*(Text(shown(v)) for v in (name, check.device, runner, check.options or "-", status, source)))
     console.print(plugins if found else Text(shown("No partition plugins found (searched entry points and "
                   f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'}).")))
 

@@ -1,14 +1,20 @@
 """`xgraph plugins --check [NAME ...] [--model MODEL]`: import and check plugins, dry-run them on a model.
 
-One line per problem, "NAME: problem", with the plugin file's line when its own code raised;
-then, with --model, one line per plugin saying what it would take. Exit 1 when any problem
-was found, 0 otherwise.
+One line per problem, "NAME: problem", with the plugin file's line (where its code raised,
+or where the method that returned a bad value is defined); warnings ("NAME: warning: ...")
+do not count as problems. Without names, only plugin-path files whose source defines a
+top-level ``get_plugin`` are imported; the others are listed as skipped. With --model, one
+line per plugin saying what it would take, and each runner the plugin's own files define is
+created on the first subgraph it took, so a failing ``__init__`` is named. Exit 1 when any
+problem was found, 0 otherwise.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from xgraph.plugins.check import PluginCheck, check_plugin
+from xgraph.plugins.location import at, code_location, inside
 
 EXIT_PROBLEMS = 1
 
@@ -19,7 +25,7 @@ def runner_registration_problems(check: PluginCheck) -> list[str]:
     registered = registered_runners()
     return [f"get_runner() names runner {name!r} for mode {mode!r}, which is not registered (registered: "
             f"{', '.join(sorted(registered))}); register it with xgraph.register_runner({name!r}, RunnerClass) "
-            "when the plugin is imported" for mode, name in check.runner.items() if name not in registered]
+            f"when the plugin is imported{check.runner_at}" for mode, name in check.runner.items() if name not in registered]
 
 
 def check_all(names: list[str], plugin_path: list[str] | None,
@@ -34,6 +40,29 @@ def check_all(names: list[str], plugin_path: list[str] | None,
     return checks
 
 
+def runner_start_problems(check: PluginCheck, result: dict[str, Any]) -> list[str]:
+    """Create each runner the plugin's own files define on the first subgraph it took in the dry run; a problem per
+    runner that fails to start, at the line of the plugin that raised."""
+    from xgraph.runners.runner import Runner, registered_runners
+    if not result["subgraphs"] or check.loaded is None:
+        return []
+    roots = check.loaded.code_roots()
+    registered = registered_runners()
+    subgraph = result["graph"].get_subgraph(result["subgraphs"][0])
+    problems = []
+    for mode, name in check.runner.items():
+        file = getattr(sys.modules.get(getattr(registered.get(name), "__module__", "")), "__file__", None)
+        if not isinstance(file, str) or not inside(file, roots):
+            continue  # built-in or third-party runners are not the plugin's to check
+        try:
+            Runner.create_runner(subgraph, mode)
+        except Exception as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            problems.append(f"runner {name!r} (mode {mode!r}) failed to start on subgraph {subgraph.name!r}: "
+                            f"{type(cause).__name__}: {cause}{at(code_location(cause, roots))}")
+    return problems
+
+
 def _options(text: str | None) -> dict[str, Any]:
     from xgraph.compiler.options import parse_options
     if not text:
@@ -45,7 +74,10 @@ def run_check(names: list[str], plugin_path: list[str] | None, model: str | None
     """Check the plugins (every discovered one when `names` is empty) and print the result lines."""
     from xgraph.plugins.loader import discover_plugins
     if not names:
-        names = [name for name, _ in discover_plugins(plugin_path)]
+        skipped: list[str] = []
+        names = [name for name, _ in discover_plugins(plugin_path, skipped)]
+        for path in skipped:
+            print(f"skipped {path}: no top-level get_plugin, so not a plugin (not imported)")
     if not names:
         print("no plugins found to check (give NAME ... or --plugin-path DIR)")
         return EXIT_PROBLEMS
@@ -55,13 +87,17 @@ def run_check(names: list[str], plugin_path: list[str] | None, model: str | None
         for problem in check.problems:
             print(f"{check.name}: {problem}")
             problems += 1
+        for warning in check.warnings:
+            print(f"{check.name}: warning: {warning}")
         if check.ok:
             runner = ", ".join(f"{m}={n}" for m, n in check.runner.items())
-            print(f"{check.name}: ok (device {check.device}, runner {runner}, memory {check.memory}; {check.source})")
-    good = [c.name for c in checks if c.ok]
+            declared = f"; options {check.options}" if check.options not in ("", "(undeclared)") else ""
+            print(f"{check.name}: ok (device {check.device}, runner {runner}, memory {check.memory}{declared}; "
+                  f"{check.source})")
+    good = {c.name: c for c in checks if c.ok}
     if model and good:
         from xgraph.compiler.dry_run import dry_run_plugins
-        for result in dry_run_plugins(model, good, plugin_path, options):
+        for result in dry_run_plugins(model, list(good), plugin_path, options):
             if not result["ok"]:
                 print(f"{result['name']}: on {model}: {result['problem']}")
                 problems += 1
@@ -70,6 +106,12 @@ def run_check(names: list[str], plugin_path: list[str] | None, model: str | None
                               for t in result["templates"])
             print(f"{result['name']}: on {model} would take {result['ops']} op(s) in {len(result['subgraphs'])} "
                   f"subgraph(s) for {result['device']}" + (f"; templates: {tried}" if tried else ""))
+            for declined in result.get("declined", []):
+                print(f"{result['name']}: on {model} declined subgraph {declined['subgraph']!r} "
+                      f"({len(declined['ops'])} op(s)): {declined['reason']}")
+            for problem in runner_start_problems(good[result["name"]], result):
+                print(f"{result['name']}: on {model}: {problem}")
+                problems += 1
     print(f"{len(checks)} plugin(s) checked, {problems} problem(s)")
     return EXIT_PROBLEMS if problems else 0
 

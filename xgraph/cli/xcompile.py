@@ -156,6 +156,12 @@ def idle_plugin_notes(report: dict[str, Any], model: str) -> list[str]:
     return notes
 
 
+def declined_notes(report: dict[str, Any]) -> list[str]:
+    """One line per subgraph a plugin declined: its ops went back to placement."""
+    return [f"plugin {run['name']!r} declined subgraph {d['subgraph']!r} ({len(d['ops'])} op(s)): {d['reason']}; "
+            "placement took its ops" for run in report.get("plugins", []) for d in run.get("declined", [])]
+
+
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
     """Who took what (each plugin, then the built-in placement per device), crossings, top fallback reasons.
 
@@ -186,7 +192,7 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     for row in placement_rows(report):
         table.add_row(*(t(v) for v in row))
     console.print(table)
-    for note in idle_plugin_notes(report, model):
+    for note in idle_plugin_notes(report, model) + declined_notes(report):
         console.print(t(note))
     console.print(t(f"host/device crossings: {report['crossings']}"))
     for line in int8_unit_lines(report):

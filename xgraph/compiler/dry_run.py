@@ -18,7 +18,8 @@ from xgraph.devices import get_devices
 
 def dry_run_plugins(model: Any, names: list[str], plugin_path: list[str] | None = None,
                     options: "Mapping[str, Any] | str | None" = None) -> list[dict[str, Any]]:
-    """Per plugin, in order: {"name", "ok", "ops", "subgraphs", "problem"} from running it on the prepared model."""
+    """Per plugin, in order: {"name", "ok", "ops", "subgraphs", "problem", "graph"} from running it on the prepared
+    model ("graph": the dry-run graph, shared by the plugins, whose subgraphs carry their "runner" attrs)."""
     from xgraph.plugins.chain import run_plugin_chain
     opts = parse_options(options, get_devices())
     graph = load_for_compile(model)
@@ -32,10 +33,11 @@ def dry_run_plugins(model: Any, names: list[str], plugin_path: list[str] | None 
         try:
             [record] = run_plugin_chain(graph, [name], plugin_path, settings)
         except XGraphError as e:
-            results.append({"name": name, "ok": False, "ops": 0, "subgraphs": [], "problem": str(e)})
+            results.append({"name": name, "ok": False, "ops": 0, "subgraphs": [], "problem": str(e), "graph": graph})
             continue
         results.append({"name": name, "ok": True, "ops": record["ops"], "subgraphs": record["subgraphs"],
-                        "templates": record["templates"], "device": record["device"], "problem": ""})
+                        "templates": record["templates"], "device": record["device"], "problem": "",
+                        "declined": record["declined"], "graph": graph})
     return results
 
 

@@ -140,8 +140,9 @@ def explain_op(graph: Graph, log: MatchLog, op: Op, options: Any) -> dict[str, A
     runs = graph.get_attr("plugin_runs") if graph.has_attr("plugin_runs") else []
     plugins = []
     for run in runs:
+        declined = next((d["reason"] for d in run.get("declined", []) if op.name in d["ops"]), None)
         plugins.append({"plugin": run["name"], "device": run["device"], "took": run["name"] == plugin,
-                        "templates": template_findings(log, run["name"], op)})
+                        "declined": declined, "templates": template_findings(log, run["name"], op)})
     return {"name": op.name, "type": op.type, "device": device, "subgraph": subgraph,
             "taken_by": f"plugin {plugin}" if plugin else "placement", "reason": str(reason),
             "devices": device_verdicts(op, options), "plugins": plugins}
@@ -172,7 +173,8 @@ def explain_text(entries: list[dict[str, Any]]) -> str:
             mark = " (chosen)" if v["device"] == e["device"] and e["taken_by"] == "placement" else ""
             lines.append(f"    {v['device']}: {'accepts' if v['accepts'] else v['reason']}{mark}")
         for p in e["plugins"]:
-            verdict = "took it" if p["took"] else "did not take it"
+            verdict = "took it" if p["took"] else (f"declined it: {p['declined']}" if p.get("declined")
+                                                    else "did not take it")
             lines.append(f"  plugin {p['plugin']} (device {p['device']}): {verdict}")
             if not p["templates"]:
                 lines.append("    matched with no template")

@@ -22,7 +22,7 @@ PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
 OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
-               "plugin_options", "external_data_threshold") + GEAR_OPTIONS
+               "plugin_options", "strict_plugins", "external_data_threshold") + GEAR_OPTIONS
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
 
 
@@ -38,6 +38,8 @@ class CompileOptions:
     precision_mode: str = "must_keep_origin_dtype"
     input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # plugin name -> its settings
+    #: A plugin declining a subgraph (`xgraph.plugins.Decline`) fails the compile instead of handing it back.
+    strict_plugins: bool = False
     #: Weights adding up to more than this many bytes are saved in a side file next to the
     #: .xmodel (None: the default of `xgraph.ir.onnx.xmodel`, 256 MiB; always past 2 GiB).
     external_data_threshold: int | None = None
@@ -62,6 +64,8 @@ class CompileOptions:
             out["input_shape"] = format_input_shape(self.input_shape)
         if self.plugin_options:
             out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
+        if self.strict_plugins:
+            out["strict_plugins"] = True
         if self.external_data_threshold is not None:
             out["external_data_threshold"] = self.external_data_threshold
         if self.gears:
@@ -282,6 +286,11 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
     if "plugin_options" in raw:
         kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
+    if "strict_plugins" in raw:
+        if not isinstance(raw["strict_plugins"], bool):
+            raise _bad("strict_plugins", raw["strict_plugins"], "true (a plugin declining a subgraph fails the "
+                       "compile) or false (its ops go back to placement)")
+        kwargs["strict_plugins"] = raw["strict_plugins"]
     if "external_data_threshold" in raw:
         kwargs["external_data_threshold"] = parse_byte_count("external_data_threshold", raw["external_data_threshold"])
     kwargs["gear_option"], kwargs["gears"] = parse_gear_options(raw, kwargs.get("input_shape", {}))

@@ -155,6 +155,21 @@ def _annotate_plugin_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
     graph.set_op_annotation_columns(ops, {"device": devices, "placement_reason": reasons})
 
 
+def _annotate_declined_ops(graph: Graph, runs: list[dict[str, Any]]) -> None:
+    """Put "plugin 'p' declined: <reason>" first in the placement reason of each op a plugin handed back."""
+    ops: list[Any] = []
+    reasons: list[str] = []
+    for run in runs:
+        for entry in run.get("declined", []):
+            for name in entry["ops"]:
+                op = graph.get_op(name)
+                placed = str(op.get_attr("placement_reason")) if op.is_annotation("placement_reason") else ""
+                ops.append(op)
+                reasons.append(f"plugin {run['name']!r} declined: {entry['reason']}" + (f"; {placed}" if placed else ""))
+    if ops:
+        graph.set_op_annotation_columns(ops, {"placement_reason": reasons})
+
+
 def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike",
             options: "Mapping[str, Any] | str | CompileOptions | None" = None,
             plugin_path: "list[str] | str | None" = None, *, progress: Progress | None = None,
@@ -204,13 +219,15 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
-        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options)
+        runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options,
+                                strict=opts.strict_plugins)
         _annotate_plugin_ops(graph, runs)
     with collector_paused():
         _report_stage(progress, "placement")
         bind_nested_graph_inputs(graph)
         signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
         placed = place(graph, devices, opts, signatures=signatures)
+        _annotate_declined_ops(graph, runs)
         _report_stage(progress, "kernels")
         annotate_kernels(graph, devices, registries.kernels, signatures=signatures, placed=placed)
         annotate_precision(graph, devices, opts.precision_mode)

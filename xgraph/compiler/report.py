@@ -8,7 +8,9 @@ did not get the cheapest device, grouped by device and reason, largest group fir
 "prepare" and "plugins": one entry per plugin of the chain, in chain order, including those
 that took nothing: "name", "device", "runner", "memory", "ops" (how many it took),
 "subgraphs" (their names), "seconds" (time in the plugin), "templates" (each template it
-matched with: "name", "calls", "matches"), "options" (its plugin options) and "source".
+matched with: "name", "calls", "matches"), "options" (its plugin options), "source" and
+"declined" (each subgraph its compile declined: "subgraph", "ops", "reason"; the ops went
+back to placement, and their reason starts with "plugin 'name' declined: <reason>").
 A model compiled with gears also has "gears" (per gear: "name", "input_shapes", "devices");
 everything else describes gear 0.
 """
@@ -97,7 +99,8 @@ def report(compiled: Graph) -> dict[str, Any]:
         "options": _options_attr(compiled.name, options),
         "prepare": _attr(compiled, "prepare_summary", {}),
         "plugins": _plugins(plugin_runs, subgraphs),
-        "warnings": runner_warnings(children),
+        "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
+                                                 if isinstance(run, dict) for w in run.get("warnings", [])],
     }
     units = int8_units(compiled, child_of)
     if units:  # only quantized models carry the key
@@ -153,7 +156,8 @@ def _plugins(runs: Any, subgraphs: list[dict[str, Any]]) -> list[dict[str, Any]]
         result.append({"name": run.get("name", ""), "device": run.get("device", ""), "runner": run.get("runner", {}),
                        "memory": run.get("memory", "device"), "ops": sum(ops_of.get(n, 0) for n in names),
                        "subgraphs": names, "seconds": run.get("seconds"), "templates": list(run.get("templates", [])),
-                       "options": run.get("options", {}), "source": run.get("source", "")})
+                       "options": run.get("options", {}), "source": run.get("source", ""),
+                       "declined": [d for d in run.get("declined", []) if isinstance(d, dict)]})
     return result
 
 

@@ -179,6 +179,31 @@ class Subgraph(AttrsMixin):
             groups = [self._check_merge_group(g) for g in groups]  # names the first offender
         return self._merge_groups(groups, check_cycles=check_cycles)
 
+    def unmerge_child(self, child: "Subgraph", parts: "Iterable[Subgraph]") -> None:
+        """Put back `parts`, the leaf children a merge replaced by `child`, in place of `child` (and its subtree).
+
+        How a plugin's declined subgraph returns its ops to placement as they were before the
+        plugin merged them. Checked, then applied: `parts` must be leaves this subgraph once held
+        (as `merge_children` leaves them) whose ops are exactly `child`'s, each op in one part.
+        """
+        parts = list(dict.fromkeys(parts))
+        if not isinstance(child, Subgraph) or child._parent is not self or child not in self._children:
+            raise GraphError(f"unmerge_child on {self._name!r}: {child!r:.60} is not a child of it")
+        held = 0
+        for p in parts:
+            if not isinstance(p, Subgraph) or p._parent is not self or p in self._children or p._children:
+                raise GraphError(f"unmerge_child on {self._name!r}: {p!r:.60} is not a leaf it held before a merge")
+            held += len(p._ops)
+        ops = set().union(*map(_OPS, parts)) if parts else set()
+        if ops != child._ops or held != len(ops):
+            raise GraphError(f"unmerge_child on {self._name!r}: the parts' ops are not exactly those of "
+                             f"{child._name!r}, each once; nothing was changed")
+        del self._children[child]
+        self._children.update(dict.fromkeys(parts))
+        leaf_of = self._graph._leaf_of
+        for p in parts:
+            leaf_of.update(dict.fromkeys(p._ops, p))
+
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
         if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
             seen: set[Subgraph] = set()

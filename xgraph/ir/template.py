@@ -157,15 +157,18 @@ class MatchLog:
 
     near_misses: bool = False
     label: str = ""
-    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about)}
+    #: template name -> {"calls", "matches", "types": op types of its first op (what to ask `explain` about),
+    #: "op_types": {template op: its op types}}
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     misses: list[NearMiss] = field(default_factory=list)
-    matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)  # (label, template, match)
+    #: (label, template, match) of every match found, near misses or not (the chain tells plugins their roles)
+    matches: list[tuple[str, str, dict[str, "Op"]]] = field(default_factory=list)
 
     def _called(self, template: GraphTemplate, found: int) -> None:
         first = template.get_ops()[0] if template.get_ops() else None
         entry = self.templates.setdefault(template.name, {"calls": 0, "matches": 0,
                                                           "types": sorted(first.types) if first else []})
+        entry["op_types"] = {t.name: sorted(t.types) for t in template.get_ops()}
         entry["calls"] += 1
         entry["matches"] += found
 
@@ -173,11 +176,12 @@ class MatchLog:
         """Take over what an inner recorder saw (its label wins where it set one)."""
         for name, entry in inner.templates.items():
             mine = self.templates.setdefault(name, {"calls": 0, "matches": 0, "types": entry.get("types", [])})
+            mine["op_types"] = dict(entry.get("op_types", {}))
             mine["calls"] += entry["calls"]
             mine["matches"] += entry["matches"]
+        self.matches += inner.matches
         if self.near_misses:
             self.misses += inner.misses
-            self.matches += inner.matches
 
 
 _ACTIVE: contextvars.ContextVar["MatchLog | None"] = contextvars.ContextVar("xgraph_match_log", default=None)
@@ -340,6 +344,7 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
         matches = _find_matches(graph, template)
         if log is not None:
             log._called(template, len(matches))
+            log.matches += [(log.label, template.name, m) for m in matches]
         return matches
     # Near misses from two passes: the matching pass (anchored on the rarest op type, so it breaks
     # on the way up from e.g. a Relu) and one in data-flow order (anchored on the template's first

@@ -19,15 +19,24 @@ The chain (`xgraph.plugins.chain.run_plugin_chain`) calls, in order: `get_plugin
 `get_device`, `get_runner`, `partition`, then `compile` once per returned subgraph, and
 finally sets the "device" and "runner" attrs on each of those subgraphs.
 
+`compile` may refuse a subgraph by raising `Decline("reason")`: its ops go back to the
+built-in placement, which records "plugin 'name' declined: reason" as their reason, and the
+plugin's other subgraphs stand (with the compile option ``"strict_plugins": true`` a decline
+is an error instead). Any other exception fails the whole plugin, as before.
+
 Settings reach a plugin through its factory: with ``{"plugin_options": {"name": {...}}}`` in
 the compile options, the chain calls ``get_plugin(options)`` (define the parameter, e.g.
-``def get_plugin(options=None): return MyPlugin(**(options or {}))``). A plugin's runner that
-only accelerates some ops subclasses `xgraph.runners.kernel_runner.KernelRunner`.
+``def get_plugin(options=None): return MyPlugin(**(options or {}))``). A plugin module that
+also defines ``get_options()`` returning `PluginOption`s gets its settings checked first (an
+undeclared key or a value of the wrong type is an error naming the option, missing keys get
+their defaults); without it the settings are handed over unchecked. A plugin's runner that only accelerates some ops subclasses
+`xgraph.runners.kernel_runner.KernelRunner`.
 """
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from xgraph.modes import MODES
 
@@ -42,6 +51,36 @@ RUNNER_MODES = MODES  # defined once, in xgraph.modes
 
 #: Module attribute the loader sets to the name a plugin was requested by.
 PLUGIN_NAME_ATTR = "__xgraph_plugin_name__"
+
+
+class Decline(Exception):
+    """Raised by a plugin's `compile(subgraph)` to hand the subgraph back: its ops return to placement.
+
+    `reason` is shown to the user ("plugin 'ov' declined: <reason>"): say what the vendor
+    compiler refused, e.g. ``raise Decline(f"OpenVINO cannot compile {op.type} {op.name!r}")``.
+    Decline before changing anything: the subgraph's own attrs are dropped with it, but attrs
+    set on its ops or tensors make the decline a plugin error.
+    """
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = str(reason) or "no reason given"
+
+
+@dataclass(frozen=True)
+class PluginOption:
+    """One setting a plugin takes through ``{"plugin_options": {"name": {...}}}``: its key, type, default, help.
+
+    `type` is a Python type the JSON value must have (``str``, ``int``, ``float``, ``bool``,
+    ``list``, ``dict``; an int is accepted for float). The default is used when the user gives
+    none; ``required=True`` makes the key mandatory instead.
+    """
+
+    name: str
+    type: type = str
+    default: Any = None
+    help: str = ""
+    required: bool = False
 
 
 class Plugin:

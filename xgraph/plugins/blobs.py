@@ -56,7 +56,8 @@ def _plugin_options(subgraph: "Subgraph", plugin: str) -> dict[str, Any]:
 def _make_plugin(subgraph: "Subgraph", name: str, plugin_path: "list[str] | None") -> Any:
     from xgraph.plugins.chain import _Call, make_plugin
     loaded = load_plugin(name, plugin_path, importable=False)
-    return make_plugin(_Call(loaded), loaded, _plugin_options(subgraph, name))
+    plugin, _ = make_plugin(_Call(loaded), loaded, _plugin_options(subgraph, name))
+    return plugin
 
 
 def _current_compat(plugin: Any) -> "str | None":

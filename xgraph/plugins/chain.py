@@ -26,11 +26,23 @@ What a plugin may change:
   tensors. Checked once after all compile calls, so a violation names the plugin, not the
   subgraph.
 
+``compile(sg)`` may raise `xgraph.plugins.Decline`: that subgraph goes back, split into the
+children the plugin merged (`Subgraph.unmerge_child`), for the built-in placement to place,
+and the record lists it under "declined" (subgraph, ops, reason); the plugin's other
+subgraphs stand. With ``strict`` (the ``strict_plugins`` compile option) a decline is a
+PluginError naming the plugin, the subgraph and the reason, and the graph is restored.
+
+Before ``compile`` runs, each returned subgraph gets the attr "template_matches": one
+``{"template": name, "roles": {template op: graph op name}}`` per template match (found
+during this plugin's ``partition``) that lies wholly inside it.
+
 Runner names are recorded, not resolved: the runtime looks them up in its registry.
 
 Plugin options (``{"plugin_options": {"a": {...}}}``) reach a plugin through its factory:
 ``get_plugin(options)`` (or ``get_plugin(options=None)``) is called with a dict, empty when the
-user gave none; a ``get_plugin()`` without such a parameter given options is a PluginError. Each
+user gave none; a ``get_plugin()`` without such a parameter given options is a PluginError. A
+module that declares its options (``get_options()``, `xgraph.plugins.settings`) gets them
+checked and completed with defaults first; the record's "options" are the values used. Each
 record also says how long the plugin took ("seconds") and which templates it matched with
 ("templates": name, calls, matches).
 """
@@ -47,10 +59,13 @@ from xgraph.errors import PartitionError, PluginError
 from xgraph.devices import get_devices
 from xgraph.ir import Graph, Subgraph
 from xgraph.ir.template import record_matches
-from xgraph.plugins.base import RUNNER_MODES, Plugin
+from xgraph.plugins.base import RUNNER_MODES, Decline, Plugin
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
-from xgraph.plugins.location import DEBUG_HINT, at, code_location
+from xgraph.plugins.location import DEBUG_HINT, at, code_location, defined_at
+from xgraph.plugins.settings import apply_options, declared_options
 from xgraph.plugins.snapshot import GraphSnapshot
+from xgraph.plugins.roles import set_template_matches
+from xgraph.plugins.template_types import op_types_of, templates_held, unknown_type_warnings
 
 if TYPE_CHECKING:
     from xgraph.ir import Op
@@ -60,9 +75,10 @@ _METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile
 
 
 def run_plugin_chain(graph: Graph, names: "list[str] | str", plugin_path: list[str] | None = None,
-                     plugin_options: "Mapping[str, Mapping[str, Any]] | None" = None) -> list[dict[str, Any]]:
+                     plugin_options: "Mapping[str, Mapping[str, Any]] | None" = None, *,
+                     strict: bool = False) -> list[dict[str, Any]]:
     """Run the named plugins in order on `graph`; one record per plugin: name, device, runner, subgraphs, source,
-    options, seconds, templates."""
+    options, seconds, templates, declined, warnings. `strict`: a declined subgraph is an error."""
     if not isinstance(graph, Graph):
         raise PluginError(f"run_plugin_chain needs an xgraph.Graph, got {type(graph).__name__}")
     names = _plugin_names(names)
@@ -77,7 +93,7 @@ def run_plugin_chain(graph: Graph, names: "list[str] | str", plugin_path: list[s
                           f"{'is' if len(unknown) == 1 else 'are'} not in the plugins {names}; list the plugin "
                           'in "plugins" or drop its "plugin_options" entry')
     loaded = [load_plugin(name, plugin_path) for name in names]
-    return [_run_one(graph, plugin, dict(options.get(plugin.name) or {})) for plugin in loaded]
+    return [_run_one(graph, plugin, dict(options.get(plugin.name) or {}), strict) for plugin in loaded]
 
 
 def _plugin_names(names: "list[str] | str") -> list[str]:
@@ -103,16 +119,24 @@ class _Call:
         self.requested = loaded.name
         self.source = loaded.source
         self.roots = loaded.code_roots()
+        self.factory = loaded.get_plugin
+        self.plugin: Any = None  # the plugin object, once made: problems point at its methods
 
     def named(self, plugin_name: str) -> None:
         """Add the name the plugin gives itself to messages, when it differs from the requested one."""
         if plugin_name != self.requested:
             self.label = f"plugin {self.requested!r} ({plugin_name!r})"
 
-    def __call__(self, what: str, func: Callable[..., Any], *args: Any) -> Any:
-        """func(*args), with any exception re-raised as a PluginError naming the plugin."""
+    def __call__(self, what: str, func: Callable[..., Any], *args: Any, declinable: bool = False) -> Any:
+        """func(*args), with any exception re-raised as a PluginError naming the plugin (`Decline` passes when
+        `declinable`)."""
         try:
             return func(*args)
+        except Decline as e:
+            if declinable:
+                raise
+            raise PluginError(f"{self.label}: {what} raised Decline({e.reason!r}){at(code_location(e, self.roots))}; "
+                              "only compile(subgraph) may decline") from e
         except Exception as e:
             where = code_location(e, self.roots)
             origin = "" if where else f" (plugin loaded from {self.source})"
@@ -120,8 +144,12 @@ class _Call:
                               f"{DEBUG_HINT}; fix the plugin or leave it out of \"plugins\"") from e
 
     def error(self, problem: str) -> PluginError:
-        """A PluginError about this plugin."""
-        return PluginError(f"{self.label}: {problem}")
+        """A PluginError about this plugin, at the definition of the method the problem starts with (e.g.
+        "partition() returned ...") when the plugin has it, else at its get_plugin."""
+        method = problem.split("(", 1)[0]
+        target = getattr(self.plugin, method, None) if method in _METHODS + ("get_memory",) else None
+        where = defined_at(target) if target is not None else None
+        return PluginError(f"{self.label}: {problem}{at(where or defined_at(self.factory))}")
 
 
 def takes_options(factory: Callable[..., Any]) -> bool:
@@ -138,8 +166,19 @@ def takes_options(factory: Callable[..., Any]) -> bool:
     return first.default is inspect.Parameter.empty or first.name == "options"
 
 
-def make_plugin(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) -> Any:
-    """The plugin object: get_plugin(options) when it takes them, else get_plugin() (options must be empty)."""
+def make_plugin(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the plugin object, the options used): get_plugin(options) when it takes them, else get_plugin() (options
+    must be empty); options checked and completed first when the module declares them (`get_options()`)."""
+    schema = declared_options(loaded.name, loaded.module, call)
+    if schema is not None:
+        options = apply_options(loaded.name, schema, options)
+        if schema and not takes_options(loaded.get_plugin):
+            raise call.error("declares options (get_options()) but its get_plugin() takes no argument; define "
+                             "get_plugin(options) to receive them")
+    return _made(call, loaded, options), options
+
+
+def _made(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) -> Any:
     if takes_options(loaded.get_plugin):
         return call("get_plugin(options)", loaded.get_plugin, options)
     if options:
@@ -148,11 +187,14 @@ def make_plugin(call: "_Call", loaded: LoadedPlugin, options: dict[str, Any]) ->
     return call("get_plugin()", loaded.get_plugin)
 
 
-def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None = None) -> dict[str, Any]:
+def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None = None,
+             strict: bool = False) -> dict[str, Any]:
     call = _Call(loaded)
-    options = dict(options or {})
     started = time.perf_counter()
-    plugin = make_plugin(call, loaded, options)
+    plugin, options = make_plugin(call, loaded, dict(options or {}))
+    if isinstance(plugin, type):
+        raise call.error(f"get_plugin() returned the class {plugin.__name__}; return an instance: {plugin.__name__}()")
+    call.plugin = plugin
     missing = [m for m in _METHODS if not callable(getattr(plugin, m, None))]
     if missing:
         raise call.error(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
@@ -173,6 +215,7 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         raise call.error(f"get_memory() returned {memory!r}; return 'device' (buffers shared with AI Core/AI CPU/DVPP) "
                          "or 'host' (every tensor in or out is copied)")
 
+    held = op_types_of(templates_held(loaded.module, plugin))
     before = GraphSnapshot(graph)
     try:
         with record_matches(label=name) as matching:
@@ -182,27 +225,65 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         if changed:
             raise call.error(f"partition() changed {'; '.join(changed)}; a partition may only merge unassigned "
                              "subgraphs (merge_subgraph) and return them; attach data in compile()")
+        set_template_matches(subgraphs, matching.matches)
+        declined: list[tuple[Subgraph, str]] = []
         if subgraphs and not _compile_does_nothing(plugin):
             # nothing runs between the check above and this one unless compile does: with no compile
             # call, or the base class's empty one, this check could only repeat what the first found
             children = graph.get_root_subgraph().get_children()
             for sg in subgraphs:
-                call(f"compile({sg.name!r})", plugin.compile, sg)
+                try:
+                    call(f"compile({sg.name!r})", plugin.compile, sg, declinable=True)
+                except Decline as e:
+                    declined.append((sg, e.reason))
+                    if strict:
+                        raise PluginError(f"{call.label}: declined subgraph {sg.name!r} ({sg.get_op_num()} op(s)): "
+                                          f"{e.reason}{at(code_location(e, call.roots))}; \"strict_plugins\" makes a "
+                                          "decline an error (drop it to let placement take the ops)") from e
+            gone = {sg for sg, _ in declined}
+            subgraphs = [sg for sg in subgraphs if sg not in gone]
             own_ops: set[Op] = set().union(*(sg.get_ops() for sg in subgraphs))
-            changed = before.changes(children=children, free_subgraphs=subgraphs, free_ops=own_ops)
+            changed = before.changes(children=children, free_subgraphs=subgraphs + list(gone), free_ops=own_ops)
             if changed:
                 raise call.error(f"compile() changed {'; '.join(changed)}; compile may only set attrs of the "
-                                 "subgraph it is given (and of that subgraph's ops and children)")
+                                 "subgraph it is given (and of that subgraph's ops and children), and a subgraph "
+                                 "it declines must keep its ops as they were")
+            _return_declined(call, graph, before, gone)
         graph.get_root_subgraph().set_children_attrs(
             subgraphs, {"device": device, "runner": dict(runner), "memory": memory, "plugin": name})
     except BaseException:
         before.restore()
         raise
-    templates = [{"name": t, **counts} for t, counts in matching.templates.items()]
+    templates = [{"name": t, "calls": c["calls"], "matches": c["matches"], "types": c["types"]}
+                 for t, c in matching.templates.items()]
+    held.update({t: c["op_types"] for t, c in matching.templates.items() if "op_types" in c})
+    position = graph.topo_positions() if declined else {}
     return {"name": name, "device": device, "runner": dict(runner), "memory": memory,
             "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source, "options": options,
             "ops": sum(sg.get_op_num() for sg in subgraphs), "seconds": round(time.perf_counter() - started, 6),
-            "templates": templates}
+            "templates": templates, "warnings": unknown_type_warnings(name, held) if held else [],
+            "declined": [{"subgraph": sg.name, "reason": reason,
+                          "ops": [op.name for op in sorted(sg.get_ops(), key=position.__getitem__)]}
+                         for sg, reason in declined]}
+
+
+def _return_declined(call: _Call, graph: Graph, before: GraphSnapshot, declined: "set[Subgraph]") -> None:
+    """Give each declined subgraph's ops back to placement: the children the plugin merged, as they were."""
+    root = graph.get_root_subgraph()
+    for sg in sorted(declined, key=attrgetter("name")):
+        parts = before.children_before(sg.get_ops())
+        if parts != [sg]:
+            root.unmerge_child(sg, parts)
+            continue
+        if not sg.is_leaf:  # a child returned unmerged: only its attrs and what compile built below it to undo
+            raise call.error(f"compile({sg.name!r}) created children under the subgraph, then declined it; "
+                             "decline before building anything")
+        was = before.state.subgraph_state(sg).attrs
+        for key in list(sg.get_attrs()):
+            if key not in was:
+                sg.del_attr(key)
+        for key, value in was.items():
+            sg.set_attr(key, value)
 
 
 def _compile_does_nothing(plugin: Any) -> bool:

@@ -5,20 +5,24 @@ import the module, call ``get_plugin()`` (``get_plugin({})`` when it takes optio
 check that the object has all five methods, and call ``get_plugin_name``, ``get_device``,
 ``get_runner`` and ``get_memory`` checking each result. Unlike the chain it does not stop at
 the first problem: it returns every problem it can find, each one line, with the file and
-line of the plugin's code when the plugin itself raised. Whether the runner names it
-declares are registered is the caller's to check (the runner registry lives above this
-layer), from `PluginCheck.runner`.
+line of the plugin's code: where it raised, else where the method that returned the bad
+value is defined. It also checks the options the module declares (`get_options()`, against
+the given ones) and warns about template op types nothing knows. Whether the runner names it
+declares are registered, and whether its runners can be made, is the caller's to check (the
+runner registry lives above this layer), from `PluginCheck.runner`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from xgraph.errors import PluginError
+from xgraph.errors import PluginError, XGraphError
 from xgraph.plugins.base import RUNNER_MODES
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
 from xgraph.devices import get_devices
-from xgraph.plugins.location import at, code_location
+from xgraph.plugins.location import at, code_location, defined_at
+from xgraph.plugins.settings import apply_options, declared_options, describe_options
+from xgraph.plugins.template_types import op_types_of, templates_held, unknown_type_warnings
 
 #: The methods every plugin object must have (get_memory is optional, with "device" as default).
 METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
@@ -36,6 +40,9 @@ class PluginCheck:
     memory: str = ""
     problems: list[str] = field(default_factory=list)
     loaded: LoadedPlugin | None = None
+    options: str = ""  # the declared options, described (`describe_options`)
+    runner_at: str = ""  # " at path:line" of its get_runner, for problems about the runners it names
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -51,6 +58,11 @@ def _call(check: PluginCheck, what: str, func: Any, *args: Any) -> tuple[bool, A
         roots = check.loaded.code_roots() if check.loaded is not None else []
         check.problems.append(f"{what} raised {type(e).__name__}: {e}{at(code_location(e, roots))}")
         return False, None
+
+
+def _at(func: Any) -> str:
+    """" at path:line" of where `func` (a plugin method or get_plugin) is defined, when known."""
+    return at(defined_at(func)) if func is not None else ""
 
 
 def runner_problems(runner: Any) -> list[str]:
@@ -79,35 +91,63 @@ def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[
         return check
     check.source = check.loaded.source
     factory = check.loaded.get_plugin
+    given = dict(options or {})
+    try:
+        schema = declared_options(name, check.loaded.module)
+        if schema is not None:
+            given = apply_options(name, schema, given)
+        check.options = describe_options(schema)
+    except XGraphError as e:
+        check.problems.append(str(e))
+        return check
+    except Exception as e:  # get_options() itself raised
+        check.problems.append(f"get_options() raised {type(e).__name__}: {e}"
+                              f"{at(code_location(e, check.loaded.code_roots()))}")
+        return check
     if takes_options(factory):
-        ok, plugin = _call(check, "get_plugin(options)", factory, dict(options or {}))
+        ok, plugin = _call(check, "get_plugin(options)", factory, given)
     else:
         ok, plugin = _call(check, "get_plugin()", factory)
+    held = templates_held(check.loaded.module, plugin if ok and not isinstance(plugin, type) else None)
+    check.warnings = unknown_type_warnings(name, op_types_of(held))
     if not ok:
         return check
+    if isinstance(plugin, type):
+        check.problems.append(f"get_plugin() returned the class {plugin.__name__}; return an instance: "
+                              f"{plugin.__name__}(){_at(factory)}")
+        return check
+    _check_interface(check, plugin)
+    return check
+
+
+def _check_interface(check: PluginCheck, plugin: Any) -> None:
+    """Call the plugin's get_* methods, recording what they declare and every problem, located."""
     missing = [m for m in METHODS if not callable(getattr(plugin, m, None))]
     if missing:
         check.problems.append(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
-                              "return an instance of a subclass of xgraph.plugins.Plugin")
+                              f"return an instance of a subclass of xgraph.plugins.Plugin{_at(type(plugin))}")
     if "get_plugin_name" not in missing:
         ok, value = _call(check, "get_plugin_name()", plugin.get_plugin_name)
         if ok and (not isinstance(value, str) or not value):
-            check.problems.append(f"get_plugin_name() returned {value!r}; return a non-empty str")
+            check.problems.append(f"get_plugin_name() returned {value!r}; return a non-empty str"
+                                  f"{_at(plugin.get_plugin_name)}")
         elif ok:
             check.plugin_name = value
     if "get_device" not in missing:
         ok, value = _call(check, "get_device()", plugin.get_device)
         if ok and (not isinstance(value, str) or not value.strip()):
-            check.problems.append(f"get_device() returned {value!r}; return a non-empty device name such as 'NPU'")
+            check.problems.append(f"get_device() returned {value!r}; return a non-empty device name such as 'NPU'"
+                                  f"{_at(plugin.get_device)}")
         elif ok:
             check.device = value
     if "get_runner" not in missing:
         ok, value = _call(check, "get_runner()", plugin.get_runner)
         if ok:
             shape = runner_problems(value)
-            check.problems += shape
+            check.problems += [problem + _at(plugin.get_runner) for problem in shape]
             if not shape:
                 check.runner = dict(value)
+                check.runner_at = _at(plugin.get_runner)
     memory = getattr(plugin, "get_memory", None)
     if callable(memory):
         ok, value = _call(check, "get_memory()", memory)
@@ -115,12 +155,12 @@ def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[
             spec = get_devices().get(check.device) if isinstance(check.device, str) else None
             check.memory = spec.memory if spec is not None else "device"
         elif ok and value not in ("device", "host"):
-            check.problems.append(f"get_memory() returned {value!r}; return 'device', 'host' or None (as its device)")
+            check.problems.append(f"get_memory() returned {value!r}; return 'device', 'host' or None (as its device)"
+                                  f"{_at(memory)}")
         elif ok:
             check.memory = value
     else:
         check.memory = "device"
-    return check
 
 
 __all__ = ["METHODS", "PluginCheck", "check_plugin", "runner_problems"]

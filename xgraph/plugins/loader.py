@@ -6,7 +6,8 @@ A name in ``{"plugins": "a,b"}`` resolves, first hit wins, to:
    with ``get_plugin``, or the ``get_plugin`` callable itself, e.g. ``a = acme.ip:get_plugin``);
 2. ``a.py`` or a package ``a/`` in a plugin directory: the ``plugin_path`` list first
    (``--plugin-path``), then ``XGRAPH_PLUGIN_PATH`` (``os.pathsep``-separated, like
-   LD_LIBRARY_PATH; empty entries are ignored rather than meaning the current directory);
+   LD_LIBRARY_PATH; empty entries are ignored rather than meaning the current directory).
+   An entry may also be a plugin file itself (``my_plugins/smfc.py`` provides ``smfc``);
 3. an importable module ``a`` (dotted names allowed).
 
 A plugin file or package is ordinary Python. Its directory is appended to `sys.path` (at
@@ -19,9 +20,16 @@ private name derived from its real path instead, so the two do not collide in `s
 A file already imported under another name (e.g. by pytest) is reused rather than run twice
 (a plugin that registers a runner at import must run once). Each file is imported at most
 once per process; edit-and-reload needs a new process.
+
+Listing plugins (`discover_plugins`) imports nothing: a plugin-path file counts as a plugin
+when its source, parsed with `ast`, defines ``get_plugin`` at top level, so helper scripts
+lying beside plugins are never run. A name that resolves nowhere gets a "did you mean" from
+those listed.
 """
 from __future__ import annotations
 
+import ast
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
@@ -88,21 +96,47 @@ def load_plugin(name: str, plugin_path: list[str] | None = None, *, importable: 
         if found is None and importable:
             found = _from_module(name, looked)
         if found is None:
-            raise PluginError(f"no plugin named {name!r}: looked for " + "; ".join(looked) +
+            known = [n for n, _ in discover_plugins(plugin_path)]
+            close = difflib.get_close_matches(name, known, 1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise PluginError(f"no plugin named {name!r}{hint}: looked for " + "; ".join(looked) +
                               ". Check the spelling, add the plugin's directory with --plugin-path DIR "
                               f"or {PATH_ENV}, or install it (entry point group {ENTRY_POINT_GROUP!r})")
         return found
 
 
-def discover_plugins(plugin_path: list[str] | None = None) -> list[tuple[str, str]]:
-    """(name, source) of every plugin findable without importing it: entry points, then plugin-path files."""
+def discover_plugins(plugin_path: list[str] | None = None,
+                     skipped: "list[str] | None" = None) -> list[tuple[str, str]]:
+    """(name, source) of every plugin findable without importing it: entry points, then plugin-path files whose
+    source defines a top-level ``get_plugin``. `skipped` (when given) receives the other .py files' paths."""
     result: list[tuple[str, str]] = []
     seen: set[str] = set()
     for ep in _entry_points():
         if ep.name not in seen:
             seen.add(ep.name)
             result.append((ep.name, f"entry point {ep.name} = {ep.value}"))
-    for d in plugin_search_path(plugin_path):
+    for stem, path in _plugin_path_files(plugin_search_path(plugin_path)):
+        if stem in seen:
+            continue
+        if not defines_get_plugin(path):
+            if skipped is not None:
+                skipped.append(os.path.abspath(path))
+            continue
+        seen.add(stem)
+        result.append((stem, os.path.abspath(path)))
+    return result
+
+
+def _plugin_path_files(entries: list[str]) -> list[tuple[str, str]]:
+    """(name, file) of each candidate in the plugin path: a .py entry itself, else the .py files and packages of a
+    directory entry (not private or test_ ones)."""
+    found = []
+    for d in entries:
+        if os.path.isfile(d):
+            stem = os.path.basename(d)[:-3]
+            if d.endswith(".py") and _PATH_NAME.fullmatch(stem):
+                found.append((stem, d))
+            continue
         if not os.path.isdir(d):
             continue
         for entry in sorted(os.listdir(d)):
@@ -113,10 +147,43 @@ def discover_plugins(plugin_path: list[str] | None = None) -> list[tuple[str, st
                 stem, path = entry, os.path.join(path, "__init__.py")
             else:
                 continue
-            if _PATH_NAME.fullmatch(stem) and not stem.startswith(("_", "test_")) and stem not in seen:
-                seen.add(stem)
-                result.append((stem, os.path.abspath(path)))
-    return result
+            if _PATH_NAME.fullmatch(stem) and not stem.startswith(("_", "test_")):
+                found.append((stem, path))
+    return found
+
+
+def defines_get_plugin(path: str) -> bool:
+    """True when the Python file at `path` defines or imports ``get_plugin`` at top level (read with ast, never run).
+
+    A file that does not parse counts as a plugin: importing it is what names its syntax error.
+
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        ...     _ = f.write("import os\nprint('a script')\n")
+        >>> defines_get_plugin(f.name)
+        False
+    """
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (SyntaxError, ValueError):
+        return True
+    except OSError:
+        return False
+    statements = list(tree.body)
+    for node in statements:
+        if isinstance(node, (ast.If, ast.Try)):  # `try: ... except ImportError:` around a definition
+            statements += node.body + node.orelse + [n for h in getattr(node, "handlers", []) for n in h.body]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == "get_plugin":
+            return True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.asname or alias.name) == "get_plugin" for alias in node.names):
+            return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "get_plugin" for t in targets):
+                return True
+    return False
 
 
 # -- 1. entry points -----------------------------------------------------------------------------
@@ -162,6 +229,15 @@ def _from_plugin_path(name: str, dirs: list[str], looked: list[str]) -> LoadedPl
         return None
     shown = []
     for d in dirs:
+        if os.path.isfile(d):  # a plugin file given itself
+            stem = os.path.basename(d)[:-3] if d.endswith(".py") else ""
+            if stem == name:
+                candidate = os.path.abspath(d)
+                module = _import_file(name, candidate, False)
+                return LoadedPlugin(name, candidate, _factory(module, name, candidate), module)
+            shown.append(f"{os.path.abspath(d)} (a file, providing {stem!r})" if stem else
+                         f"{os.path.abspath(d)} (not a .py file)")
+            continue
         directory = os.path.abspath(d)
         package = os.path.join(directory, name, "__init__.py")
         single = os.path.join(directory, name + ".py")
@@ -273,10 +349,12 @@ def _tag(module: ModuleType, name: str) -> None:
 def _factory(module: ModuleType, name: str, source: str) -> Callable[[], Any]:
     factory = getattr(module, "get_plugin", None)
     if factory is None:
-        raise PluginError(f"plugin {name!r} ({source}) has no get_plugin() function; add "
+        where = f"{getattr(module, '__file__', None)}:1" if getattr(module, "__file__", None) else None
+        raise PluginError(f"plugin {name!r} ({source}) has no get_plugin() function{at(where)}; add "
                           "`def get_plugin(): return MyPlugin()` returning an xgraph.plugins.Plugin")
     if not callable(factory):
+        where = f"{getattr(module, '__file__', None)}:1" if getattr(module, "__file__", None) else None
         raise PluginError(f"plugin {name!r} ({source}): get_plugin is a {type(factory).__name__}, "
-                          "not a function; define `def get_plugin(): ...`")
+                          f"not a function{at(where)}; define `def get_plugin(): ...`")
     return factory
 

@@ -13,6 +13,7 @@ files: its module file, or any file below its package folder.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
 from collections.abc import Iterable
@@ -32,9 +33,10 @@ def module_roots(module: ModuleType | None) -> list[str]:
     return [file]
 
 
-def _inside(filename: str, roots: list[str]) -> bool:
+def inside(filename: str, roots: Iterable[str]) -> bool:
+    """True when `filename` is one of `roots` (files or folders) or below one of them."""
     real = os.path.realpath(filename)
-    return any(real == root or real.startswith(root + os.sep) for root in roots)
+    return any(real == root or real.startswith(root + os.sep) for root in map(os.path.realpath, roots))
 
 
 def code_location(error: BaseException, roots: Iterable[str]) -> str | None:
@@ -48,9 +50,9 @@ def code_location(error: BaseException, roots: Iterable[str]) -> str | None:
         return None
     found = None
     for frame in traceback.extract_tb(error.__traceback__):
-        if frame.filename and _inside(frame.filename, real_roots):
+        if frame.filename and inside(frame.filename, real_roots):
             found = f"{frame.filename}:{frame.lineno}"
-    if isinstance(error, SyntaxError) and error.filename and _inside(error.filename, real_roots):
+    if isinstance(error, SyntaxError) and error.filename and inside(error.filename, real_roots):
         found = f"{error.filename}:{error.lineno}"
     return found
 
@@ -66,9 +68,20 @@ def innermost_location(error: BaseException) -> str | None:
     return found
 
 
+def defined_at(obj: object) -> str | None:
+    """``path:line`` where a function, method or class is defined (a bound method: its function), else None."""
+    target = getattr(obj, "__func__", obj)
+    try:
+        path = inspect.getsourcefile(target)  # type: ignore[arg-type]
+        _, line = inspect.getsourcelines(target)  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return None
+    return f"{path}:{max(line, 1)}" if path else None
+
+
 def at(where: str | None) -> str:
     """" at path:line" when known, else ""."""
     return f" at {where}" if where else ""
 
 
-__all__ = ["DEBUG_HINT", "at", "code_location", "innermost_location", "module_roots"]
+__all__ = ["DEBUG_HINT", "at", "code_location", "defined_at", "inside", "innermost_location", "module_roots"]

@@ -38,6 +38,11 @@ class GraphSnapshot:
         """Put the graph back exactly as captured (the same objects: ops, tensors, subgraphs)."""
         self.graph.restore(self.state)
 
+    def children_before(self, ops: Iterable["Op"]) -> list["Subgraph"]:
+        """The subgraphs that held `ops` when captured (for unassigned ops: the root's children then), in op order."""
+        leaf_of = self.state.leaf_of
+        return list(dict.fromkeys(leaf_of[op] for op in ops))
+
     def changes(self, *, merges_allowed: bool = False, children: "Iterable[Subgraph] | None" = None,
                 free_subgraphs: Iterable["Subgraph"] = (), free_ops: Iterable["Op"] = ()) -> list[str]:
         """What differs from the snapshot, outside the given allowances; empty when nothing else changed.

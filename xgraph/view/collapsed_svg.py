@@ -13,7 +13,7 @@ from typing import Hashable
 from xgraph.ir import Graph
 from xgraph.view.collapsed import CollapsedScene, build_collapsed_scene, edge_label, layout_collapsed
 from xgraph.view.layout import Layout
-from xgraph.view.palette import CROSSING_COLOUR, device_colour, text_colour
+from xgraph.view.palette import CROSSING_COLOUR, device_colours, text_colour
 from xgraph.view.scene import Edge, Node, build_scene
 from xgraph.view.svg import (DEFS, FONT, LEGEND_HEIGHT, SVG_NS, edge_path, label_point, legend_svg, number,
                              summary_line, xml)
@@ -26,7 +26,7 @@ def _key_text(key: Hashable) -> str:
     return f"{key[0]}:{key[1]}" if isinstance(key, tuple) else str(key)
 
 
-def _box(node: Node, index: int, layout: Layout) -> str:
+def _box(node: Node, index: int, layout: Layout, colours: dict[str, str]) -> str:
     x, y = layout.positions[node.key]
     w, h = layout.style.node_width, layout.style.node_height
     d = node.details
@@ -37,7 +37,7 @@ def _box(node: Node, index: int, layout: Layout) -> str:
                 f'stroke="#546e7a" '
                 f'stroke-width="1.2"/><text y="4" text-anchor="middle" font-size="11" fill="#263238">'
                 f'{xml(node.name[:30])}</text></g>')
-    fill = device_colour(node.device)
+    fill = colours[node.device]
     ink = text_colour(fill)
     ops = f"{d['ops']} op{'s' * (d['ops'] != 1)}"
     return (f'<g class="sg-node" data-subgraph="{xml(node.name)}" data-device="{xml(node.device)}" '
@@ -75,7 +75,8 @@ def _edge(scene: CollapsedScene, edge: Edge, layout: Layout) -> str:
 def collapsed_drawing(scene: CollapsedScene, layout: Layout, element_id: str = "xg-view-subgraphs") -> str:
     """The collapsed picture without its `<svg>` element: edges (with labels) first, then the boxes."""
     edges = "".join(_edge(scene, e, layout) for e in scene.edges)
-    boxes = "".join(_box(n, i, layout) for i, n in enumerate(scene.nodes))
+    colours = device_colours([*scene.device_ops, *(n.device for n in scene.nodes if n.kind == "subgraph")])
+    boxes = "".join(_box(n, i, layout, colours) for i, n in enumerate(scene.nodes))
     return f'<g id="{element_id}"><g class="sg-edges">{edges}</g><g class="sg-nodes">{boxes}</g></g>'
 
 

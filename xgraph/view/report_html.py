@@ -16,7 +16,7 @@ from xgraph.ir import Graph
 from xgraph.view.describe import crossing_copies, device_subgraphs, estimated_time_us, placement, subgraph_device, \
     subgraph_runner
 from xgraph.view.html import legend_html, page, picture_html
-from xgraph.view.palette import device_colour
+from xgraph.view.palette import device_colour, device_colours
 from xgraph.view.scene import build_scene, layout_scene
 from xgraph.view.svg import summary_line, xml
 
@@ -92,8 +92,9 @@ def report_data(compiled: Graph) -> dict[str, Any]:
     return report(compiled)
 
 
-def _swatch(device: str) -> str:
-    return f'<span class="xg-swatch" style="background:{device_colour(device)}"></span>{xml(device or "-")}'
+def _swatch(device: str, colours: dict[str, str] | None = None) -> str:
+    colour = (colours or {}).get(device) or device_colour(device)
+    return f'<span class="xg-swatch" style="background:{colour}"></span>{xml(device or "-")}'
 
 
 def _table(headers: list[str], rows: list[list[str]], numeric: tuple[int, ...] = (), attrs: str = "") -> str:
@@ -116,7 +117,7 @@ def _time(us: float | None) -> str:
     return "" if us is None else f"{us:.1f}"
 
 
-def device_section(rep: dict[str, Any], times: dict[str, float | None]) -> str:
+def device_section(rep: dict[str, Any], times: dict[str, float | None], colours: dict[str, str] | None = None) -> str:
     """Per device: subgraphs, ops, ops on reference kernels, estimated device time."""
     reference: dict[str, int] = {}
     for o in rep.get("reference_ops", []):
@@ -124,7 +125,7 @@ def device_section(rep: dict[str, Any], times: dict[str, float | None]) -> str:
     show_time = any(t is not None for t in times.values())
     rows = []
     for device, counts in rep["devices"].items():
-        row = [_swatch(device), str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0))]
+        row = [_swatch(device, colours), str(counts["subgraphs"]), str(counts["ops"]), str(reference.get(device, 0))]
         if show_time:
             total = [times[sg["name"]] for sg in rep["subgraphs"]
                      if sg["device"] == device and times.get(sg["name"]) is not None]
@@ -135,31 +136,54 @@ def device_section(rep: dict[str, Any], times: dict[str, float | None]) -> str:
 
 
 def crossing_section(rep: dict[str, Any]) -> str:
-    """How many host/device copies the runtime makes, and of which tensors."""
+    """How many host/device copies the graph runner makes per run (as its stats count them), and of which tensors."""
     copies = rep.get("crossing_tensors", [])
-    text = (f'<p><span id="xg-report-crossings">{rep["crossings"]}</span> host/device cop'
-            f'{"y" if rep["crossings"] == 1 else "ies"} per run (tensors moving between a host (CPU) subgraph '
-            f'and device memory).</p>')
+    per_run = rep.get("copies_per_run") or {"total": rep["crossings"], "crossings": rep["crossings"],
+                                            "graph_inputs": 0, "graph_outputs": 0}
+    total = per_run["total"]
+    text = (f'<p><span id="xg-report-copies">{total}</span> host/device cop{"y" if total == 1 else "ies"} per run: '
+            f'<span id="xg-report-crossings">{per_run["crossings"]}</span> between subgraphs (a host (CPU) subgraph '
+            f'and device memory), {per_run["graph_inputs"]} graph input(s) copied in and {per_run["graph_outputs"]} '
+            f'graph output(s) copied out of device memory.</p>')
     if not copies:
         return f"<h2>Host/device crossings</h2>{text}"
     rows = [[xml(c["tensor"]), xml(c["direction"]), xml(c["from"]), xml(", ".join(c["to"]))] for c in copies]
     return f'<h2>Host/device crossings</h2>{text}{_table(["tensor", "direction", "from", "to"], rows)}'
 
 
-def fallback_section(rep: dict[str, Any]) -> str:
-    """Ops that did not get the cheapest device, grouped by (device, reason), largest group first."""
-    groups = rep.get("fallbacks", [])
+def _plugin_ops(rep: dict[str, Any]) -> set[str]:
+    """Names of the ops in subgraphs a plugin took."""
+    taken = {name for run in rep.get("plugins") or [] for name in run.get("subgraphs", [])}
+    return {op for sg in rep.get("subgraphs", []) if sg["name"] in taken for op in sg["ops"]}
+
+
+def plugin_choice_section(rep: dict[str, Any], colours: dict[str, str] | None = None) -> str:
+    """Ops the plugins chose (not fallbacks: a plugin asked for them), grouped by (device, reason)."""
+    chosen = _plugin_ops(rep)
+    groups = [f for f in rep.get("fallbacks", []) if chosen.issuperset(f["ops"])]
     if not groups:
-        return "<h2>Fallbacks</h2><p>Every op got its first-choice device.</p>"
-    rows = [[_swatch(f["device"]), str(f["count"]), xml(f["reason"]), _names(f["ops"])] for f in groups]
+        return ""
+    rows = [[_swatch(f["device"], colours), str(f["count"]), xml(f["reason"]), _names(f["ops"])] for f in groups]
+    table = _table(["device", "ops", "reason", "which"], rows, (1,), ' id="xg-plugin-choices"')
+    return f'<h2>Plugin choices: ops the plugins took</h2>{table}'
+
+
+def fallback_section(rep: dict[str, Any], colours: dict[str, str] | None = None) -> str:
+    """Ops placement did not give the cheapest device, grouped by (device, reason), largest group first (ops a
+    plugin chose are listed apart, by `plugin_choice_section`)."""
+    chosen = _plugin_ops(rep)
+    groups = [f for f in rep.get("fallbacks", []) if not chosen.issuperset(f["ops"])]
+    if not groups:
+        return "<h2>Fallbacks</h2><p>Every op placement placed got its first-choice device.</p>"
+    rows = [[_swatch(f["device"], colours), str(f["count"]), xml(f["reason"]), _names(f["ops"])] for f in groups]
     table = _table(["device", "ops", "reason", "which"], rows, (1,), ' id="xg-fallbacks"')
     return f'<h2>Fallbacks: why ops did not get the cheapest device</h2>{table}'
 
 
-def subgraph_section(rep: dict[str, Any], times: dict[str, float | None]) -> str:
+def subgraph_section(rep: dict[str, Any], times: dict[str, float | None], colours: dict[str, str] | None = None) -> str:
     """Every device subgraph in topological order (with its estimated device time when any is known)."""
     show_time = any(t is not None for t in times.values())
-    rows = [[f'<a href="#" data-goto-subgraph="{xml(sg["name"])}">{xml(sg["name"])}</a>', _swatch(sg["device"]),
+    rows = [[f'<a href="#" data-goto-subgraph="{xml(sg["name"])}">{xml(sg["name"])}</a>', _swatch(sg["device"], colours),
              xml(", ".join(f"{m}={n}" for m, n in sg["runner"].items())), str(len(sg["ops"])),
              _names(sg["inputs"]), _names(sg["outputs"])] + [_time(times.get(sg["name"]))] * show_time
             for sg in rep["subgraphs"]]
@@ -167,9 +191,9 @@ def subgraph_section(rep: dict[str, Any], times: dict[str, float | None]) -> str
     return f'<h2>Device subgraphs</h2>{_table(headers, rows, (3, 6))}'
 
 
-def op_section(rep: dict[str, Any]) -> str:
+def op_section(rep: dict[str, Any], colours: dict[str, str] | None = None) -> str:
     """Every op in topological order with its device, subgraph, kernel and reason; filterable."""
-    rows = [[str(i), xml(o["name"]), xml(o["type"]), _swatch(o["device"]), xml(o["subgraph"]),
+    rows = [[str(i), xml(o["name"]), xml(o["type"]), _swatch(o["device"], colours), xml(o["subgraph"]),
              xml(o.get("kernel", "")), xml(o["reason"])] for i, o in enumerate(rep["ops"])]
     table = _table(["#", "op", "type", "device", "subgraph", "kernel", "reason"], rows, (0,), ' id="xg-op-table"')
     return (f'<h2>Ops</h2><input id="xg-op-filter" type="search" placeholder="filter ops (name, type, device, '
@@ -177,7 +201,7 @@ def op_section(rep: dict[str, Any]) -> str:
             f'<div class="xg-scroll">{table}</div>')
 
 
-def header_section(rep: dict[str, Any], model: str | None) -> str:
+def header_section(rep: dict[str, Any], model: str | None, colours: dict[str, str] | None = None) -> str:
     """Model path, xgraph version, compile options and the plugin chain."""
     import json
 
@@ -194,11 +218,13 @@ def header_section(rep: dict[str, Any], model: str | None) -> str:
         for run in plugins:
             tried = ", ".join(f"{t['name']} ({t['matches']})" for t in run.get("templates", [])) or "-"
             seconds = run.get("seconds")
-            body.append([xml(run["name"]), _swatch(run["device"]), str(run["ops"]), str(len(run["subgraphs"])),
-                         xml(tried), "" if seconds is None else f"{seconds:.3f}"])
+            declined = "; ".join(f"{d['subgraph']} ({len(d['ops'])} ops): {d['reason']}"
+                                 for d in run.get("declined", [])) or "-"
+            body.append([xml(run["name"]), _swatch(run["device"], colours), str(run["ops"]), str(len(run["subgraphs"])),
+                         xml(tried), xml(declined), "" if seconds is None else f"{seconds:.3f}"])
         chain = ("<h2>Plugin chain</h2>" +
-                 _table(["plugin", "device", "ops taken", "subgraphs", "templates tried (matches)", "seconds"],
-                        body, (2, 3, 5), ' id="xg-plugin-chain"'))
+                 _table(["plugin", "device", "ops taken", "subgraphs", "templates tried (matches)", "declined", "seconds"],
+                        body, (2, 3, 6), ' id="xg-plugin-chain"'))
     return f'<table class="xg-table xg-facts" id="xg-header">{rows}</table>{chain}'
 
 
@@ -209,10 +235,12 @@ def render_html_report(compiled: Graph, model: str | None = None) -> str:
     times = {sg.name: estimated_time_us(sg) for sg in device_subgraphs(compiled)}
     scene = build_scene(compiled)
     view = choose_view(compiled)
+    colours = device_colours(scene.device_ops)
     body = (f'<div class="xg-report"><h1>Compile report: {xml(summary_line(scene))}</h1>'
-            f'{header_section(rep, model)}{device_section(rep, times)}{crossing_section(rep)}{fallback_section(rep)}'
+            f'{header_section(rep, model, colours)}{device_section(rep, times, colours)}{crossing_section(rep)}'
+            f'{plugin_choice_section(rep, colours)}{fallback_section(rep, colours)}'
             f'<h2>Partition</h2>{legend_html(scene)}{picture_html(scene, layout_scene(scene), compiled, view)}'
-            f'{subgraph_section(rep, times)}{op_section(rep)}</div>')
+            f'{subgraph_section(rep, times, colours)}{op_section(rep, colours)}</div>')
     return page(f"{compiled.name} \u2014 xgraph compile report", body, _REPORT_CSS, _FILTER_JS)
 
 

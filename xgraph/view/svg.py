@@ -20,7 +20,7 @@ from typing import Hashable
 
 from xgraph.ir import Graph
 from xgraph.view.layout import Layout
-from xgraph.view.palette import CROSSING_COLOUR, device_colour, text_colour
+from xgraph.view.palette import CROSSING_COLOUR, device_colours, text_colour
 from xgraph.view.regions import Region, subgraph_regions
 from xgraph.view.scene import Box, Edge, Node, Scene, build_scene, layout_scene
 
@@ -68,12 +68,12 @@ def _title(details: dict) -> str:
     return "\n".join(lines)
 
 
-def _node(node: Node, index: int, layout: Layout, titles: bool) -> str:
+def _node(node: Node, index: int, layout: Layout, titles: bool, colours: dict[str, str]) -> str:
     x, y = layout.positions[node.key]
     w, h = layout.style.node_width, layout.style.node_height
     title = f"<title>{xml(_title(node.details))}</title>" if titles else ""
     if node.kind == "op":
-        fill = device_colour(node.device)
+        fill = colours[node.device]
         ink = text_colour(fill)
         return (f'<g class="op" data-op="{xml(node.name)}" data-device="{xml(node.device)}" '
                 f'data-type="{xml(node.label)}" data-subgraph="{xml(node.subgraph)}" data-index="{index}" '
@@ -133,8 +133,8 @@ def box_label(box: Box) -> str:
     return " \u00b7 ".join(parts)
 
 
-def _box(box: Box, region: Region) -> str:
-    colour = device_colour(box.device)
+def _box(box: Box, region: Region, colours: dict[str, str]) -> str:
+    colour = colours[box.device]
     runner = ", ".join(f"{mode}={name}" for mode, name in box.runner.items()) or "none"
     rects = "".join(f'<rect x="{number(x)}" y="{number(y)}" width="{number(w)}" height="{number(h)}"/>'
                     for x, y, w, h in region.rects)
@@ -153,7 +153,8 @@ def _box(box: Box, region: Region) -> str:
 def legend_entries(scene: Scene) -> list[tuple[str, str, int]]:
     """(device, colour, op count) per device, most ops first (ties by name)."""
     ordered = sorted(scene.device_ops.items(), key=lambda item: (-item[1], item[0]))
-    return [(device or "not placed", device_colour(device), count) for device, count in ordered]
+    colours = device_colours(scene.device_ops)
+    return [(device or "not placed", colours[device], count) for device, count in ordered]
 
 
 def summary_line(scene: Scene) -> str:
@@ -197,10 +198,11 @@ def drawing(scene: Scene, layout: Layout, titles: bool = True, element_id: str =
     """The picture without its `<svg>` element: `<g id=element_id>` with regions, edges and nodes, in that order."""
     index_of: dict[Hashable, int] = {n.key: i for i, n in enumerate(scene.nodes)}
     regions = box_regions(scene, layout)
-    boxes = "".join(_box(b, regions[b.name]) for b in scene.boxes if b.name in regions)
+    colours = device_colours([*scene.device_ops, *(b.device for b in scene.boxes)])
+    boxes = "".join(_box(b, regions[b.name], colours) for b in scene.boxes if b.name in regions)
     edges = "".join(_edge(e, layout) for e in scene.edges if not e.crossing)
     crossings = "".join(_edge(e, layout) for e in scene.edges if e.crossing)
-    nodes = "".join(_node(n, index_of[n.key], layout, titles) for n in scene.nodes)
+    nodes = "".join(_node(n, index_of[n.key], layout, titles, colours) for n in scene.nodes)
     return (f'<g id="{element_id}"><g class="subgraphs">{boxes}</g><g class="edges">{edges}{crossings}</g>'
             f'<g class="nodes">{nodes}</g></g>')
 
