@@ -17,6 +17,7 @@ import operator
 import queue
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from typing import Any
 
@@ -137,6 +138,8 @@ class JobTable:
                 if event is not None:
                     event.set()
                 return True
+            if error is not None:
+                drop_frames(error)  # the record outlives the run: keep the error's text, not the run's data
             self._finished[job.id] = job
             if job.results is not None:
                 self._result_bytes += nbytes_of(job.results)
@@ -220,6 +223,29 @@ class JobTable:
             if self.finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: {reason}")):
                 n += 1
         return n
+
+
+def drop_frames(error: BaseException) -> None:
+    """Clear the local variables of every frame in the tracebacks of `error`, its causes and contexts.
+
+    A stored error's traceback holds the frames it passed through and, in them, the job's inputs
+    and intermediate arrays: a runner that keeps its failed jobs' errors (for `get_error`) would
+    keep those arrays too. Types, messages and where each frame was (file, line) stay, so the
+    error still prints as a traceback; frames still running (the thread that caught it) are left.
+    """
+    seen: set[int] = set()
+    todo: list = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if e.__traceback__ is not None:
+            traceback.clear_frames(e.__traceback__)
+        todo += (e.__cause__, e.__context__)
+        group = getattr(e, "exceptions", None)  # an exception group's members
+        if isinstance(group, tuple):
+            todo += [member for member in group if isinstance(member, BaseException)]
 
 
 def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | None:
