@@ -65,7 +65,7 @@ CHILD = textwrap.dedent("""
     chain_text = "".join(traceback.format_exception(error))
     print("TYPE", type(error).__name__, type(error.__cause__).__name__)
     print("TEXT", str(error))
-    print("TRACE", "refused (1, 1048576)" in chain_text and "in execute" in chain_text)
+    print("TRACE", "ValueError: refused (1, 1048576)" in chain_text and "direct cause" in chain_text)
     print("GREW", round(rss_mb() - base))
 """).replace("MARGIN", str(MARGIN_MB))
 

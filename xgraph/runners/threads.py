@@ -1,0 +1,33 @@
+"""Starting the runtime's worker threads: each once, and a failure to start one as an XGraphError.
+
+A runner's worker threads (a Runner's worker, a graph runner's streams and watchdog) hold only
+a weak reference to their runner while they wait for work, so a runner dropped without
+`close()` is collected and its threads end (the runner's `weakref.finalize` wakes them).
+
+`start` is safe to call again after a start a KeyboardInterrupt cut short: `Thread.start`
+waits for the new thread to announce itself, and Ctrl-C can end that wait after the thread
+was created. The caller calls `start` again on its next job, and a thread that runs already
+is not started twice.
+"""
+from __future__ import annotations
+
+import threading
+
+from xgraph.errors import RunnerError
+
+
+def start(thread: threading.Thread, owner: str) -> None:
+    """Start `thread` unless it was started already; RunnerError naming `owner` when no thread can be started."""
+    if thread.ident is not None:
+        return
+    try:
+        thread.start()
+    except RuntimeError as e:
+        if thread.ident is not None or thread.is_alive():
+            return  # "threads can only be started once": an interrupted start had started it
+        raise RunnerError(f"{owner}: cannot start thread {thread.name!r} ({e}); close the runners no longer in "
+                          f"use (each holds a thread per device stream) or raise the process's thread and "
+                          f"memory limits") from e
+
+
+__all__ = ["start"]
