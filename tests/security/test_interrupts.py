@@ -40,10 +40,11 @@ CHILD = textwrap.dedent("""
     hangs = interrupts = 0
     for _ in range(storms):
         runner, submit, run = fresh()
-        end = time.monotonic() + 0.3
+        go = threading.Event()
 
         def storm():
-            time.sleep(0.01)
+            go.wait()
+            end = time.monotonic() + 0.3
             while time.monotonic() < end:
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.0002)
@@ -53,6 +54,7 @@ CHILD = textwrap.dedent("""
         storming.start()
         while True:
             try:
+                go.set()
                 if not storming.is_alive():
                     time.sleep(0.05)  # the storm's last signal arrives meanwhile
                     break

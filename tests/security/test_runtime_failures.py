@@ -75,6 +75,52 @@ def test_a_single_runner_wraps_what_execute_raises(kind):
         np.testing.assert_array_equal(out, -x_of(3.0))
 
 
+STARTS = {**RAISES, "GeneratorExit": lambda: GeneratorExit("closed"), "KeyboardInterrupt": lambda: KeyboardInterrupt()}
+
+
+def _with_cpu_runner(klass, name: str):
+    """The chain graph whose CPU subgraph runs `klass`, registered as `name`."""
+    xgraph.register_runner(name, klass)
+    graph = chain()
+    for child in graph.get_root_subgraph().get_children():
+        if child.get_attr("device") == "CPU":
+            child.set_attr("runner", {"run": name})
+    return graph
+
+
+@pytest.mark.parametrize("kind", sorted(STARTS))
+def test_a_runner_that_raises_while_starting_is_a_runner_error_naming_it(kind):
+    class Refusing(CPURunner):
+        def __init__(self, subgraph, mode="run", **kwargs):
+            raise STARTS[kind]()
+    graph = _with_cpu_runner(Refusing, f"test_refusing_{kind}")
+    if kind == "KeyboardInterrupt":  # Ctrl-C is the user's, not the runner's: it goes through
+        with pytest.raises(KeyboardInterrupt):
+            xgraph.create_graph_runner(graph)
+        return
+    with pytest.raises(RunnerError, match=rf"subgraph 'subgraph_neg' \(device CPU\): runner 'test_refusing_{kind}' "
+                                          rf"\(Refusing\) failed to start in mode 'run': {type(STARTS[kind]()).__name__}"):
+        xgraph.create_graph_runner(graph)
+
+
+@pytest.mark.parametrize("kind", sorted(RAISES))
+def test_a_runner_that_raises_while_releasing_is_a_runner_error_and_the_others_still_close(kind):
+    released = []
+
+    class Leaving(CPURunner):
+        def release(self):
+            released.append(self.subgraph.name)
+            raise RAISES[kind]()
+    runner = xgraph.create_graph_runner(_with_cpu_runner(Leaving, f"test_leaving_{kind}"))
+    runner.run({"x": x_of(1.0)})
+    with pytest.raises(RunnerError, match=rf"Leaving for subgraph 'subgraph_neg'.*release\(\) failed while closing: "
+                                          rf"{type(RAISES[kind]()).__name__}"):
+        runner.close()
+    assert released == ["subgraph_neg"]
+    with pytest.raises(RunnerError, match="closed"):
+        runner.run({"x": x_of(1.0)})
+
+
 def test_results_are_released_once_collected():
     with xgraph.create_graph_runner(chain((256, 1024))) as runner:  # 1 MiB outputs
         refs = []

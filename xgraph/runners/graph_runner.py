@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -450,14 +450,25 @@ class GraphRunner:
         if self._watchdog is not None:
             self._watchdog.join(timeout)
         if stopped:  # a stream stuck in a kernel still uses its runner; leave that to the daemon thread
-            for runner in self.runners.values():
-                runner.close()
+            close_all(self.runners.values())
 
     def __enter__(self) -> "GraphRunner":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def close_all(runners: "Iterable[Any]", timeout: float | None = None) -> None:
+    """Close every runner (with `timeout` when given), even when one fails to; then raise the first failure."""
+    failure: BaseException | None = None
+    for runner in runners:
+        try:
+            runner.close() if timeout is None else runner.close(timeout)
+        except Exception as e:
+            failure = failure or e
+    if failure is not None:
+        raise failure
 
 
 def _watch(runner: "weakref.ref[GraphRunner]", stop: threading.Event) -> None:

@@ -176,9 +176,9 @@ class Runner:
             if "registries" in parameters:
                 extra["registries"] = registries
             runner = klass(subgraph, mode, **extra)
-        except XGraphError:
+        except (XGraphError, KeyboardInterrupt):
             raise
-        except Exception as e:
+        except BaseException as e:  # even SystemExit: a plugin's runner must not end the host application
             raise RunnerError(f"{where}: runner {name!r} ({klass.__name__}) failed to start in mode {mode!r}: "
                               f"{type(e).__name__}: {e}") from e
         if getattr(runner, "subgraph", None) is None:
@@ -381,7 +381,12 @@ class Runner:
             rt.worker.join(self.close_timeout)
             if rt.worker.is_alive():
                 return  # a kernel is stuck; its daemon thread still uses what release() would free
-        self.release()
+        try:
+            self.release()
+        except (XGraphError, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # as in execute: a plugin's runner must not end the host application
+            raise RunnerError(f"{self._owner()}: release() failed while closing: {type(e).__name__}: {e}") from e
 
     def __enter__(self) -> "Runner":
         return self
