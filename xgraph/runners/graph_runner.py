@@ -133,11 +133,13 @@ class GraphRunner:
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False, registries: "Registries | None" = None,
-                 plugin_path: "list[str] | None" = None) -> None:
+                 plugin_path: "list[str] | None" = None, job_slots: JobSlots | None = None) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine.
 
         Subgraphs with a compiled blob are checked by their plugin first (`plugin_path`: where to find
-        it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included."""
+        it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included.
+        `job_slots`: the pool of `max_jobs_in_flight` slots to take jobs' slots from, when runners
+        share one (a GearRunner's gears); a pool of this runner's own otherwise."""
         from xgraph.ir import Graph
         if not isinstance(graph, Graph):
             hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
@@ -157,7 +159,7 @@ class GraphRunner:
         self._inputs: list[Tensor] = graph.get_input_tensors()
         self._outputs: list[Tensor] = graph.get_output_tensors()
         self._check_inputs = InputCheck(self._owner, self._inputs)
-        self._slots = JobSlots(max_jobs_in_flight)
+        self._slots = JobSlots(max_jobs_in_flight) if job_slots is None else job_slots
         self._jobs = JobTable(self._owner, slots=self._slots)
         self._closed = False
         self._stats_lock = threading.Lock()
@@ -181,6 +183,11 @@ class GraphRunner:
                 for runner in self.runners.values():
                     runner.close()
                 raise
+
+    @property
+    def job_slots(self) -> JobSlots:
+        """The job slots this runner's jobs take (`max_jobs_in_flight` of them; shared by a GearRunner's gears)."""
+        return self._slots
 
     def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Runner], Plan]":
         """A runner per device subgraph and the task plan over them.
@@ -459,12 +466,16 @@ class GraphRunner:
         self.close()
 
 
-def close_all(runners: "Iterable[Any]", timeout: float | None = None) -> None:
-    """Close every runner (with `timeout` when given), even when one fails to; then raise the first failure."""
+def close_all(runners: "Iterable[Any]", deadline: float | None = None) -> None:
+    """Close every runner, even when one fails to, then raise the first failure. With `deadline` (a
+    `time.perf_counter()` value), each is closed with the time left until then: one timeout for all."""
     failure: BaseException | None = None
     for runner in runners:
         try:
-            runner.close() if timeout is None else runner.close(timeout)
+            if deadline is None:
+                runner.close()
+            else:
+                runner.close(max(0.0, deadline - time.perf_counter()))
         except Exception as e:
             failure = failure or e
     if failure is not None:
