@@ -27,8 +27,8 @@ from xgraph.errors import KernelError, RunnerError
 from xgraph.ir.files import write_text
 from xgraph.ir.gears import describe_gears
 from xgraph.runners.gear_family import one_session_runners, serve_gears
-from xgraph.runners.graph_runner import close_all
 from xgraph.runners.io_checks import check_inputs
+from xgraph.runners.lifetime import close_all
 from xgraph.runners.ort_session import sessions_take_turns
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from xgraph.registries import resolve
 from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
                                  nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
-from xgraph.runners import threads
+from xgraph.runners.lifetime import close_all, start_thread
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -177,7 +177,7 @@ class GraphRunner:
             self._watchdog = threading.Thread(target=_watch, args=(weakref.ref(self), self._watchdog_stop),
                                               name=f"xgraph-{graph.name}-timeouts", daemon=True)
             try:
-                threads.start(self._watchdog, self._owner)
+                start_thread(self._watchdog, self._owner)
             except BaseException:
                 self._scheduler.close(0)
                 for runner in self.runners.values():
@@ -464,22 +464,6 @@ class GraphRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def close_all(runners: "Iterable[Any]", deadline: float | None = None) -> None:
-    """Close every runner, even when one fails to, then raise the first failure. With `deadline` (a
-    `time.perf_counter()` value), each is closed with the time left until then: one timeout for all."""
-    failure: BaseException | None = None
-    for runner in runners:
-        try:
-            if deadline is None:
-                runner.close()
-            else:
-                runner.close(max(0.0, deadline - time.perf_counter()))
-        except Exception as e:
-            failure = failure or e
-    if failure is not None:
-        raise failure
 
 
 def _watch(runner: "weakref.ref[GraphRunner]", stop: threading.Event) -> None:

@@ -27,9 +27,9 @@ from xgraph.modes import KERNEL_CHOICES, MODES  # noqa: F401 - MODES re-exported
 from xgraph.ir.blob import BLOB_ATTR
 from xgraph.plugins.blobs import check_subgraph_blob
 from xgraph.registries import resolve
-from xgraph.runners import threads
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
 from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of, undo_submission
+from xgraph.runners.lifetime import serve, start_thread
 from xgraph.runners.result_check import ResultCheck
 from xgraph.runners.run_stats import RunStats
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
@@ -93,20 +93,6 @@ class _Runtime:
         self.result_check: ResultCheck | None = None
         self.closed = False
         self.stats = RunStats()
-
-
-def _serve(runner: "weakref.ref[Runner]", jobs: queue.SimpleQueue) -> None:
-    """A runner's worker thread: run each queued job until told to stop or the runner is gone.
-    Between jobs it holds nothing of the runner or its jobs."""
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        live = runner()
-        if live is None:
-            return
-        live._run_job(job)
-        live = job = None  # noqa: F841 - nothing of the last job stays alive while this thread sleeps
 
 
 class Runner:
@@ -323,10 +309,10 @@ class Runner:
             return
         with Runner._rt_init_lock:
             if rt.worker is None:
-                rt.worker = threading.Thread(target=_serve, args=(weakref.ref(self), rt.queue),
+                rt.worker = threading.Thread(target=serve, args=(weakref.ref(self), rt.queue, Runner._run_job),
                                              name=f"xgraph-runner-{owner}", daemon=True)
                 weakref.finalize(self, rt.queue.put, None)
-            threads.start(rt.worker, owner)
+            start_thread(rt.worker, owner)
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
         self._rt.jobs.finish(job, status, error)  # gives the job's slot back

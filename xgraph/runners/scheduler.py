@@ -36,9 +36,9 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from xgraph.runners import threads
 from xgraph.runners.inline import InlineSchedule
 from xgraph.runners.jobs import Job
+from xgraph.runners.lifetime import serve, start_thread
 
 Key = Hashable  # (tensor name, memory kind)
 
@@ -127,7 +127,8 @@ class ThreadScheduler:
         # a stream thread holds the scheduler weakly while it waits: a scheduler nobody references
         # any more is collected, and the finalizer below wakes its threads to end
         me = weakref.ref(self)
-        self._threads = [threading.Thread(target=_serve, args=(me, s, q), name=f"{name}-stream-{s}", daemon=True)
+        self._threads = [threading.Thread(target=serve, args=(me, q, ThreadScheduler._work, s),
+                                          name=f"{name}-stream-{s}", daemon=True)
                          for s, q in self._queues.items()]
         #: wakes every stream to end, once: by close(), or when the scheduler is collected
         self._stop = weakref.finalize(self, _stop_streams, list(self._queues.values()))
@@ -150,7 +151,7 @@ class ThreadScheduler:
         """Start every stream thread not running yet (all of them, or those an interrupted start missed)."""
         with self._runs_lock:
             for thread in self._threads:
-                threads.start(thread, self._owner)
+                start_thread(thread, self._owner)
             self._started = True  # only once every thread runs: a Ctrl-C above leaves it for the next job
 
     def submit(self, job: Job, feeds: list[np.ndarray],
@@ -285,20 +286,6 @@ class ThreadScheduler:
         for thread in started:
             thread.join(max(0.0, deadline - time.perf_counter()))
         return not any(t.is_alive() for t in started)
-
-
-def _serve(scheduler: "weakref.ref[ThreadScheduler]", stream: str, inbox: queue.SimpleQueue) -> None:
-    """A stream thread: take each job's task from `inbox` and run it, until told to stop or the
-    scheduler is gone. Between tasks it holds nothing of the scheduler, its jobs or their values."""
-    while True:
-        item = inbox.get()
-        if item is None:
-            return
-        live = scheduler()
-        if live is None:
-            return
-        live._work(stream, item)
-        live = item = None  # noqa: F841 - nothing of the last job stays alive while this thread sleeps
 
 
 def _stop_streams(queues: "list[queue.SimpleQueue]") -> None:
