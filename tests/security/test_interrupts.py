@@ -84,3 +84,32 @@ def test_a_ctrl_c_storm_while_the_first_jobs_start_leaves_the_runner_answering(k
     assert r.returncode == 0, r.stdout + r.stderr
     words = r.stdout.split()
     assert words[:2] == ["HANGS", "0"] and int(words[3]) > STORMS, r.stdout  # interrupted often, never hung
+
+
+def test_a_job_whose_submission_ctrl_c_cut_short_is_cancelled_and_its_slot_given_back(monkeypatch):
+    """The same, deterministic: Ctrl-C while the second stream thread starts."""
+    import threading
+
+    import numpy as np
+
+    import xgraph
+    from xgraph.runners.jobs import JobStatus
+    from tests.security.test_limits import BOUND, chain, x_of
+
+    start, calls = threading.Thread.start, []
+
+    def interrupted_second_start(thread):
+        calls.append(thread.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        start(thread)
+    runner = xgraph.create_graph_runner(chain(), max_jobs_in_flight=1, block_when_full=False)
+    monkeypatch.setattr(threading.Thread, "start", interrupted_second_start)
+    with pytest.raises(KeyboardInterrupt):
+        runner.execute_async({"x": x_of(1.0)})
+    monkeypatch.undo()
+    assert runner.get_stats()["jobs"]["CANCELLED"] == 1
+    job = runner.execute_async({"x": x_of(2.0)})  # the one slot is free again, every stream thread runs
+    assert runner.wait(job, timeout=BOUND) == JobStatus.OK
+    np.testing.assert_array_equal(runner.get_outputs(job)[0], -x_of(2.0))
+    runner.close()

@@ -29,7 +29,7 @@ from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
 from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
-                                 nbytes_of, undo_submission)
+                                 interrupted, nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.lifetime import close_all, start_thread
 from xgraph.runners.runner import Runner
@@ -180,8 +180,7 @@ class GraphRunner:
                 start_thread(self._watchdog, self._owner)
             except BaseException:
                 self._scheduler.close(0)
-                for runner in self.runners.values():
-                    runner.close()
+                close_all(self.runners.values())
                 raise
 
     @property
@@ -270,9 +269,7 @@ class GraphRunner:
         if job is None:
             self._slots.give_back(held)
         else:
-            self._finish(job, JobStatus.CANCELLED, RunnerError(
-                f"{self._owner}: job {job.id} cancelled: submitting it was interrupted ({type(error).__name__}"
-                f"{': ' if str(error) else ''}{error}); submit it again"))
+            self._finish(job, JobStatus.CANCELLED, interrupted(self._owner, job, error))
 
     def _run_inline(self, feeds: list) -> list | None:
         """Run a checked job to the end on this thread, when a job slot is free, nothing else is in

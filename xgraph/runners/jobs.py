@@ -284,7 +284,8 @@ def job_error_message(job: Job) -> str:
 
 
 class JobSlots:
-    """`limit` job slots (a runner's jobs in flight): taken by `acquire_slot`, given back by `release()`.
+    """`limit` job slots (a runner's jobs in flight): taken by `acquire_slot` (into a list the taker
+    holds, `take_into`), given back by `JobTable.finish` for a job, `give_back` otherwise.
 
     A queue of tokens rather than a `threading.Semaphore`: taking and giving back a free slot
     are single C calls (a Semaphore is Python code around a Condition), and a synchronous run
@@ -316,6 +317,12 @@ class JobSlots:
 
 #: runs an iterator to its end in C (a zero-length deque keeps nothing)
 _consume = deque(maxlen=0).extend
+
+
+def interrupted(owner: str, job: Job, error: BaseException) -> RunnerError:
+    """The error of a job whose submission `error` cut short (Ctrl-C, a thread that could not start)."""
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return RunnerError(f"{owner}: job {job.id} cancelled: submitting it was interrupted ({detail}); submit it again")
 
 
 def undo_submission(undo, job: Job | None, held: list, error: BaseException, owner: str) -> BaseException:

@@ -28,7 +28,8 @@ from xgraph.ir.blob import BLOB_ATTR
 from xgraph.plugins.blobs import check_subgraph_blob
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of, undo_submission
+from xgraph.runners.jobs import (Job, JobSlots, JobStatus, JobTable, acquire_slot, interrupted, nbytes_of,
+                                 undo_submission)
 from xgraph.runners.lifetime import serve, start_thread
 from xgraph.runners.result_check import ResultCheck
 from xgraph.runners.run_stats import RunStats
@@ -296,9 +297,7 @@ class Runner:
         if job is None:
             self._rt.slots.give_back(held)
         else:
-            self._finish(job, JobStatus.CANCELLED, RunnerError(
-                f"{self._owner()}: job {job.id} cancelled: submitting it was interrupted ({type(error).__name__}"
-                f"{': ' if str(error) else ''}{error}); submit it again"))
+            self._finish(job, JobStatus.CANCELLED, interrupted(self._owner(), job, error))
 
     def _start_worker(self, rt: _Runtime, owner: str) -> None:
         """Start the worker thread on the first job (again after a start Ctrl-C cut short).
