@@ -29,6 +29,16 @@ RAISES = {"SystemExit": lambda: SystemExit(3), "BaseException": lambda: Exit("cu
           "ValueError": lambda: ValueError("bad value")}
 
 
+def with_cpu_runner(klass, name: str):
+    """The chain graph whose CPU subgraph runs `klass`, registered as `name`."""
+    xgraph.register_runner(name, klass)
+    graph = chain()
+    for child in graph.get_root_subgraph().get_children():
+        if child.get_attr("device") == "CPU":
+            child.set_attr("runner", {"run": name})
+    return graph
+
+
 def hostile_graph(kind: str):
     """The chain graph whose CPU subgraph raises `kind` when its input (the Relu output) starts with 0 or less."""
     class Raising(CPURunner):
@@ -36,13 +46,7 @@ def hostile_graph(kind: str):
             if inputs[0].flat[0] <= 0:
                 raise RAISES[kind]()
             return super().execute(inputs)
-    name = f"test_raising_{kind}_{id(Raising)}"
-    xgraph.register_runner(name, Raising)
-    graph = chain()
-    for child in graph.get_root_subgraph().get_children():
-        if child.get_attr("device") == "CPU":
-            child.set_attr("runner", {"run": name})
-    return graph
+    return with_cpu_runner(Raising, f"test_raising_{kind}_{id(Raising)}")
 
 
 @pytest.mark.parametrize("kind", sorted(RAISES))
@@ -73,6 +77,42 @@ def test_a_single_runner_wraps_what_execute_raises(kind):
         job = runner.execute_async([x_of(3.0)], [out])
         assert runner.wait(job, timeout=BOUND) == 0  # the worker thread survived
         np.testing.assert_array_equal(out, -x_of(3.0))
+
+
+STARTS = {**RAISES, "GeneratorExit": lambda: GeneratorExit("closed"), "KeyboardInterrupt": lambda: KeyboardInterrupt()}
+
+
+@pytest.mark.parametrize("kind", sorted(STARTS))
+def test_a_runner_that_raises_while_starting_is_a_runner_error_naming_it(kind):
+    class Refusing(CPURunner):
+        def __init__(self, subgraph, mode="run", **kwargs):
+            raise STARTS[kind]()
+    graph = with_cpu_runner(Refusing, f"test_refusing_{kind}")
+    if kind == "KeyboardInterrupt":  # Ctrl-C is the user's, not the runner's: it goes through
+        with pytest.raises(KeyboardInterrupt):
+            xgraph.create_graph_runner(graph)
+        return
+    with pytest.raises(RunnerError, match=rf"subgraph 'subgraph_neg' \(device CPU\): runner 'test_refusing_{kind}' "
+                                          rf"\(Refusing\) failed to start in mode 'run': {type(STARTS[kind]()).__name__}"):
+        xgraph.create_graph_runner(graph)
+
+
+@pytest.mark.parametrize("kind", sorted(RAISES))
+def test_a_runner_that_raises_while_releasing_is_a_runner_error_and_the_others_still_close(kind):
+    released = []
+
+    class Leaving(CPURunner):
+        def release(self):
+            released.append(self.subgraph.name)
+            raise RAISES[kind]()
+    runner = xgraph.create_graph_runner(with_cpu_runner(Leaving, f"test_leaving_{kind}"))
+    runner.run({"x": x_of(1.0)})
+    with pytest.raises(RunnerError, match=rf"Leaving for subgraph 'subgraph_neg'.*release\(\) failed while closing: "
+                                          rf"{type(RAISES[kind]()).__name__}"):
+        runner.close()
+    assert released == ["subgraph_neg"]
+    with pytest.raises(RunnerError, match="closed"):
+        runner.run({"x": x_of(1.0)})
 
 
 def test_results_are_released_once_collected():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -27,6 +28,7 @@ from xgraph.ir.files import write_text
 from xgraph.ir.gears import describe_gears
 from xgraph.runners.gear_family import one_session_runners, serve_gears
 from xgraph.runners.io_checks import check_inputs
+from xgraph.runners.lifetime import close_all
 from xgraph.runners.ort_session import sessions_take_turns
 
 if TYPE_CHECKING:
@@ -71,8 +73,9 @@ class GearRunner:
             whole = [g.graph.get_root_subgraph() for g in self.gears]
             whole = [r.toposort_child_subgraph()[0] if r.get_children_num() == 1 else None for r in whole]
             with sessions_take_turns(whole):  # gears that are one graph but for shapes share a session
-                for gear in self.gears:
-                    self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
+                for gear in self.gears:  # one pool of job slots: max_jobs_in_flight holds for the whole model
+                    runner = self.gear_runners[gear.name] = runner_class(gear.graph, mode, kernels, **options)
+                    options = {**options, "job_slots": runner.job_slots}
                 if getattr(runner_class, "shares_gears", False) and len(self.gears) > 1:
                     self.shared = self._shared_runner(runner_class, options)
         except BaseException:
@@ -261,11 +264,10 @@ class GearRunner:
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
-        """Close every gear's runner and the shared one (jobs in flight are cancelled)."""
-        for runner in self.gear_runners.values():
-            runner.close(timeout)
-        if self.shared is not None:
-            self.shared.close(timeout)
+        """Close every gear's runner and the shared one (jobs in flight are cancelled), within `timeout`
+        seconds in all (a stuck kernel in every gear does not make it a timeout per gear)."""
+        shared = [self.shared] if self.shared is not None else []
+        close_all([*self.gear_runners.values(), *shared], deadline=time.perf_counter() + timeout)
 
     def __enter__(self) -> "GearRunner":
         return self

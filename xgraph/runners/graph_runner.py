@@ -17,6 +17,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -27,8 +28,10 @@ from xgraph.devices import memory_of
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
-from xgraph.runners.jobs import STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout, nbytes_of
+from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
+                                 interrupted, nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
+from xgraph.runners.lifetime import close_all, start_thread
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
 
@@ -130,11 +133,13 @@ class GraphRunner:
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False, registries: "Registries | None" = None,
-                 plugin_path: "list[str] | None" = None) -> None:
+                 plugin_path: "list[str] | None" = None, job_slots: JobSlots | None = None) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine.
 
         Subgraphs with a compiled blob are checked by their plugin first (`plugin_path`: where to find
-        it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included."""
+        it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included.
+        `job_slots`: the pool of `max_jobs_in_flight` slots to take jobs' slots from, when runners
+        share one (a GearRunner's gears); a pool of this runner's own otherwise."""
         from xgraph.ir import Graph
         if not isinstance(graph, Graph):
             hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
@@ -154,8 +159,8 @@ class GraphRunner:
         self._inputs: list[Tensor] = graph.get_input_tensors()
         self._outputs: list[Tensor] = graph.get_output_tensors()
         self._check_inputs = InputCheck(self._owner, self._inputs)
-        self._jobs = JobTable(self._owner)
-        self._slots = JobSlots(max_jobs_in_flight)
+        self._slots = JobSlots(max_jobs_in_flight) if job_slots is None else job_slots
+        self._jobs = JobTable(self._owner, slots=self._slots)
         self._closed = False
         self._stats_lock = threading.Lock()
         self._copies = {"count": 0, "bytes": 0, "seconds": 0.0}
@@ -166,12 +171,22 @@ class GraphRunner:
         self._scheduler = self._create_scheduler()
         #: synchronous runs on the caller's thread (`_run_inline`), for schedulers that offer them
         self._claim_inline = getattr(self._scheduler, "claim_inline", None)
-        self._take_slot = self._slots.take_nowait
         self._watchdog_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         if job_timeout is not None:
-            self._watchdog = threading.Thread(target=self._watch, name=f"xgraph-{graph.name}-timeouts", daemon=True)
-            self._watchdog.start()
+            self._watchdog = threading.Thread(target=_watch, args=(weakref.ref(self), self._watchdog_stop),
+                                              name=f"xgraph-{graph.name}-timeouts", daemon=True)
+            try:
+                start_thread(self._watchdog, self._owner)
+            except BaseException:
+                self._scheduler.close(0)
+                close_all(self.runners.values())
+                raise
+
+    @property
+    def job_slots(self) -> JobSlots:
+        """The job slots this runner's jobs take (`max_jobs_in_flight` of them; shared by a GearRunner's gears)."""
+        return self._slots
 
     def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Runner], Plan]":
         """A runner per device subgraph and the task plan over them.
@@ -194,7 +209,7 @@ class GraphRunner:
 
     def _create_scheduler(self) -> ThreadScheduler:
         """The scheduler that runs the plan: one thread per device stream and copy engine."""
-        return ThreadScheduler(self.plan, self._observe, name=f"xgraph-{self.graph.name}")
+        return ThreadScheduler(self.plan, self._observe, name=f"xgraph-{self.graph.name}", owner=self._owner)
 
     # -- tensors --------------------------------------------------------------------------------
     def get_input_tensors(self) -> "list[Tensor]":
@@ -231,15 +246,30 @@ class GraphRunner:
 
     def _submit(self, feeds: list, buffers: list | None, collect: bool) -> Job:
         """Take a job slot and hand the checked job to the scheduler's streams."""
-        acquire_slot(self._slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
-                     is_closed=self._is_closed, owner=self._owner)
-        job = self._jobs.new(feeds, buffers, self.job_timeout, collect=collect)
-        job.started = time.perf_counter()
-        self._scheduler.submit(job, feeds, self._job_done)
+        held: list = []  # the job slot, once taken (`JobSlots.take_into`)
+        job = None
+        try:  # whatever cuts the hand-over short (Ctrl-C, no thread to start) gives the slot back
+            acquire_slot(self._slots, held, limit=self.max_jobs_in_flight, block=self.block_when_full,
+                         is_closed=self._is_closed, owner=self._owner)
+            job = self._jobs.new(feeds, buffers, self.job_timeout, collect=collect)
+            job.started = time.perf_counter()
+            self._scheduler.submit(job, feeds, self._job_done)
+        except BaseException as e:
+            raised = undo_submission(self._undo_submit, job, held, e, self._owner)
+            if raised is e:
+                raise
+            raise raised from e
         if self._closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
         return job
+
+    def _undo_submit(self, job: Job | None, held: list, error: BaseException) -> None:
+        """Cancel a job whose submission `error` cut short (it leaves the streams) or give back its slot."""
+        if job is None:
+            self._slots.give_back(held)
+        else:
+            self._finish(job, JobStatus.CANCELLED, interrupted(self._owner, job, error))
 
     def _run_inline(self, feeds: list) -> list | None:
         """Run a checked job to the end on this thread, when a job slot is free, nothing else is in
@@ -249,16 +279,17 @@ class GraphRunner:
         Such a run needs no job record: nobody else can wait for it. It takes a job id and a slot,
         holds each task's stream, counts in the stats (jobs by status, copies) and fails with the
         error a job on the streams would record, as a job run there does."""
+        held: list = []  # the job slot, once taken (`JobSlots.take_into`: Ctrl-C cannot lose it)
         try:
-            self._take_slot()
-        except queue.Empty:  # every slot taken: the streams' path waits for one or refuses
-            return None
-        try:
+            try:
+                self._slots.take_into(held)
+            except queue.Empty:  # every slot taken: the streams' path waits for one or refuses
+                return None
             schedule = self._claim_inline()
             if schedule is None:
                 return None
-            job_id = self._jobs.next_id()
             try:
+                job_id = self._jobs.next_id()
                 if self.profile:
                     def on_span(task, start: float, end: float, outs: list) -> None:
                         self._spans.append((task.name, task.kind, task.stream, start, end, job_id, nbytes_of(outs)))
@@ -275,7 +306,7 @@ class GraphRunner:
                 raise RunnerError(f"{self._owner}: job {job_id} cancelled: the runner was closed")
             return results
         finally:
-            self._slots.release()
+            self._slots.give_back(held)
 
     def _end_inline_run(self, copied: list, seconds: float, status: str) -> None:
         """A run on the caller's thread ended with `status`, having copied `copied` in `seconds`."""
@@ -292,9 +323,8 @@ class GraphRunner:
         return self._closed
 
     def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
-        if self._jobs.finish(job, status, error):
+        if self._jobs.finish(job, status, error):  # gives the job's slot back
             self._count_job(STATUS_NAMES[job.status])
-            self._slots.release()
         if status in (JobStatus.TIMED_OUT, JobStatus.CANCELLED):
             self._scheduler.abandon(job)  # free its feeds and values now, not when a stuck stream gets to them
 
@@ -326,14 +356,13 @@ class GraphRunner:
         else:
             self._finish(job, JobStatus.OK)
 
-    def _watch(self) -> None:
-        interval = min(0.05, self.job_timeout / 4)
-        while not self._watchdog_stop.wait(interval):
-            now = time.perf_counter()
-            for job in self._jobs.pending():
-                if job.deadline is not None and now > job.deadline:
-                    self._finish(job, JobStatus.TIMED_OUT, RunnerError(
-                        f"{self._owner}: job {job.id} exceeded job_timeout={self.job_timeout} s and was abandoned"))
+    def _expire(self) -> None:
+        """Time out every job past its deadline (the watchdog calls this every few milliseconds)."""
+        now = time.perf_counter()
+        for job in self._jobs.pending():
+            if job.deadline is not None and now > job.deadline:
+                self._finish(job, JobStatus.TIMED_OUT, RunnerError(
+                    f"{self._owner}: job {job.id} exceeded job_timeout={self.job_timeout} s and was abandoned"))
 
     def wait(self, job: "tuple[int, int] | int", timeout: float | None = None) -> int:
         """Block until the job is done (RunnerError after `timeout` s); 0 = ok, non-zero = failed."""
@@ -425,14 +454,26 @@ class GraphRunner:
         if self._watchdog is not None:
             self._watchdog.join(timeout)
         if stopped:  # a stream stuck in a kernel still uses its runner; leave that to the daemon thread
-            for runner in self.runners.values():
-                runner.close()
+            close_all(self.runners.values())
 
     def __enter__(self) -> "GraphRunner":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _watch(runner: "weakref.ref[GraphRunner]", stop: threading.Event) -> None:
+    """The job_timeout watchdog: holds its runner weakly, so a runner dropped without close() lets it end."""
+    live = runner()
+    interval = min(0.05, live.job_timeout / 4) if live is not None else 0.0
+    live = None
+    while not stop.wait(interval):
+        live = runner()
+        if live is None:
+            return
+        live._expire()
+        live = None
 
 
 def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto", **options: Any) -> GraphRunner:

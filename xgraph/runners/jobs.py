@@ -5,6 +5,13 @@ is waited for (`wait`). Finished jobs stay retrievable (status, error) for a whi
 are waited for, so `get_error(job_id)` works after `wait` returned a non-zero status. Results
 are handed over once (`take_results`) and then forgotten; results nobody collects are kept
 up to `MAX_KEPT_RESULT_BYTES` in all, oldest dropped first.
+
+Ctrl-C: a KeyboardInterrupt reaches the main thread between two steps of Python code, never
+inside one C call. So each step that changes the job accounting is one C call whose effect the
+caller can see afterwards: a job is recorded by one dict store (`JobTable.new`), a slot is taken
+into a list the caller holds (`JobSlots.take_into`) and given back from it (`give_back`), and a
+job's slot is given back by `finish` right after its record is final. A submission that Ctrl-C
+cuts short can then always be undone: the caller knows whether it holds a slot and a record.
 """
 from __future__ import annotations
 
@@ -17,10 +24,11 @@ import operator
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import islice
 from typing import Any
 
-from xgraph.errors import RunnerError
+from xgraph.errors import RunnerError, XGraphError
 
 
 #: Results of finished jobs that nobody collected yet are kept up to this many bytes in all
@@ -101,8 +109,11 @@ STATUS_NAMES = {s: s.name for s in JobStatus}
 class JobTable:
     """Thread-safe job ids and records; `finish` is idempotent (the first final status wins)."""
 
-    def __init__(self, owner: str, keep_finished: int = 1024, keep_result_bytes: int | None = None):
+    def __init__(self, owner: str, keep_finished: int = 1024, keep_result_bytes: int | None = None,
+                 slots: "JobSlots | None" = None):
+        """`slots`: the job slots each job holds while pending; `finish` gives a job's back."""
         self._owner = owner
+        self._give_back = slots.release if slots is not None else None
         self._keep_bytes = MAX_KEPT_RESULT_BYTES if keep_result_bytes is None else keep_result_bytes
         self._result_bytes = 0
         self._ids = itertools.count(1)
@@ -116,42 +127,47 @@ class JobTable:
     def new(self, inputs: list, outputs: list | None, timeout: float | None = None, collect: bool = False) -> Job:
         """Create and record a pending job (its deadline is now + `timeout` when given); see `Job.collect`."""
         deadline = None if timeout is None else time.perf_counter() + timeout
-        with self._lock:
-            job = Job(next(self._ids), inputs, outputs, deadline, collect)
-            self._pending[job.id] = job
+        job = Job(next(self._ids), inputs, outputs, deadline, collect)
+        self._pending[job.id] = job  # one store, then nothing before the caller holds `job` (Ctrl-C)
         return job
 
     def finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> bool:
         """Give `job` its final status and wake its waiters; False if it was already final."""
+        status = status if type(status) is JobStatus else JobStatus(status)
+        if error is not None and not job.collect:
+            drop_traces(error)  # the record outlives the run: keep the error's text, not the run's data
         with self._lock:
             if job.status is not JobStatus.PENDING:
                 return False
-            job.status = status if type(status) is JobStatus else JobStatus(status)
+            job.status = status
             job.error = error
             job.finished = time.perf_counter()
             job.inputs = None  # drop references to caller data as soon as possible
             job.outputs = None  # the caller's buffers are filled; the record need not keep them alive
             self._pending.pop(job.id, None)
-            if job.collect:  # the submitter holds the record and takes its results: nothing to keep
-                event = job.event
-                if event is not None:
-                    event.set()
-                return True
-            self._finished[job.id] = job
-            if job.results is not None:
-                self._result_bytes += nbytes_of(job.results)
-            while len(self._finished) > self._keep:
-                self._drop_results(self._finished.popitem(last=False)[1])
-            if self._result_bytes > self._keep_bytes:
-                for old in self._finished.values():  # oldest first
-                    if self._result_bytes <= self._keep_bytes:
-                        break
-                    if old is not job and old.results is not None:
-                        self._drop_results(old, dropped=True)
+            if not job.collect:  # else the submitter holds the record and takes its results: nothing to keep
+                self._finished[job.id] = job
             event = job.event
-        if event is not None:
-            event.set()
+            if event is not None:
+                event.set()
+            if self._give_back is not None:
+                self._give_back()  # the record is final: from here on a Ctrl-C leaves nothing undone
+            if not job.collect:
+                self._keep_within_limits(job)
         return True
+
+    def _keep_within_limits(self, job: Job) -> None:
+        """Count `job`'s results and forget the oldest records and results beyond the limits (under the lock)."""
+        if job.results is not None:
+            self._result_bytes += nbytes_of(job.results)
+        while len(self._finished) > self._keep:
+            self._drop_results(self._finished.popitem(last=False)[1])
+        if self._result_bytes > self._keep_bytes:
+            for old in self._finished.values():  # oldest first
+                if self._result_bytes <= self._keep_bytes:
+                    break
+                if old is not job and old.results is not None:
+                    self._drop_results(old, dropped=True)
 
     def _drop_results(self, job: Job, dropped: bool = False) -> None:
         """Let go of a finished job's results (under the lock)."""
@@ -222,6 +238,29 @@ class JobTable:
         return n
 
 
+def drop_traces(error: BaseException) -> None:
+    """Let `error`, its causes and its contexts forget their tracebacks (types and messages stay).
+
+    A stored error's traceback holds the frames it passed through, and each frame its caller's:
+    their variables hold the job's inputs and intermediate arrays, so a runner keeping its failed
+    jobs' errors (for `get_error`) would keep those arrays too. Clearing the frames is not enough:
+    the frame that caught the error is still running when the job is finished, and keeps what it
+    last held once it returns. Messages already say where an error was raised (file and line).
+    """
+    seen: set[int] = set()
+    todo: list = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += (e.__cause__, e.__context__)
+        group = getattr(e, "exceptions", None)  # an exception group's members
+        if isinstance(group, tuple):
+            todo += [member for member in group if isinstance(member, BaseException)]
+
+
 def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | None:
     """`value` as seconds (None: no limit); RunnerError naming `what` for a non-number, NaN or out of range."""
     if value is None:
@@ -245,28 +284,68 @@ def job_error_message(job: Job) -> str:
 
 
 class JobSlots:
-    """`limit` job slots (a runner's jobs in flight): taken by `acquire_slot`, given back by `release()`.
+    """`limit` job slots (a runner's jobs in flight): taken by `acquire_slot` (into a list the taker
+    holds, `take_into`), given back by `JobTable.finish` for a job, `give_back` otherwise.
 
     A queue of tokens rather than a `threading.Semaphore`: taking and giving back a free slot
     are single C calls (a Semaphore is Python code around a Condition), and a synchronous run
-    takes and gives back one per call."""
+    takes and gives back one per call. Several runners may share one pool (a GearRunner's gears)."""
 
-    __slots__ = ("limit", "take_nowait", "take", "release")
+    __slots__ = ("limit", "take_nowait", "take", "release", "_put")
 
     def __init__(self, limit: int) -> None:
         tokens: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(limit):
-            tokens.put(None)
+            tokens.put(True)
         self.limit = limit
         self.take_nowait = tokens.get_nowait  # raises queue.Empty when every slot is taken
         self.take = tokens.get  # (timeout=...) raises queue.Empty when none came free in time
-        self.release = functools.partial(tokens.put, None)
+        self.release = functools.partial(tokens.put, True)
+        self._put = tokens.put
+
+    def take_into(self, held: list, timeout: float | None = None) -> None:
+        """Take a free slot and record it in `held` (queue.Empty when none came free within `timeout`
+        seconds; at once when None). Both happen in one C call (`list.extend` pulls one token from
+        the queue), so a Ctrl-C finds the slot either free or in `held`."""
+        take = self.take_nowait if timeout is None else functools.partial(self.take, timeout=timeout)
+        held.extend(islice(iter(take, None), 1))
+
+    def give_back(self, held: list) -> None:
+        """Give back the slots `held` records and forget them there, in one C call (see `take_into`)."""
+        _consume(map(self._put, islice(iter(held.pop, None), len(held))))
 
 
-def acquire_slot(slots: JobSlots, *, limit: int, block: bool, is_closed, owner: str) -> None:
-    """Take one of `limit` job slots: wait (re-checking `is_closed()` every 0.1 s) or refuse at once."""
+#: runs an iterator to its end in C (a zero-length deque keeps nothing)
+_consume = deque(maxlen=0).extend
+
+
+def interrupted(owner: str, job: Job, error: BaseException) -> RunnerError:
+    """The error of a job whose submission `error` cut short (Ctrl-C, a thread that could not start)."""
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return RunnerError(f"{owner}: job {job.id} cancelled: submitting it was interrupted ({detail}); submit it again")
+
+
+def undo_submission(undo, job: Job | None, held: list, error: BaseException, owner: str) -> BaseException:
+    """Undo a submission `error` cut short with `undo(job, held, error)` (cancel the recorded job, or
+    give back the slot `held` records), done again when another Ctrl-C interrupts it; returns what
+    to raise: KeyboardInterrupt and XGraphErrors as they are, anything else as a RunnerError."""
+    while True:
+        try:
+            undo(job, held, error)
+            break
+        except KeyboardInterrupt:  # a second Ctrl-C: undoing is idempotent, finish it, then raise the first
+            continue
+    if isinstance(error, (KeyboardInterrupt, XGraphError)):
+        return error
+    return RunnerError(f"{owner}: the job could not be started: "
+                       f"{type(error).__name__}: {error}")
+
+
+def acquire_slot(slots: JobSlots, held: list, *, limit: int, block: bool, is_closed, owner: str) -> None:
+    """Take one of `limit` job slots into `held` (`JobSlots.take_into`): wait (re-checking `is_closed()`
+    every 0.1 s) or refuse at once."""
     try:
-        slots.take_nowait()
+        slots.take_into(held)
         return
     except queue.Empty:
         pass
@@ -275,7 +354,7 @@ def acquire_slot(slots: JobSlots, *, limit: int, block: bool, is_closed, owner: 
                           f"or raise max_jobs_in_flight")
     while True:
         try:
-            slots.take(timeout=0.1)
+            slots.take_into(held, 0.1)
             return
         except queue.Empty:
             if is_closed():

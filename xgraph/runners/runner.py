@@ -17,6 +17,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -27,7 +28,9 @@ from xgraph.ir.blob import BLOB_ATTR
 from xgraph.plugins.blobs import check_subgraph_blob
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import Job, JobSlots, JobStatus, JobTable, acquire_slot, nbytes_of
+from xgraph.runners.jobs import (Job, JobSlots, JobStatus, JobTable, acquire_slot, interrupted, nbytes_of,
+                                 undo_submission)
+from xgraph.runners.lifetime import serve, start_thread
 from xgraph.runners.result_check import ResultCheck
 from xgraph.runners.run_stats import RunStats
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
@@ -82,9 +85,9 @@ class _Runtime:
     """The base class's job machinery, created on first use so subclasses need not call super()."""
 
     def __init__(self, owner: str, max_jobs: int):
-        self.jobs = JobTable(owner)
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.slots = JobSlots(max_jobs)
+        self.jobs = JobTable(owner, slots=self.slots)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.exec_lock = threading.Lock()
         self.worker: threading.Thread | None = None
         self.io: tuple[list, list] | None = None
@@ -160,9 +163,9 @@ class Runner:
             if "registries" in parameters:
                 extra["registries"] = registries
             runner = klass(subgraph, mode, **extra)
-        except XGraphError:
+        except (XGraphError, KeyboardInterrupt):
             raise
-        except Exception as e:
+        except BaseException as e:  # even SystemExit: a plugin's runner must not end the host application
             raise RunnerError(f"{where}: runner {name!r} ({klass.__name__}) failed to start in mode {mode!r}: "
                               f"{type(e).__name__}: {e}") from e
         if getattr(runner, "subgraph", None) is None:
@@ -271,44 +274,63 @@ class Runner:
         input_tensors, output_tensors = self._io()
         arrays = check_inputs(owner, input_tensors, inputs)
         buffers = check_outputs(owner, output_tensors, outputs)
-        acquire_slot(rt.slots, limit=self.max_jobs_in_flight, block=self.block_when_full,
-                     is_closed=lambda: rt.closed, owner=owner)
-        job = rt.jobs.new(arrays, buffers)
-        if rt.worker is None:
-            with Runner._rt_init_lock:
-                if rt.worker is None:
-                    rt.worker = threading.Thread(target=self._work, name=f"xgraph-runner-{owner}", daemon=True)
-                    rt.worker.start()
-        rt.queue.put(job)
+        held: list = []  # the job slot, once taken (`JobSlots.take_into`)
+        job = None
+        try:  # whatever cuts the hand-over short (Ctrl-C, no thread to start) gives the slot back
+            acquire_slot(rt.slots, held, limit=self.max_jobs_in_flight, block=self.block_when_full,
+                         is_closed=lambda: rt.closed, owner=owner)
+            job = rt.jobs.new(arrays, buffers)
+            self._start_worker(rt, owner)
+            rt.queue.put(job)
+        except BaseException as e:
+            raised = undo_submission(self._undo_submit, job, held, e, owner)
+            if raised is e:
+                raise
+            raise raised from e
         if rt.closed:  # close() ran meanwhile and may have missed this job
             self._finish(job, JobStatus.CANCELLED,
                          RunnerError(f"{owner}: job {job.id} cancelled: the runner was closed"))
         return job.id, 0
 
-    def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
-        if self._rt.jobs.finish(job, status, error):
-            self._rt.slots.release()
+    def _undo_submit(self, job: Job | None, held: list, error: BaseException) -> None:
+        """Cancel a job whose submission `error` cut short (the worker skips it) or give back its slot."""
+        if job is None:
+            self._rt.slots.give_back(held)
+        else:
+            self._finish(job, JobStatus.CANCELLED, interrupted(self._owner(), job, error))
 
-    def _work(self) -> None:
-        rt = self._rt
-        while True:
-            job = results = None  # noqa: F841 - nothing of the last job stays alive while this thread sleeps
-            job = rt.queue.get()
-            if job is None:
-                return
-            if job.done:
-                continue
-            job.started = time.perf_counter()
-            try:
-                results = self.timed_execute(job.inputs, job.id)
-                fill_outputs(self._owner(), self._io()[1], job.outputs, results)
-            except XGraphError as e:
-                self._finish(job, JobStatus.FAILED, e)
-            except BaseException as e:  # the worker outlives whatever a job raises, so later jobs still run
-                self._finish(job, JobStatus.FAILED, RunnerError(
-                    f"{self._owner()}: job {job.id} failed: {type(e).__name__}: {e}"))
-            else:
-                self._finish(job, JobStatus.OK)
+    def _start_worker(self, rt: _Runtime, owner: str) -> None:
+        """Start the worker thread on the first job (again after a start Ctrl-C cut short).
+
+        The worker holds the runner weakly while it waits; a runner dropped without close() is
+        collected and its finalizer wakes the worker to end."""
+        if rt.worker is not None and rt.worker.ident is not None:
+            return
+        with Runner._rt_init_lock:
+            if rt.worker is None:
+                rt.worker = threading.Thread(target=serve, args=(weakref.ref(self), rt.queue, Runner._run_job),
+                                             name=f"xgraph-runner-{owner}", daemon=True)
+                weakref.finalize(self, rt.queue.put, None)
+            start_thread(rt.worker, owner)
+
+    def _finish(self, job: Job, status: JobStatus, error: BaseException | None = None) -> None:
+        self._rt.jobs.finish(job, status, error)  # gives the job's slot back
+
+    def _run_job(self, job: Job) -> None:
+        """Run one queued job on the worker thread and record how it ended."""
+        if job.done:
+            return
+        job.started = time.perf_counter()
+        try:
+            results = self.timed_execute(job.inputs, job.id)
+            fill_outputs(self._owner(), self._io()[1], job.outputs, results)
+        except XGraphError as e:
+            self._finish(job, JobStatus.FAILED, e)
+        except BaseException as e:  # the worker outlives whatever a job raises, so later jobs still run
+            self._finish(job, JobStatus.FAILED, RunnerError(
+                f"{self._owner()}: job {job.id} failed: {type(e).__name__}: {e}"))
+        else:
+            self._finish(job, JobStatus.OK)
 
     def wait(self, job: "tuple[int, int] | int", timeout: float | None = None) -> int:
         """Block until the job is done (RunnerError after `timeout` s); 0 = ok, non-zero = failed."""
@@ -340,11 +362,16 @@ class Runner:
             self._finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner()}: job {job.id} cancelled: "
                                                                f"the runner was closed"))
         rt.queue.put(None)
-        if rt.worker is not None and rt.worker is not threading.current_thread():
+        if rt.worker is not None and rt.worker.ident is not None and rt.worker is not threading.current_thread():
             rt.worker.join(self.close_timeout)
             if rt.worker.is_alive():
                 return  # a kernel is stuck; its daemon thread still uses what release() would free
-        self.release()
+        try:
+            self.release()
+        except (XGraphError, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # as in execute: a plugin's runner must not end the host application
+            raise RunnerError(f"{self._owner()}: release() failed while closing: {type(e).__name__}: {e}") from e
 
     def __enter__(self) -> "Runner":
         return self

@@ -29,6 +29,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
@@ -37,6 +38,7 @@ import numpy as np
 
 from xgraph.runners.inline import InlineSchedule
 from xgraph.runners.jobs import Job
+from xgraph.runners.lifetime import serve, start_thread
 
 Key = Hashable  # (tensor name, memory kind)
 
@@ -114,14 +116,22 @@ Observer = Callable[[Job, Task, float, float, list], None]
 class ThreadScheduler:
     """One daemon worker thread per stream, fed by a queue; dependencies counted per job."""
 
-    def __init__(self, plan: Plan, observer: Observer | None = None, name: str = "xgraph") -> None:
+    def __init__(self, plan: Plan, observer: Observer | None = None, name: str = "xgraph", *, owner: str = "") -> None:
+        """`name` prefixes the stream threads' names; `owner` (the runner) is named in errors."""
         self.plan = plan
+        self._owner = owner or name
         self._observer = observer
         self._queues: dict[str, queue.SimpleQueue] = {s: queue.SimpleQueue() for s in plan.streams()}
         # held while a task of the stream runs, by its own thread or by one that took it over
         self._busy: dict[str, threading.Lock] = {s: threading.Lock() for s in self._queues}
-        self._threads = [threading.Thread(target=self._work, args=(s,), name=f"{name}-stream-{s}", daemon=True)
-                         for s in self._queues]
+        # a stream thread holds the scheduler weakly while it waits: a scheduler nobody references
+        # any more is collected, and the finalizer below wakes its threads to end
+        me = weakref.ref(self)
+        self._threads = [threading.Thread(target=serve, args=(me, q, ThreadScheduler._work, s),
+                                          name=f"{name}-stream-{s}", daemon=True)
+                         for s, q in self._queues.items()]
+        #: wakes every stream to end, once: by close(), or when the scheduler is collected
+        self._stop = weakref.finalize(self, _stop_streams, list(self._queues.values()))
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
         # every task may run on the caller's thread: synchronous runs may skip the streams (claim_inline)
         self._inline = InlineSchedule(plan, self._busy) if all(t.any_thread for t in plan.tasks) else None
@@ -133,9 +143,16 @@ class ThreadScheduler:
         # the stream threads start with the first job that needs them: a runner used only through
         # synchronous runs on the caller's thread (claim_inline), such as each gear of a decoding loop,
         # never starts any (64 past-length gears would hold 192 idle threads otherwise)
-        self._started = self._inline is None
-        for thread in self._threads if self._started else ():
-            thread.start()
+        self._started = False
+        if self._inline is None:
+            self._start_streams()
+
+    def _start_streams(self) -> None:
+        """Start every stream thread not running yet (all of them, or those an interrupted start missed)."""
+        with self._runs_lock:
+            for thread in self._threads:
+                start_thread(thread, self._owner)
+            self._started = True  # only once every thread runs: a Ctrl-C above leaves it for the next job
 
     def submit(self, job: Job, feeds: list[np.ndarray],
                done: Callable[[Job, list | None, BaseException | None], None]) -> None:
@@ -144,12 +161,10 @@ class ThreadScheduler:
         if run.left == 0:
             done(job, [run.values[k] for k in self.plan.results], None)
             return
+        if not self._started:
+            self._start_streams()  # before the job is recorded: a failure here leaves nothing behind
         with self._runs_lock:
             self._runs[job.id] = run
-            if not self._started:
-                self._started = True
-                for thread in self._threads:
-                    thread.start()
         for task in self._roots:
             self._queues[task.stream].put((run, task))
 
@@ -184,20 +199,14 @@ class ThreadScheduler:
         with self._runs_lock:
             self._runs.pop(run.job.id, None)
 
-    def _work(self, stream: str) -> None:
+    def _work(self, stream: str, item: tuple) -> None:
+        """Run `item` (a job's task) on `stream`'s thread, then the tasks it makes ready that stay on this thread."""
         inbox = self._queues[stream]
-        local: deque = deque()  # (run, task, holds its stream) to run next on this thread
+        run, task = item
+        local: deque = deque(((run, task, False),))  # (run, task, holds its stream) to run on this thread
         tasks = self.plan.tasks
-        while True:
-            if local:
-                run, task, held = local.popleft()
-            else:
-                # drop the last job's values before sleeping: a finished job's results belong to its caller
-                run = task = item = args = outs = results = None  # noqa: F841
-                item = inbox.get()
-                if item is None:
-                    return
-                (run, task), held = item, False
+        while local:
+            run, task, held = local.popleft()
             busy = self._busy[task.stream]
             if not held:
                 busy.acquire()
@@ -270,11 +279,16 @@ class ThreadScheduler:
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop every stream after its current task; waits up to `timeout` s; True if all stopped."""
-        for q in self._queues.values():
-            q.put(None)
+        self._stop()
         deadline = time.perf_counter() + timeout
         with self._runs_lock:
             started = [t for t in self._threads if t.ident is not None and t is not threading.current_thread()]
         for thread in started:
             thread.join(max(0.0, deadline - time.perf_counter()))
         return not any(t.is_alive() for t in started)
+
+
+def _stop_streams(queues: "list[queue.SimpleQueue]") -> None:
+    """Wake every stream thread to end (they finish the task in hand first)."""
+    for q in queues:
+        q.put(None)
