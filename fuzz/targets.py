@@ -738,3 +738,7 @@ def run_case(target: Target, seed: int) -> tuple[str, Finding | None]:
 from fuzz.targets_api import API_TARGETS  # noqa: E402 - they build on the helpers above
 
 TARGETS.update({t.name: t for t in API_TARGETS})
+
+from fuzz.targets_files import FILE_TARGETS  # noqa: E402
+
+TARGETS.update({t.name: t for t in FILE_TARGETS})
