@@ -28,12 +28,13 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from xgraph.errors import ModelFileError
 from xgraph.ir.files import DEFAULT_NAME_MAX, fit_name, remove_unlocked
 from xgraph.ir.onnx.mapped import MAP_MIN_BYTES, PLAIN_TYPES, origin
 
@@ -47,6 +48,7 @@ ALIGN = 4096
 TOKEN_TENSOR = "xgraph.attr/side_file_token"
 #: Bytes written per chunk for weights held in memory.
 CHUNK = 1 << 26
+T = TypeVar("T")  # what a load returns (`read_consistently`)
 
 
 def side_path(xmodel: str | os.PathLike) -> Path:
@@ -212,5 +214,34 @@ def _drop_pages(mapped: mmap.mmap, start: int, length: int) -> None:
         pass  # only a hint: the pages stay resident until the kernel needs them
 
 
+#: Loads of a path tried while a save keeps replacing it (each retry follows a completed rename).
+READ_ATTEMPTS = 8
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_consistently(src: object, once: "Callable[[], T]") -> T:
+    """`once()` (a load of `src`), tried again when it failed while the file at `src` was replaced: a
+    save renamed a new .xmodel into place and removed the side file the old one named between our
+    reading the two. The error stands when the file did not change (a damaged or mismatched pair),
+    or after READ_ATTEMPTS."""
+    if not isinstance(src, (str, os.PathLike)):
+        return once()
+    for _ in range(READ_ATTEMPTS - 1):
+        before = _identity(src)
+        try:
+            return once()
+        except ModelFileError:
+            if before is None or _identity(src) == before:
+                raise
+    return once()
+
+
 __all__ = ["ALIGN", "HEADER_BYTES", "MAGIC", "SIDE_SUFFIX", "TOKEN_TENSOR", "SideLayout", "copy_array",
-           "external_reference", "goes_external", "remove_superseded", "side_files", "side_name", "side_path"]
+           "external_reference", "goes_external", "read_consistently", "remove_superseded", "side_files", "side_name", "side_path"]

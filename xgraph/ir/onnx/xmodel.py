@@ -19,7 +19,7 @@ import os
 from itertools import chain
 from pathlib import Path
 from operator import attrgetter, methodcaller
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -40,7 +40,8 @@ from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.nodes import Nodes, is_text
 from xgraph.ir.onnx.safe_reader import read_model_inventory
 from xgraph.ir.onnx.shape_inference import largest_declared_dim
-from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, remove_superseded, side_name
+from xgraph.ir.onnx.side_file import (TOKEN_TENSOR, SideLayout, goes_external, read_consistently,
+                                      remove_superseded, side_name)
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
@@ -375,7 +376,7 @@ def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = G
             nodes = inv.nodes
             del inv
             return from_model_proto(model, label, graph_class, mapped, nodes)
-    return _consistent_read(src, once)
+    return read_consistently(src, once)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -397,35 +398,7 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
             del inv
             return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
                                           nodes=nodes)
-    return _consistent_read(src, once)
-
-
-#: Loads of a path tried while a save keeps replacing it (each retry follows a completed rename).
-READ_ATTEMPTS = 8
-
-
-def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _consistent_read(src: Any, once: "Callable[[], GraphCore]") -> GraphCore:
-    """`once()`, tried again when it failed while the file at `src` was replaced: a save renamed a new
-    .xmodel into place and removed the side file the old one named between our reading the two. The
-    error stands when the file did not change (a damaged or mismatched pair), or after READ_ATTEMPTS."""
-    if not isinstance(src, (str, os.PathLike)):
-        return once()
-    for _ in range(READ_ATTEMPTS - 1):
-        before = _identity(src)
-        try:
-            return once()
-        except ModelFileError:
-            if before is None or _identity(src) == before:
-                raise
-    return once()
+    return read_consistently(src, once)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
