@@ -124,17 +124,22 @@ class SideFile(Target):
 
     def _edit_record(self, model: onnx.ModelProto, rng: random.Random) -> bytes:
         """The "side_file" record of the metadata: its token, location or size, or the whole record."""
-        entry = next(p for p in model.metadata_props if p.key == "xgraph.meta")
-        meta = json.loads(entry.value)
-        record = meta["side_file"]
-        key = rng.choice(["token", "location", "bytes", None])
-        if key is None and rng.random() < 0.3:
+        entry = next((p for p in model.metadata_props if p.key == "xgraph.meta"), None)
+        try:
+            meta = json.loads(entry.value) if entry is not None else None
+        except ValueError:  # an earlier edit broke the JSON: nothing left to aim at
+            meta = None
+        if not isinstance(meta, dict):
+            return model.SerializeToString()
+        record = meta.get("side_file")
+        key = rng.choice(["token", "location", "bytes", None]) if isinstance(record, dict) else None
+        if key is None and "side_file" in meta and rng.random() < 0.3:
             del meta["side_file"]
         elif key is None:
             meta["side_file"] = random_json(rng)
         elif key == "token":
-            record["token"] = rng.choice([record["token"][::-1], "00" * 16, "", record["token"].upper(), "zz",
-                                          record["token"] + "00", random_json(rng)])
+            token = record.get("token") if isinstance(record.get("token"), str) else ""
+            record["token"] = rng.choice([token[::-1], "00" * 16, "", token.upper(), "zz", token + "00", random_json(rng)])
         else:
             record[key] = rng.choice([*self.names, *INTERESTING_STRINGS, random_json(rng)])
         entry.value = json.dumps(meta)
@@ -194,7 +199,9 @@ class SideFile(Target):
         if len(files) > 2:
             raise Finding("temp left", f"saving left more than the pair: {files}")
 
-    def describe(self, case: dict[str, Any]) -> bytes:
+    def describe(self, case: Any) -> bytes:
+        if not isinstance(case, dict):
+            return bytes(case)
         return repr({"kind": case["kind"], "side": case["side"][:256], "xmodel": case["xmodel"]}).encode()
 
 
