@@ -200,7 +200,7 @@ def test_next_save_removes_temporaries_of_dead_writers_only(versions, tmp_path):
 
 def test_a_side_file_being_written_is_never_removed(versions, tmp_path):
     """A save still writing its side file holds its lock: another save's clean-up leaves it."""
-    from xgraph.ir.files import create_exclusive
+    from xgraph.ir.temp_files import create_exclusive
     from xgraph.ir.onnx.side_file import side_name
     out = tmp_path / "m.xmodel"
     in_flight = side_name(out, bytes(range(16)))

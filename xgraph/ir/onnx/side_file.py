@@ -6,7 +6,7 @@ reader finds the whole old pair or the whole new one. The side files the new .xm
 names (older saves, saves killed before their rename, and ``NAME.xmodel.data`` written by
 xgraph before 0.x) are removed after the rename (`remove_superseded`), each only once no one
 has it locked (a save still writing it). Names longer than the folder allows are shortened
-with a hash (`xgraph.ir.files.fit_name`), so any legal .xmodel name gets a side file.
+with a hash (`xgraph.ir.temp_files.fit_name`), so any legal .xmodel name gets a side file.
 
 Layout: a 64-byte header (``MAGIC``, then the 16-byte token of the save that wrote it), then
 each weight's raw little-endian bytes at a 4096-byte-aligned offset (as `onnx.save` aligns
@@ -35,7 +35,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.files import DEFAULT_NAME_MAX, fit_name, remove_unlocked
+from xgraph.ir.temp_files import fit_name, name_max, remove_unlocked
 from xgraph.ir.onnx.mapped import MAP_MIN_BYTES, PLAIN_TYPES, origin
 
 SIDE_SUFFIX = ".data"
@@ -58,16 +58,9 @@ def side_path(xmodel: str | os.PathLike) -> Path:
     return p.with_name(p.name + SIDE_SUFFIX)
 
 
-def _name_max(folder: Path) -> int:
-    try:
-        return int(os.pathconf(folder, "PC_NAME_MAX"))
-    except (OSError, ValueError, AttributeError):
-        return DEFAULT_NAME_MAX
-
-
 def _stem(xmodel: Path) -> str:
     folder = xmodel.parent if str(xmodel.parent) else Path(".")
-    return fit_name(xmodel.name, _name_max(folder) - len(f".{'0' * NAME_TOKEN_HEX}{SIDE_SUFFIX}"))
+    return fit_name(xmodel.name, name_max(folder) - len(f".{'0' * NAME_TOKEN_HEX}{SIDE_SUFFIX}"))
 
 
 def side_name(xmodel: str | os.PathLike, token: bytes) -> Path:
