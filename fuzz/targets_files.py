@@ -29,7 +29,7 @@ import xgraph
 from xgraph import Graph
 
 from fuzz.mutators import INTERESTING_STRINGS, mutate_bytes, mutate_json, mutate_model, random_json
-from fuzz.targets import Finding, Target, call, check_consistent
+from fuzz.targets import Finding, Target, call, check_consistent, check_disk
 
 SECRET = b"SECRET-SIDE!"
 KINDS = ("file", "file", "file", "file", "missing", "symlink", "folder", "fifo", "hardlink", "other_save")
@@ -169,10 +169,8 @@ class SideFile(Target):
     def run(self, case: dict[str, Any]) -> str:
         self._place(case)
         ok, g = call("xgraph.load(pair)", lambda: xgraph.load(self.model_path))
-        after = _folder_state(self.top, {self.model_path, self.folder / self.side_name, self.saved})
-        if after != self.before:
-            changed = sorted(k for k in set(after) | set(self.before) if after.get(k) != self.before.get(k))
-            raise Finding("disk changed", f"loading a pair changed files: {changed}")
+        check_disk(self.before, _folder_state(self.top, {self.model_path, self.folder / self.side_name, self.saved}),
+                   "loading a pair")
         if not ok:
             return "refused"
         check_consistent(g, "xgraph.load(pair)")
