@@ -111,7 +111,9 @@ class SideFile(Target):
 
     def _edit_references(self, model: onnx.ModelProto, rng: random.Random) -> bytes:
         """Other locations, offsets or lengths in the external-data entries (one tensor, or all)."""
-        tensors = [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+        tensors = [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL and t.external_data]
+        if not tensors:  # an earlier edit left no reference to aim at
+            return model.SerializeToString()
         for t in tensors if rng.random() < 0.3 else [rng.choice(tensors)]:
             entry = rng.choice(list(t.external_data))
             if entry.key == "location":

@@ -81,6 +81,7 @@ import onnx  # noqa: E402
 
 import xgraph  # noqa: E402
 from xgraph.errors import ModelFileError, RunnerError  # noqa: E402
+from xgraph.ir.onnx.side_file import side_files  # noqa: E402
 from xgraph.runners.testing import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
