@@ -78,6 +78,13 @@ def call(what: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
 
 
 # -- graph state, to check "a failed operation changes nothing" ---------------------------------------
+def check_disk(before: dict, after: dict, what: str) -> None:
+    """A Finding naming the files that differ between two snapshots of a folder, if any do."""
+    if after != before:
+        changed = sorted(k for k in set(after) | set(before) if after.get(k) != before.get(k))
+        raise Finding("disk changed", f"{what} changed files: {changed}")
+
+
 def _norm(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return ("array", v.dtype.str, v.shape, v.tobytes())
@@ -317,10 +324,7 @@ class FromOnnxFile(Target):
     def run(self, case: bytes) -> str:
         self.model_path.write_bytes(case)
         ok, g = call("Graph.from_onnx(path)", lambda: Graph.from_onnx(self.model_path))
-        after = self._disk_state()
-        if after != self.before:
-            changed = sorted(k for k in set(after) | set(self.before) if after.get(k) != self.before.get(k))
-            raise Finding("disk changed", f"loading a model changed files: {changed}")
+        check_disk(self.before, self._disk_state(), "loading a model")
         if not ok:
             return "refused"
         check_consistent(g, "Graph.from_onnx(path)")
@@ -738,3 +742,7 @@ def run_case(target: Target, seed: int) -> tuple[str, Finding | None]:
 from fuzz.targets_api import API_TARGETS  # noqa: E402 - they build on the helpers above
 
 TARGETS.update({t.name: t for t in API_TARGETS})
+
+from fuzz.targets_files import FILE_TARGETS  # noqa: E402
+
+TARGETS.update({t.name: t for t in FILE_TARGETS})

@@ -4,6 +4,7 @@ compile, and .xmodel files that keep large weights in a side file (forced here w
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -13,6 +14,14 @@ from onnx import TensorProto, helper, numpy_helper
 import xgraph
 from xgraph.errors import ModelFileError
 from xgraph.ir.onnx.mapped import is_mapped, origin
+from xgraph.ir.onnx.side_file import side_files
+
+
+def side_of(xmodel):
+    """The one side file beside `xmodel` (named by the save that wrote it), or None."""
+    found = side_files(xmodel)
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 N = 64  # 64x64 float32 weights: 16 KiB each, above the mapping minimum
 
@@ -166,7 +175,7 @@ def _ort(model_path, x):
 
 @pytest.fixture
 def compiled_pair(external_model, tmp_path):
-    """The external-data model compiled with the side file forced on, saved as out.xmodel + out.xmodel.data."""
+    """The external-data model compiled with the side file forced on, saved as out.xmodel + its side file."""
     path, weights = external_model
     compiled = xgraph.compile(path, {"external_data_threshold": 0})
     out = tmp_path / "out.xmodel"
@@ -178,7 +187,7 @@ def compiled_pair(external_model, tmp_path):
 def test_round_trip_runs_like_onnxruntime(external_model, compiled_pair, kernels):
     path, weights = external_model
     out, _ = compiled_pair
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     assert side.is_file() and side.stat().st_size > sum(w.nbytes for w in weights)
     loaded = xgraph.load(out)
     data = _weights(loaded)
@@ -199,7 +208,7 @@ def test_side_file_follows_onnx_external_data_convention(compiled_pair):
     header = onnx.load(str(out), load_external_data=False)
     refs = {t.name: {e.key: e.value for e in t.external_data} for t in header.graph.initializer
             if t.data_location == TensorProto.EXTERNAL}
-    assert {refs[f"w{i}"]["location"] for i in range(3)} == {"out.xmodel.data"}
+    assert {refs[f"w{i}"]["location"] for i in range(3)} == {side_of(out).name}
     assert all(int(refs[f"w{i}"]["offset"]) % 4096 == 0 for i in range(3))
     assert "bias" not in refs  # small weights stay inline
 
@@ -208,7 +217,7 @@ def test_default_threshold_keeps_small_models_inline(external_model, tmp_path):
     path, _ = external_model
     out = tmp_path / "inline.xmodel"
     xgraph.compile(path).serialize(out)
-    assert not (tmp_path / "inline.xmodel.data").exists()
+    assert side_of(tmp_path / "inline.xmodel") is None
     model = onnx.load(str(out), load_external_data=False)
     assert all(t.data_location != TensorProto.EXTERNAL for t in model.graph.initializer)
 
@@ -217,9 +226,9 @@ def test_serialize_threshold_argument_overrides_the_compile_option(external_mode
     path, _ = external_model
     compiled = xgraph.compile(path, {"external_data_threshold": 0})
     compiled.serialize(tmp_path / "a.xmodel", external_data_threshold=1 << 40)
-    assert not (tmp_path / "a.xmodel.data").exists()
+    assert side_of(tmp_path / "a.xmodel") is None
     xgraph.compile(path).serialize(tmp_path / "b.xmodel", external_data_threshold=0)
-    assert (tmp_path / "b.xmodel.data").exists()
+    assert side_of(tmp_path / "b.xmodel") is not None
 
 
 def test_saving_mapped_weights_copies_file_to_file(compiled_pair, tmp_path):
@@ -230,20 +239,20 @@ def test_saving_mapped_weights_copies_file_to_file(compiled_pair, tmp_path):
     data = _weights(xgraph.load(again))
     for i, w in enumerate(weights):
         np.testing.assert_array_equal(data[f"w{i}"], w)
-        assert origin(data[f"w{i}"])[0].path == (tmp_path / "again.xmodel.data").resolve()
+        assert origin(data[f"w{i}"])[0].path == side_of(again).resolve()
 
 
 def test_truncated_side_file_is_a_model_file_error_naming_it(compiled_pair):
     out, _ = compiled_pair
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     os.truncate(side, side.stat().st_size - 1)
-    with pytest.raises(ModelFileError, match=r"out\.xmodel\.data"):
+    with pytest.raises(ModelFileError, match=re.escape(side.name)):
         xgraph.load(out)
 
 
 def test_side_file_symlink_out_of_the_folder_is_refused(compiled_pair, tmp_path_factory):
     out, _ = compiled_pair
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     elsewhere = tmp_path_factory.mktemp("other") / "stolen.data"
     os.replace(side, elsewhere)
     os.symlink(elsewhere, side)
@@ -269,15 +278,16 @@ def test_side_file_of_another_save_is_refused(external_model, tmp_path):
     compiled = xgraph.compile(path, {"external_data_threshold": 0})
     compiled.serialize(tmp_path / "one.xmodel")
     compiled.serialize(tmp_path / "two.xmodel")
-    os.replace(tmp_path / "two.xmodel.data", tmp_path / "one.xmodel.data")  # same layout, other save
+    one = side_of(tmp_path / "one.xmodel")
+    os.replace(side_of(tmp_path / "two.xmodel"), one)  # same layout, other save
     os.rename(tmp_path / "two.xmodel", tmp_path / "spare.xmodel")
-    with pytest.raises(ModelFileError, match="side data file 'one.xmodel.data' was not written with this"):
+    with pytest.raises(ModelFileError, match=f"side data file '{one.name}' was not written with this"):
         xgraph.load(tmp_path / "one.xmodel")
 
 
 def test_failed_save_leaves_the_previous_pair(external_model, compiled_pair, monkeypatch):
     out, weights = compiled_pair
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     before = (out.read_bytes(), side.read_bytes())
     other, _ = mlp_model(seed=7)
     changed = xgraph.compile(other, {"external_data_threshold": 0})
@@ -297,7 +307,7 @@ def test_failed_save_leaves_the_previous_pair(external_model, compiled_pair, mon
 
 def test_failed_xmodel_write_after_the_side_file_leaves_the_previous_pair(compiled_pair, monkeypatch):
     out, weights = compiled_pair
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     before = (out.read_bytes(), side.read_bytes())
     other, _ = mlp_model(seed=7)
     changed = xgraph.compile(other, {"external_data_threshold": 0})
@@ -306,9 +316,9 @@ def test_failed_xmodel_write_after_the_side_file_leaves_the_previous_pair(compil
     real_replace = os.replace
     calls = []
 
-    def replace(src, dst, *args, **kwargs):  # the second rename (the .xmodel's) fails
+    def replace(src, dst, *args, **kwargs):  # the one rename (the .xmodel's) fails
         calls.append(dst)
-        if len(calls) == 2:
+        if len(calls) == 1:
             raise OSError(5, "Input/output error")
         return real_replace(src, dst, *args, **kwargs)
 
@@ -317,18 +327,36 @@ def test_failed_xmodel_write_after_the_side_file_leaves_the_previous_pair(compil
         changed.serialize(out)
     monkeypatch.undo()
     assert (out.read_bytes(), side.read_bytes()) == before
+    assert side_files(out) == [side]  # the new side file went with the failed save
     np.testing.assert_array_equal(_weights(xgraph.load(out))["w0"], weights[0])
 
 
-def test_side_file_target_that_is_a_symlink_is_refused(external_model, tmp_path):
+def test_links_named_like_side_files_are_never_written_through(external_model, tmp_path, monkeypatch):
+    """A link where the save's side file would go makes it pick another name; a link with the old
+    naming is left as it is (never followed, never removed)."""
+    from xgraph.ir.onnx import side_file, xmodel
     path, _ = external_model
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     os.symlink(victim, tmp_path / "out2.xmodel.data")
+    taken = side_file.side_name(tmp_path / "out2.xmodel", bytes(16))
+    os.symlink(victim, taken)
+    names = iter([bytes(16)])
+    real = side_file.SideLayout
+
+    def first_token_taken(location):  # the first save's token names the planted link
+        layout = real(location)
+        layout.token = next(names, layout.token)
+        return layout
+
+    monkeypatch.setattr(xmodel, "SideLayout", first_token_taken)
     compiled = xgraph.compile(path, {"external_data_threshold": 0})
-    with pytest.raises(xgraph.errors.OutputFileError, match="symbolic link"):
-        compiled.serialize(tmp_path / "out2.xmodel")
-    assert victim.read_text() == "keep me" and not (tmp_path / "out2.xmodel").exists()
+    compiled.serialize(tmp_path / "out2.xmodel")
+    assert victim.read_text() == "keep me"
+    assert os.path.islink(tmp_path / "out2.xmodel.data") and os.path.islink(taken)
+    written = [p for p in side_files(tmp_path / "out2.xmodel") if not p.is_symlink()]
+    assert len(written) == 1 and written[0] != taken
+    assert _weights(xgraph.load(tmp_path / "out2.xmodel"))["w0"].shape == (64, 64)
 
 
 def test_xcompile_option_writes_the_pair(external_model, tmp_path):
@@ -336,7 +364,7 @@ def test_xcompile_option_writes_the_pair(external_model, tmp_path):
     path, weights = external_model
     out = tmp_path / "cli.xmodel"
     assert main([str(path), "-o", str(out), "-q", "--options", '{"external_data_threshold": "1K"}']) == 0
-    assert (tmp_path / "cli.xmodel.data").is_file()
+    assert side_of(tmp_path / "cli.xmodel").is_file()
     data = _weights(xgraph.load(out))
     np.testing.assert_array_equal(data["w2"], weights[2])
 
@@ -383,11 +411,11 @@ def test_data_file_replaced_before_the_session_opens_it_is_refused(compiled_pair
     pytest.importorskip("onnxruntime")
     out, weights = compiled_pair
     loaded = xgraph.load(out)
-    side = out.parent / "out.xmodel.data"
+    side = side_of(out)
     swapped = tmp_path / "swapped.data"
     swapped.write_bytes(side.read_bytes())  # the same bytes, another file
     os.replace(swapped, side)
-    with pytest.raises(xgraph.errors.XGraphError, match="out.xmodel.data' was replaced"):
+    with pytest.raises(xgraph.errors.XGraphError, match=r"out\.xmodel\.[0-9a-f]{16}\.data' was replaced"):
         xgraph.create_graph_runner(loaded, mode="run", kernels="onnxruntime")
     # auto falls back to xgraph's kernels, which read the mapped file: the one that was checked
     x = np.random.default_rng(5).standard_normal((1, N)).astype(np.float32)
@@ -412,7 +440,7 @@ def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
     compiled = xgraph.compile(tmp_path / "big.onnx", {"external_data_threshold": 1 << 40})
     compiled.serialize(tmp_path / "big.xmodel")
     assert (tmp_path / "big.xmodel").stat().st_size < 1 << 20
-    assert (tmp_path / "big.xmodel.data").stat().st_size >= weight_bytes
+    assert side_of(tmp_path / "big.xmodel").stat().st_size >= weight_bytes
     from xgraph.cli.main import main  # verify: both kernels paths against references over the data file
     assert main(["verify", str(tmp_path / "big.onnx")]) == 0
     (tmp_path / "big.onnx.data").rename(tmp_path / "original.data")  # the loaded pair must not need it

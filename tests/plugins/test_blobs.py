@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import xgraph
 from xgraph.errors import GraphError
 from xgraph.ir.onnx.mapped import origin
+from xgraph.ir.onnx.side_file import side_files
 from xgraph.plugins.blobs import BlobError
 
 #: A toy vendor SDK: its "compiler" writes the MatMul's weight name (and, embedded, its bytes) into the
@@ -162,7 +163,8 @@ def test_a_large_blob_goes_to_the_side_file_with_the_weights(toy):
     out = tmp / "side.xmodel"
     compiled.serialize(out, external_data_threshold=0)
     assert os.path.getsize(out) < 8192  # both the weight and the blob are in the side file
-    assert os.path.getsize(str(out) + ".data") > 2 * w.nbytes
+    (side,) = side_files(out)
+    assert os.path.getsize(side) > 2 * w.nbytes
     assert origin(_blob_subgraph(xgraph.load(out)).get_blob().data) is not None
 
 

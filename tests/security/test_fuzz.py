@@ -24,6 +24,8 @@ BUDGET = [
     ("cli", 0, 120),
     ("runner_api", 0, 300),
     ("xmodel_attrs", 0, 300),
+    ("side_file", 0, 150),
+    ("gears_meta", 0, 150),
 ]
 
 

@@ -634,3 +634,39 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# -- found by the side_file fuzz target: files that loaded, then saved into files that do not ------------
+def test_tensor_attribute_without_its_tensor_is_refused_at_load():
+    """A SPARSE_TENSOR or TENSOR attribute with no value read as an empty tensor of no type: it loaded,
+    and the .xmodel saved from it did not."""
+    for kind in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSOR):
+        node = helper.make_node("Identity", ["x"], ["y"], name="id")
+        node.attribute.add(name="value", type=kind)
+        model = model_with([node], inputs=["x"])
+        refused(model.SerializeToString(), "'id'", "attribute 'value' cannot be read")
+
+
+def test_tensor_attribute_referring_to_a_function_attribute_still_loads():
+    body = helper.make_node("Constant", [], ["c"], name="c")
+    body.attribute.add(name="value", type=onnx.AttributeProto.TENSOR, ref_attr_name="v")
+    add = helper.make_node("Add", ["x", "c"], ["out"], name="add")
+    fn = helper.make_function("local", "AddConst", ["x"], ["out"], [body, add], list(OPSET), attributes=["v"])
+    call = helper.make_node("AddConst", ["x"], ["y"], domain="local", name="call",
+                            v=numpy_helper.from_array(np.ones((1,), np.float32)))
+    model = model_with([call], inputs=["x"],
+                       functions=[fn], opsets=[*OPSET, helper.make_opsetid("local", 1)])
+    assert Graph.from_onnx(model.SerializeToString()).get_op("call").type == "AddConst"
+
+
+@pytest.mark.parametrize("version", [1 << 32, -1])
+def test_opset_version_out_of_range_is_refused(tmp_path, version):
+    """Version 2**32 loaded from an .xmodel, and saving it raised a TypeError from onnx's schema lookup."""
+    g = Graph.from_onnx(model_with([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                   inputs=["x"]))
+    g.serialize(tmp_path / "m.xmodel")
+    model = onnx.load(str(tmp_path / "m.xmodel"))
+    model.opset_import[0].version = version
+    (tmp_path / "m.xmodel").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelFileError, match=f"opset import of domain '' has version {version}"):
+        xgraph.load(tmp_path / "m.xmodel")

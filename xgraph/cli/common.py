@@ -8,7 +8,9 @@ import json
 import math
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
@@ -155,15 +157,54 @@ def escaped_output() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP reached a command: unwinds like KeyboardInterrupt, so every cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: The signals a command turns into a clean exit (what `kill` and a closed terminal send).
+CLEAN_EXIT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def signals_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise `Terminated` in the main thread, so a write in
+    progress removes its temporary files (`xgraph.ir.files`) before the process ends. A second
+    signal while that runs is ignored. Only the command-line entry points install this (the
+    library never touches process-wide signal handlers); the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        for sig in CLEAN_EXIT_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)  # already leaving: let the cleanup finish
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in CLEAN_EXIT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def run_cli(body: Callable[[], int | None], debug: bool, prog: str, registries: "Registries | None" = None) -> int:
     """Run `body` with escaped output; an XGraphError (or bad input file) becomes one line on stderr, exit code 2.
 
     Inside `body`, compile, placement and the runners use `registries` (the default ones when None).
+    SIGTERM and SIGHUP end it cleanly (`signals_as_exit`), with exit code 128 + the signal's number.
     """
     with escaped_output():
         try:
-            with active(resolve(registries)):
+            with signals_as_exit(), active(resolve(registries)):
                 return int(body() or 0)
+        except Terminated as e:
+            print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+            return 128 + e.signum
         except XGraphError as e:
             if debug:
                 raise

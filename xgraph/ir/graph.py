@@ -37,8 +37,8 @@ class Graph(GraphCore):
         """Write a lossless .xmodel (graph, weights, subgraph tree, all attrs) to `path`.
 
         Weights adding up to more than `external_data_threshold` bytes (default: the compile
-        option, else 256 MiB; always past 2 GiB) go to the side file ``path + ".data"``,
-        written with the .xmodel as one unit (docs/xmodel.md)."""
+        option, else 256 MiB; always past 2 GiB) go to a side file beside it named by the save
+        (``NAME.xmodel.<16 hex>.data``); the pair changes with one rename (docs/xmodel.md)."""
         xmodel.serialize(self, path, external_data_threshold)
 
     @classmethod

@@ -80,9 +80,11 @@ def model_bytes(graph: "Graph | str | Path | bytes") -> bytes:
     from xgraph.ir import Graph
     if isinstance(graph, bytes):
         return graph
-    if isinstance(graph, (str, Path)) and Path(str(graph) + ".data").is_file():  # weights in a side file
-        from xgraph.ir.graph import load
-        graph = load(graph)
+    if isinstance(graph, (str, Path)):
+        from xgraph.ir.onnx.side_file import side_files
+        if side_files(graph):  # weights in a side file
+            from xgraph.ir.graph import load
+            graph = load(graph)
     if isinstance(graph, (str, Path)):
         try:
             return Path(graph).read_bytes()

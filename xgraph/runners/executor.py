@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import KernelError, RunnerError
+from xgraph.ir.onnx.mapped import FileWatch, mapped_files
 from xgraph.modes import AUTO, NUMPY, ONNXRUNTIME
 from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
@@ -98,6 +99,7 @@ class SubgraphExecutor:
                               fuse=fuse and storage is None and not fp16_ops, reference=reference,
                               qdq_units=("exact" if fuse else "") if qdq_units is None else qdq_units)
         self.subgraph, self.device = subgraph, device
+        self._files = FileWatch(mapped_files(t.data for t in subgraph.get_const_tensors()))
         self._options, self._registries = options, resolve(registries)
         self._switch = threading.Lock()
         self.plan, self._backend = plan_and_backend(subgraph, device, self._registries, options)
@@ -128,15 +130,20 @@ class SubgraphExecutor:
         return self.plan.steps
 
     def run(self, inputs: Sequence[Any], on_step: Callable | None = None) -> list[Any]:
-        """Run once; `on_step(step, args, results)` is called after each step when given."""
+        """Run once; `on_step(step, args, results)` is called after each step when given.
+
+        A run whose mapped weight files were written in place since loading fails (`FileWatch`).
+        """
         backend = self._backend
         try:
-            return backend.run(inputs, on_step)
+            results = backend.run(inputs, on_step)
         except KernelError as e:
             if backend.name != "onnxruntime" or self._options.kernels != AUTO:
                 raise
             self._fall_back(backend, e)
-        return self._backend.run(inputs, on_step)
+            results = self._backend.run(inputs, on_step)
+        self._files.check()
+        return results
 
     def _fall_back(self, failed: Backend, error: Exception) -> None:
         """Re-plan for xgraph's kernels after onnxruntime failed a run (once; the reason is kept)."""

@@ -115,7 +115,12 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
         nbytes = declared_bytes(t, label)
         if nbytes is None:  # check_inline_tensor refuses these first; kept for direct callers
             raise ModelFileError(f"{label}: tensor {t.name!r} has no fixed size and cannot use external data")
-        length = _check_range(location, offset, length, nbytes, path.stat().st_size, label, t.name)
+        try:
+            size = path.stat().st_size
+        except OSError as e:  # removed or replaced since its path was checked
+            raise ModelFileError(f"{label}: tensor {t.name!r} external data file {location!r} cannot be read "
+                                 f"({e.strerror or e})") from None
+        length = _check_range(location, offset, length, nbytes, size, label, t.name)
         if length:
             ranges.setdefault(path, []).append((offset, offset + length, t.name))
         plan.append((t, path, location, offset, length, nbytes))

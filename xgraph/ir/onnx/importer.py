@@ -29,8 +29,13 @@ from xgraph.ir.tensor import Tensor
 RESERVED_METADATA_PREFIX = "xgraph."
 
 
+#: The largest opset version a model may import (onnx looks schemas up with a 32-bit int).
+MAX_OPSET_VERSION = (1 << 31) - 1
+
+
 def check_text(model: onnx.ModelProto, label: str) -> None:
-    """Refuse model-level and graph-level strings that are not valid UTF-8 (nodes check their own)."""
+    """Refuse model-level and graph-level strings that are not valid UTF-8 (nodes check their own), and
+    opset versions past what onnx can look up."""
     g = model.graph
     texts = [model.producer_name, model.producer_version, model.domain, model.doc_string, g.name, g.doc_string]
     texts += [p.key for p in model.metadata_props] + [p.value for p in model.metadata_props]
@@ -46,6 +51,10 @@ def check_text(model: onnx.ModelProto, label: str) -> None:
         bad = next(t for t in texts if type(t) is not str)
         raise ModelFileError(f"{label}: the string {bad[:40]!r} (a name, doc string or metadata entry) is not "
                              "valid UTF-8")
+    for o in [*model.opset_import, *(o for f in model.functions for o in f.opset_import)]:
+        if not 0 <= o.version <= MAX_OPSET_VERSION:
+            raise ModelFileError(f"{label}: opset import of domain {o.domain!r} has version {o.version}; an opset "
+                                 f"version is a number from 0 to {MAX_OPSET_VERSION}")
 
 
 def _set_tensor_type(t: Tensor, tp: onnx.TypeProto | None) -> None:
@@ -88,6 +97,10 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
         if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
             raise ModelFileError(f"{label}: node {op.name!r} has an attribute without a name or type "
                                  f"(name {a.name!r}, type {a.type})")
+        if a.type == onnx.AttributeProto.SPARSE_TENSOR and not a.ref_attr_name and not a.HasField("sparse_tensor"):
+            # read, it would be an empty sparse tensor of no type, which no file can hold again
+            raise ModelFileError(f"{label}: node {op.name!r} attribute {a.name!r} cannot be read: it is declared a "
+                                 "sparse tensor and holds none")
         try:
             value, attr_type = attribute_to_python(a)
         except Exception as e:  # onnx/numpy raise assorted errors for malformed attributes

@@ -1,4 +1,12 @@
-"""An .xmodel's side data file: the large weights of an .xmodel, next to it as ``NAME.xmodel.data``.
+"""An .xmodel's side data file: the large weights of an .xmodel, next to it as ``NAME.xmodel.<16 hex>.data``.
+
+Each save writes a side file of its own, named by the save's token (`side_name`), before the
+.xmodel that names it is renamed into place: the pair changes with that one rename, so a
+reader finds the whole old pair or the whole new one. The side files the new .xmodel no longer
+names (older saves, saves killed before their rename, and ``NAME.xmodel.data`` written by
+xgraph before 0.x) are removed after the rename (`remove_superseded`), each only once no one
+has it locked (a save still writing it). Names longer than the folder allows are shortened
+with a hash (`xgraph.ir.temp_files.fit_name`), so any legal .xmodel name gets a side file.
 
 Layout: a 64-byte header (``MAGIC``, then the 16-byte token of the save that wrote it), then
 each weight's raw little-endian bytes at a 4096-byte-aligned offset (as `onnx.save` aligns
@@ -16,18 +24,23 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from xgraph.errors import ModelFileError
+from xgraph.ir.temp_files import fit_name, name_max, remove_unlocked
 from xgraph.ir.onnx.mapped import MAP_MIN_BYTES, PLAIN_TYPES, origin
 
 SIDE_SUFFIX = ".data"
+#: Hex digits of the token in a side file's name.
+NAME_TOKEN_HEX = 16
 MAGIC = b"XGRAPH-SIDEDATA\0"  # 16 bytes
 HEADER_BYTES = 64
 ALIGN = 4096
@@ -35,12 +48,56 @@ ALIGN = 4096
 TOKEN_TENSOR = "xgraph.attr/side_file_token"
 #: Bytes written per chunk for weights held in memory.
 CHUNK = 1 << 26
+T = TypeVar("T")  # what a load returns (`read_consistently`)
 
 
 def side_path(xmodel: str | os.PathLike) -> Path:
-    """The side data file of an .xmodel: the same name plus ``.data``, in the same folder."""
+    """The side data file name xgraph wrote before side files were named by their save
+    (``NAME.xmodel.data``): still read (the .xmodel names it), removed by the next save."""
     p = Path(xmodel)
     return p.with_name(p.name + SIDE_SUFFIX)
+
+
+def _stem(xmodel: Path) -> str:
+    folder = xmodel.parent if str(xmodel.parent) else Path(".")
+    return fit_name(xmodel.name, name_max(folder) - len(f".{'0' * NAME_TOKEN_HEX}{SIDE_SUFFIX}"))
+
+
+def side_name(xmodel: str | os.PathLike, token: bytes) -> Path:
+    """The side file a save with `token` writes for `xmodel`: ``NAME.xmodel.<16 hex>.data`` beside it,
+    the name shortened (with a hash) when it would pass the folder's NAME_MAX."""
+    p = Path(xmodel)
+    return p.with_name(f"{_stem(p)}.{token.hex()[:NAME_TOKEN_HEX]}{SIDE_SUFFIX}")
+
+
+def side_files(xmodel: str | os.PathLike) -> list[Path]:
+    """Every file beside `xmodel` named as one of its side files (any save's, the old naming included)."""
+    p = Path(xmodel)
+    folder = p.parent if str(p.parent) else Path(".")
+    ours = re.compile(re.escape(_stem(p)) + rf"\.[0-9a-f]{{{NAME_TOKEN_HEX}}}" + re.escape(SIDE_SUFFIX))
+    legacy = side_path(p).name
+    try:
+        names = [e.name for e in os.scandir(folder) if e.name == legacy or ours.fullmatch(e.name)]
+    except OSError:
+        return []
+    return [p.with_name(n) for n in sorted(names)]
+
+
+def remove_superseded(xmodel: str | os.PathLike, keep: Path | None, written: os.stat_result | None) -> list[Path]:
+    """After a save of `xmodel` (its side file `keep`, or None): remove the other side files of
+    `xmodel` that no one has locked, as long as `xmodel` is still the file this save renamed into
+    place (`written`: its inode); the files removed. A save that renamed its .xmodel later than
+    this one removes ours in turn; one still writing holds its side file's lock."""
+    p = Path(xmodel)
+
+    def still_ours() -> bool:
+        try:
+            now = os.lstat(p)
+        except OSError:
+            return False
+        return written is not None and (now.st_dev, now.st_ino) == (written.st_dev, written.st_ino)
+
+    return [f for f in side_files(p) if f != keep and remove_unlocked(f, still_ours)]
 
 
 def external_elem_type(array: np.ndarray) -> int | None:
@@ -150,5 +207,34 @@ def _drop_pages(mapped: mmap.mmap, start: int, length: int) -> None:
         pass  # only a hint: the pages stay resident until the kernel needs them
 
 
+#: Loads of a path tried while a save keeps replacing it (each retry follows a completed rename).
+READ_ATTEMPTS = 8
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_consistently(src: object, once: "Callable[[], T]") -> T:
+    """`once()` (a load of `src`), tried again when it failed while the file at `src` was replaced: a
+    save renamed a new .xmodel into place and removed the side file the old one named between our
+    reading the two. The error stands when the file did not change (a damaged or mismatched pair),
+    or after READ_ATTEMPTS."""
+    if not isinstance(src, (str, os.PathLike)):
+        return once()
+    for _ in range(READ_ATTEMPTS - 1):
+        before = _identity(src)
+        try:
+            return once()
+        except ModelFileError:
+            if before is None or _identity(src) == before:
+                raise
+    return once()
+
+
 __all__ = ["ALIGN", "HEADER_BYTES", "MAGIC", "SIDE_SUFFIX", "TOKEN_TENSOR", "SideLayout", "copy_array",
-           "external_reference", "goes_external", "side_path"]
+           "external_reference", "goes_external", "read_consistently", "remove_superseded", "side_files", "side_name", "side_path"]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 from itertools import chain
+from pathlib import Path
 from operator import attrgetter, methodcaller
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,7 +29,7 @@ from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.blob import blob_arrays
 from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.collector import collector_paused
-from xgraph.ir.files import all_or_nothing, check_target, write_bytes, write_with
+from xgraph.ir.files import all_or_nothing, check_target, on_commit, write_bytes, write_new
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_columns import MISSING, DecodedValues, ValueTable, op_annotation_columns
 from xgraph.ir.onnx.attr_json import ARRAY_PREFIX, MAX_JSON_DEPTH, Decoder, Encoder
@@ -39,7 +40,8 @@ from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.nodes import Nodes, is_text
 from xgraph.ir.onnx.safe_reader import read_model_inventory
 from xgraph.ir.onnx.shape_inference import largest_declared_dim
-from xgraph.ir.onnx.side_file import TOKEN_TENSOR, SideLayout, goes_external, side_path
+from xgraph.ir.onnx.side_file import (TOKEN_TENSOR, SideLayout, goes_external, read_consistently,
+                                      remove_superseded, side_name)
 from xgraph.ir.subgraph import Subgraph
 
 META_KEY = "xgraph.meta"
@@ -123,34 +125,58 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
 
     When the weights add up to more than `external_data_threshold` bytes (None: the compile
     option of that name the graph was compiled with, else `DEFAULT_EXTERNAL_DATA_THRESHOLD`),
-    or to more than one protobuf message can hold, the large ones go to the side file
-    ``path + ".data"`` (`xgraph.ir.onnx.side_file`); the .xmodel and its side file are
-    replaced together or not at all. Only those two paths (and temporary files beside them)
-    are ever written: no name from the graph becomes a path. The rules of every file xgraph
-    writes apply (`xgraph.ir.files`): a target that is a link, folder, device or FIFO is refused.
+    or to more than one protobuf message can hold, the large ones go to a side file of this
+    save (`xgraph.ir.onnx.side_file.side_name`), written before the .xmodel that names it is
+    renamed into place: readers see the old pair or the new one, whatever happens in between.
+    Side files the new .xmodel no longer names are removed afterwards. Only `path`, its side
+    files and temporary files beside them are ever written: no name from the graph becomes a
+    path. The rules of every file xgraph writes apply (`xgraph.ir.files`): a target that is a
+    link, folder, device or FIFO is refused.
     """
     check_target(path)
     threshold = external_threshold(graph, external_data_threshold)
     weights = [t._data for t in graph._tensors.values() if t._data is not None] + blob_arrays(graph)
     total = sum(int(a.nbytes) for a in weights)
-    side = None
-    if (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights):
-        side_file = side_path(path)
-        check_target(side_file, "side data file")
-        side = SideLayout(side_file.name)
+    external = (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights)
+    with all_or_nothing():
+        side_file = None
+        for _ in range(_NAME_TRIES):
+            side = None
+            if external:
+                side = SideLayout("")
+                side_file = side_name(path, side.token)
+                side.location = side_file.name
+            data = _encode(graph, side, path)
+            if side is None or _write_side_file(side_file, side):
+                break
+        else:
+            raise ModelFileError(f"{path}: no free side data file name beside it after {_NAME_TRIES} tries; "
+                                 "remove the stray files named like it")
+        written = write_bytes(path, data)
+        on_commit(lambda: remove_superseded(path, side_file, written))
+
+
+#: Tries at a side file name no entry has (a 64-bit token: a second try is already unlikely).
+_NAME_TRIES = 8
+
+
+def _encode(graph: GraphCore, side: SideLayout | None, path: str | os.PathLike) -> bytes:
     try:
         with collector_paused():  # one bulk build of 100k-op protos and JSON: the collector's passes would cost more
-            data = to_model_proto(graph, side).SerializeToString()
+            return to_model_proto(graph, side).SerializeToString()
     except (ValueError, RuntimeError, EncodeError) as e:  # e.g. over protobuf's 2 GiB message limit
         raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e}); weights of "
                              "fixed-size types go to a side file above external_data_threshold, other data "
                              "must fit in 2 GiB") from None
-    if side is None:
-        write_bytes(path, data)
-        return
-    with all_or_nothing():
-        write_with(side_path(path), side.writer(), "side data file")
-        write_bytes(path, data)
+
+
+def _write_side_file(side_file: Path, side: SideLayout) -> bool:
+    """Write this save's side file under its own name, before the .xmodel names it; False if the name is taken."""
+    try:
+        write_new(side_file, side.writer(), "side data file")
+    except FileExistsError:
+        return False
+    return True
 
 
 def external_threshold(graph: GraphCore, given: int | None) -> int:
@@ -343,12 +369,14 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
 
 def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
-    mapped: dict[str, np.ndarray] = {}
-    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
-        model, _, label, inv = read_model_inventory(src, mapped=mapped)
-        nodes = inv.nodes
-        del inv
-        return from_model_proto(model, label, graph_class, mapped, nodes)
+    def once() -> GraphCore:
+        mapped: dict[str, np.ndarray] = {}
+        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
+            model, _, label, inv = read_model_inventory(src, mapped=mapped)
+            nodes = inv.nodes
+            del inv
+            return from_model_proto(model, label, graph_class, mapped, nodes)
+    return read_consistently(src, once)
 
 
 def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[GraphCore] = GraphCore) -> GraphCore:
@@ -356,19 +384,21 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
 
     `xgraph.load` is this with `graph_class=xgraph.Graph`.
     """
-    mapped: dict[str, np.ndarray] = {}
-    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
-        model, _, label, inv = read_model_inventory(src, mapped=mapped)
-        if any(p.key == META_KEY for p in model.metadata_props):
-            nodes = inv.nodes
+    def once() -> GraphCore:
+        mapped: dict[str, np.ndarray] = {}
+        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
+            model, _, label, inv = read_model_inventory(src, mapped=mapped)
+            if any(p.key == META_KEY for p in model.metadata_props):
+                nodes = inv.nodes
+                del inv
+                return from_model_proto(model, label, graph_class, mapped, nodes)
+            # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+            # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
+            largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
             del inv
-            return from_model_proto(model, label, graph_class, mapped, nodes)
-        # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
-        # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
-        largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
-        del inv
-        return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
-                                      nodes=nodes)
+            return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
+                                          nodes=nodes)
+    return read_consistently(src, once)
 
 
 __all__ = ["deserialize", "load", "serialize", "to_model_proto", "from_model_proto"]
