@@ -1,0 +1,380 @@
+"""Symbolic shape propagation: dims as symbols and expressions through the shape arithmetic.
+
+onnx's shape inference keeps a symbolic dim through elementwise ops and MatMul, but loses it at
+the first piece of shape arithmetic: `Shape -> Gather -> Concat -> Reshape`, a `Slice` whose
+bounds are run-time lengths, a `Concat` along a dynamic axis. It then invents a fresh dim
+(`unk__23`) that equals nothing else, and everything after it stays dynamic, even where the
+arithmetic gives a static dim back (`total - past` is the new tokens' count). This pass does what
+onnxruntime's `symbolic_shape_infer` does (which needs sympy, not a dependency here) for the ops
+exporters use in shape arithmetic:
+
+- the *value* of every small integer tensor computed from shapes (`Shape`, `Size`, `Gather`,
+  `Slice`, `Concat`, `Unsqueeze`, `Squeeze`, `Reshape`, `Cast`, `Add`/`Sub`/`Mul`/`Div`, ...),
+  each element a dim (`symbolic_dims`: an int, a canonical expression such as `past + 1`, or
+  unknown);
+- the *shape* of op outputs from those values (`Reshape`, `Expand`, `ConstantOfShape`, `Slice`,
+  `Range`) and through the ops between them (elementwise broadcasting, `MatMul`, `Gemm`,
+  `Transpose`, `Concat`, `Gather`, `Split`, reductions, ...).
+
+`propagate(graph)` is pure: it returns the better shapes and the values it knows; the caller
+(`shape_fixpoint`) writes the shapes and folds ops whose value is fully known. A dim is better
+when it is an int, or a computed expression where the graph had a name (an invented `unk__`, or a
+name the model declared on an output), so equal dims get equal names. Ops it has no rule for keep the shape inference gave them.
+Complexity O(V + E) times the rank.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from xgraph.ir import Graph, Op, Tensor
+from xgraph.compiler.symbolic_dims import Dim, dim_add, dim_div, dim_mul, dim_product
+
+#: integer tensors longer than this are data, not shape arithmetic: their values are not tracked
+MAX_VALUE_LENGTH = 64
+#: a Slice end at least this large means "to the end" (exporters write INT64_MAX or INT32_MAX)
+_TO_END = 1 << 30
+
+Shape = tuple
+Values = list  # list[Dim]
+
+SAME_SHAPE = frozenset({
+    "Abs", "Acos", "Asin", "Atan", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh",
+    "Dropout", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
+    "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "LpNormalization",
+    "Mish", "Neg", "Not", "RMSNormalization", "Reciprocal", "Relu", "Round", "RotaryEmbedding", "Selu", "Shrink",
+    "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+    "Trilu", "GroupNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization"})
+BROADCAST = frozenset({"Add", "And", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Equal", "Greater",
+                       "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "PRelu", "Pow",
+                       "Sub", "Sum", "Where", "Xor", "BitShift"})
+REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+
+
+class _State:
+    """Shapes and values known so far (tensor -> shape / element list), over the graph's own."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[Tensor, Shape] = {}
+        self.values: dict[Tensor, Values] = {}
+
+    def shape(self, t: Tensor | None) -> Shape | None:
+        if t is None:
+            return None
+        if t in self.shapes:
+            return self.shapes[t]
+        return None if t.shape is None else tuple(t.shape)
+
+    def value(self, t: Tensor | None) -> Values | None:
+        if t is None:
+            return None
+        if t in self.values:
+            return self.values[t]
+        if t.is_const and t.data is not None and t.data.dtype.kind in "iu" and t.data.ndim <= 1 \
+                and t.data.size <= MAX_VALUE_LENGTH:
+            return [int(v) for v in t.data.reshape(-1)]
+        return None
+
+
+def _ints(values: Values | None) -> list[int] | None:
+    return values if values is not None and all(isinstance(v, int) for v in values) else None
+
+
+def _attr(op: Op, name: str, default=None):
+    return op.get_attr(name) if op.has_attr(name) else default
+
+
+def _input(op: Op, i: int) -> Tensor | None:
+    inputs = op.get_input_tensors()
+    return inputs[i] if i < len(inputs) else None
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+# ------------------------------------------------------------------------------------ values
+
+def _elementwise(op_type: str, a: Values, b: Values) -> Values | None:
+    if len(a) != len(b) and 1 not in (len(a), len(b)):
+        return None
+    n = max(len(a), len(b))
+    a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
+    out: Values = []
+    for x, y in zip(a, b):
+        if op_type == "Add":
+            out.append(dim_add(x, y))
+        elif op_type == "Sub":
+            out.append(dim_add(x, y, -1))
+        elif op_type == "Mul":
+            out.append(dim_mul(x, y))
+        elif op_type == "Div":
+            out.append(x // y if isinstance(x, int) and isinstance(y, int) and y else dim_div(x, y))
+        elif op_type in ("Max", "Min") and isinstance(x, int) and isinstance(y, int):
+            out.append(max(x, y) if op_type == "Max" else min(x, y))
+        else:
+            out.append(None)
+    return out
+
+
+def _slice_values(v: Values, starts, ends, steps) -> Values | None:
+    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1:
+        return None
+    step = steps[0] if steps else 1
+    if not isinstance(step, int) or not isinstance(starts[0], int) or not isinstance(ends[0], int):
+        return None
+    return v[slice(starts[0], ends[0], step)]
+
+
+def value_of(op: Op, st: _State) -> Values | None:
+    """The elements of `op`'s first output, when it is shape arithmetic over known elements."""
+    t, inputs = op.type, op.get_input_tensors()
+    first = st.value(inputs[0]) if inputs else None
+    if t == "Shape":
+        shape = st.shape(inputs[0])
+        if shape is None:
+            return None
+        rank = len(shape)
+        start, end = _attr(op, "start", 0), _attr(op, "end", rank)
+        return list(shape[slice(max(0, _axis(start, rank)), max(0, _axis(end, rank)))])
+    if t == "Size":
+        shape = st.shape(inputs[0])
+        return None if shape is None else [dim_product(shape)]
+    if t == "Constant" and op.has_attr("value_ints"):
+        return list(op.get_attr("value_ints"))
+    if t == "Constant" and op.has_attr("value_int"):
+        return [op.get_attr("value_int")]
+    if first is None:
+        return None
+    if t in ("Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Cast"):
+        return list(first)  # `propagate` asks only for integer outputs
+    if t == "Neg":
+        return [dim_mul(v, -1) for v in first]
+    if t == "Gather" and _attr(op, "axis", 0) == 0:
+        idx = _ints(st.value(_input(op, 1)))
+        if idx is None or any(not -len(first) <= i < len(first) for i in idx):
+            return None
+        return [first[i] for i in idx]
+    if t == "Concat":
+        parts = [st.value(x) for x in inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if t == "Slice":
+        return _slice_values(first, _ints(st.value(_input(op, 1))), _ints(st.value(_input(op, 2))),
+                             _ints(st.value(_input(op, 4))))
+    if t in ("Add", "Sub", "Mul", "Div", "Max", "Min") and len(inputs) == 2:
+        other = st.value(inputs[1])
+        return None if other is None else _elementwise(t, first, other)
+    return None
+
+
+# ------------------------------------------------------------------------------------ shapes
+
+def broadcast(*shapes: Shape | None) -> Shape | None:
+    """numpy broadcasting over dims: 1 gives way, equal dims stay, an int beats a symbol."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0} - {1}
+        if not dims:
+            out.append(1)
+        elif len(dims) == 1:
+            out.append(next(iter(dims)))
+        else:
+            ints = {d for d in dims if isinstance(d, int)}
+            out.append(next(iter(ints)) if len(ints) == 1 else None)
+    return tuple(out)
+
+
+def _reshape(data: Shape | None, target: Values, allowzero: int) -> Shape:
+    """Reshape's output: 0 copies the input's dim (unless `allowzero`), one -1 takes what is left."""
+    out = list(target)
+    for i, d in enumerate(target):
+        if d == 0 and not allowzero:
+            out[i] = data[i] if data is not None and i < len(data) else None
+    if -1 in out:
+        i = out.index(-1)
+        known = dim_product(d for j, d in enumerate(out) if j != i)
+        out[i] = dim_div(dim_product(data), known) if data is not None else None
+    return tuple(out)
+
+
+def _slice_shape(op: Op, st: _State) -> Shape | None:
+    data = st.shape(_input(op, 0))
+    starts, ends = st.value(_input(op, 1)), st.value(_input(op, 2))
+    if data is None or starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = _ints(st.value(_input(op, 3))) or list(range(len(starts)))
+    steps = _ints(st.value(_input(op, 4))) or [1] * len(starts)
+    out = list(data)
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        axis = _axis(axis, len(data))
+        dim = data[axis]
+        if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
+            out[axis] = len(range(*slice(start, end, step).indices(dim)))
+        elif step != 1 or start is None or end is None:
+            out[axis] = None
+        elif isinstance(end, int) and end >= _TO_END:
+            out[axis] = dim_add(dim, start, -1) if isinstance(start, int) and start >= 0 else None
+        elif isinstance(start, int) and start < 0 or isinstance(end, int) and end < 0:
+            out[axis] = None
+        else:  # symbolic bounds: a model slices inside the tensor (a mask's rows for the run-time lengths)
+            out[axis] = dim_add(end, start, -1)
+    return tuple(out)
+
+
+def _matmul(a: Shape | None, b: Shape | None) -> Shape | None:
+    if a is None or b is None or len(a) < 1 or len(b) < 1:
+        return None
+    if len(a) == 1 or len(b) == 1:
+        return None
+    batch = broadcast(a[:-2], b[:-2])
+    return None if batch is None else (*batch, a[-2], b[-1])
+
+
+def _reduce(op: Op, st: _State, shape: Shape) -> Shape | None:
+    rank = len(shape)
+    if op.type in ("ArgMax", "ArgMin"):
+        axes = [_attr(op, "axis", 0)]
+    else:
+        axes = _ints(st.value(_input(op, 1))) if _input(op, 1) is not None else _attr(op, "axes")
+    if axes is None:
+        if _input(op, 1) is not None:
+            return None
+        if _attr(op, "noop_with_empty_axes", 0):
+            return shape
+        axes = list(range(rank))
+    axes = {_axis(a, rank) for a in axes}
+    keep = _attr(op, "keepdims", 1)
+    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+
+
+def shapes_of(op: Op, st: _State) -> list[Shape | None]:
+    """The shape of each output of `op` from the shapes and values known; None where there is no rule."""
+    t = op.type
+    inputs = op.get_input_tensors()
+    first = st.shape(inputs[0]) if inputs else None
+    n_out = len(op.get_output_tensors())
+    one: Shape | None = None
+    if t in SAME_SHAPE:
+        return [first] + [None] * (n_out - 1)
+    if t in BROADCAST:
+        one = broadcast(*(st.shape(x) for x in inputs if x is not None))
+    elif t == "MatMul":
+        one = _matmul(first, st.shape(_input(op, 1)))
+    elif t == "Gemm" and first is not None and st.shape(_input(op, 1)) is not None:
+        b = st.shape(_input(op, 1))
+        one = (first[1] if _attr(op, "transA", 0) else first[0], b[0] if _attr(op, "transB", 0) else b[1])
+    elif t == "Transpose" and first is not None:
+        perm = _attr(op, "perm", list(range(len(first)))[::-1])
+        one = tuple(first[p] for p in perm)
+    elif t == "Reshape":
+        target = st.value(_input(op, 1))
+        one = None if target is None else _reshape(first, target, _attr(op, "allowzero", 0))
+    elif t == "Expand":
+        target = st.value(_input(op, 1))
+        one = None if target is None else broadcast(first, tuple(target))
+    elif t == "ConstantOfShape":
+        target = st.value(_input(op, 0))
+        one = None if target is None else tuple(target)
+    elif t == "Concat" and first is not None:
+        parts = [st.shape(x) for x in inputs]
+        if all(p is not None and len(p) == len(first) for p in parts):
+            axis = _axis(_attr(op, "axis", 0), len(first))
+            total: Dim = 0
+            for p in parts:
+                total = dim_add(total, p[axis])
+            one = tuple(total if i == axis else d for i, d in enumerate(first))
+    elif t == "Slice":
+        one = _slice_shape(op, st)
+    elif t in ("Unsqueeze", "Squeeze") and first is not None:
+        axes = _ints(st.value(_input(op, 1))) if _input(op, 1) is not None else _attr(op, "axes")
+        if t == "Unsqueeze" and axes is not None:
+            rank = len(first) + len(axes)
+            rest = iter(first)
+            norm = {_axis(a, rank) for a in axes}
+            one = tuple(1 if i in norm else next(rest) for i in range(rank))
+        elif t == "Squeeze":
+            norm = {_axis(a, len(first)) for a in axes} if axes is not None else {i for i, d in enumerate(first)
+                                                                                  if d == 1}
+            one = tuple(d for i, d in enumerate(first) if i not in norm)
+    elif t == "Gather" and first is not None and st.shape(_input(op, 1)) is not None:
+        axis = _axis(_attr(op, "axis", 0), len(first))
+        one = (*first[:axis], *st.shape(_input(op, 1)), *first[axis + 1:])
+    elif t == "Flatten" and first is not None:
+        axis = _axis(_attr(op, "axis", 1), len(first))
+        one = (dim_product(first[:axis]), dim_product(first[axis:]))
+    elif t in REDUCE and first is not None:
+        one = _reduce(op, st, first)
+    elif t == "Range":
+        start, limit, delta = (st.value(x) for x in inputs[:3])
+        if start and limit and delta and delta[0] == 1:
+            one = (dim_add(limit[0], start[0], -1),)
+    elif t == "Split" and first is not None:
+        return _split(op, st, first, n_out)
+    elif t == "Shape":
+        value = value_of(op, st)
+        one = None if value is None else (len(value),)
+    elif t == "Size":
+        one = ()
+    return [one] + [None] * (n_out - 1)
+
+
+def _split(op: Op, st: _State, first: Shape, n_out: int) -> list[Shape | None]:
+    axis = _axis(_attr(op, "axis", 0), len(first))
+    sizes = st.value(_input(op, 1)) if _input(op, 1) is not None else _attr(op, "split")
+    if sizes is None:
+        whole = first[axis]
+        if not isinstance(whole, int) or whole % n_out:
+            return [None] * n_out
+        sizes = [whole // n_out] * n_out
+    if len(sizes) != n_out:
+        return [None] * n_out
+    return [tuple(s if i == axis else d for i, d in enumerate(first)) for s in sizes]
+
+
+# ---------------------------------------------------------------------------------- the pass
+
+def better(new: Shape | None, old: Sequence | None) -> Shape | None:
+    """`new` laid over `old` dim by dim (ints first, then computed over invented names); None if no gain."""
+    if new is None:
+        return None
+    if old is None:
+        return new if any(d is not None for d in new) else None
+    if len(new) != len(old):
+        return None
+    merged = tuple(_pick(n, o) for n, o in zip(new, old))
+    return merged if merged != tuple(old) else None
+
+
+def _pick(new: Dim, old: Dim) -> Dim:
+    """An int stays; otherwise the computed dim, which relates the tensor to the inputs' dims."""
+    return old if isinstance(old, int) or new is None else new
+
+
+def propagate(graph: Graph) -> tuple[dict[Tensor, Shape], dict[Tensor, Values]]:
+    """({op output: better shape}, {op output: its elements}) over the graph in topological order. Pure."""
+    st = _State()
+    changed: dict[Tensor, Shape] = {}
+    for op in graph.toposort():
+        if op.domain not in ("", "ai.onnx"):
+            continue
+        for out, shape in zip(op.get_output_tensors(), shapes_of(op, st)):
+            merged = better(shape, out.shape)
+            if merged is not None:
+                st.shapes[out] = changed[out] = merged
+        out = op.get_output_tensor()
+        if out.dtype is not None and out.dtype.kind in "iu":
+            shape = st.shape(out)
+            if shape is None or (len(shape) <= 1 and all(isinstance(d, int) for d in shape)
+                                 and int(np.prod(shape)) <= MAX_VALUE_LENGTH):
+                value = value_of(op, st)
+                if value is not None:
+                    st.values[out] = value
+    return changed, st.values
+
+
+__all__ = ["MAX_VALUE_LENGTH", "broadcast", "better", "propagate", "shapes_of", "value_of"]
