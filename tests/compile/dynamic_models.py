@@ -159,9 +159,9 @@ def bert_mask(hidden: int = 16, seq: int = 8, seed: int = 0) -> onnx.ModelProto:
     m = b.node("Unsqueeze", ["attention_mask", b.c("ax12", _i64(1, 2))], "mask4")  # [1, 1, 1, s]
     mb = b.node("Cast", [m], "mask_bool", to=TensorProto.BOOL)
     causal = b.c("causal", np.tril(np.ones((seq, seq), bool)))
-    rows = b.node("Gather", [causal, b.c("row_ids", np.arange(seq, dtype=np.int64))], "causal_rows", axis=0)
-    both = b.node("And", [mb, rows], "mask_and")  # [1, 1, s, s]
-    full = b.node("Expand", [both, b.c("expand_to", _i64(1, 2, seq, seq))], "mask_heads")
+    both = b.node("And", [mb, causal], "mask_and")  # [1, 1, s, s]
+    rows = b.node("Gather", [both, b.c("row_ids", np.arange(seq, dtype=np.int64))], "mask_rows", axis=2)
+    full = b.node("Expand", [rows, b.c("expand_to", _i64(1, 2, seq, seq))], "mask_heads")
     flat = b.node("Flatten", [full], "mask_flat", axis=2)
     back = b.node("Reshape", [flat, b.c("mask_shape", _i64(1, 2, seq, seq))], "mask_back")
     keep = b.node("Cast", [back], "mask_i64", to=TensorProto.INT64)
@@ -183,3 +183,58 @@ def bert_mask(hidden: int = 16, seq: int = 8, seed: int = 0) -> onnx.ModelProto:
 
 LLAMA_SHAPE = "input_ids:1,1;" + ";".join(f"past_l{i}_{kv}:1,2,-1,8" for i in range(2) for kv in "kv")
 GPT2_SHAPE = "input_ids:1,1;position_ids:1,1;" + ";".join(f"past_l{i}_{kv}:1,4,-1,8" for i in range(2) for kv in "kv")
+
+
+def llama_opset23(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: int = 2, vocab: int = 64,
+                  seed: int = 0) -> onnx.ModelProto:
+    """`llama_past` as torch exports it at opset 23: RMSNormalization, RotaryEmbedding and Attention
+    (grouped-query heads, KV cache, causal) instead of their decompositions. Inputs: input_ids
+    [batch, seq], position_ids [batch, seq], past_l{i}_k/v [batch, kv_heads, past, head]."""
+    b = Builder(seed, scale=0.3)
+    head = hidden // heads
+    x = b.node("Gather", [b.w("embed", vocab, hidden, scale=0.5), "input_ids"], "embed_tokens")
+    inv = 1.0 / (10000.0 ** (np.arange(0, head, 2, dtype=np.float32) / head))
+    angles = np.arange(64, dtype=np.float32)[:, None] * inv[None]
+    cos, sin = b.c("cos_cache", np.cos(angles)), b.c("sin_cache", np.sin(angles))
+    bs = _gather_dims(b, x, [0, 1], "bs")
+    for i in range(layers):
+        p = f"l{i}_"
+        h = b.node("RMSNormalization", [x, b.w(p + "in_norm_w", hidden)], p + "in_norm", axis=-1, epsilon=1e-6)
+        split = {}
+        for name, n in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+            proj = b.node("MatMul", [h, b.w(p + name + "_w", hidden, n * head)], p + name + "_proj")
+            shape = b.node("Concat", [bs, b.c(p + name + "_hd", _i64(n, head))], p + name + "_shape", axis=0)
+            split[name] = b.node("Transpose", [b.node("Reshape", [proj, shape], p + name + "_4d")], p + name + "_t",
+                                 perm=[0, 2, 1, 3])
+        q = b.node("RotaryEmbedding", [split["q"], cos, sin, "position_ids"], p + "q_rope")
+        k = b.node("RotaryEmbedding", [split["k"], cos, sin, "position_ids"], p + "k_rope")
+        ctx, present_k, present_v = b.node("Attention", [q, k, split["v"], "", f"past_{p}k", f"past_{p}v"],
+                                           p + "attn", n_out=3, is_causal=1)
+        b.nodes.append(helper.make_node("Identity", [present_k], [f"present_{p}k"], name=f"present_{p}k"))
+        b.nodes.append(helper.make_node("Identity", [present_v], [f"present_{p}v"], name=f"present_{p}v"))
+        ctx = b.node("Transpose", [ctx], p + "ctx_t", perm=[0, 2, 1, 3])
+        merge = b.node("Concat", [bs, b.c(p + "hid", _i64(hidden))], p + "merge_shape", axis=0)
+        ctx = b.node("Reshape", [ctx, merge], p + "ctx_m")
+        x = b.node("Add", [x, b.node("MatMul", [ctx, b.w(p + "o_w", hidden, hidden)], p + "o_proj")], p + "res1")
+        h = b.node("RMSNormalization", [x, b.w(p + "post_norm_w", hidden)], p + "post_norm", axis=-1, epsilon=1e-6)
+        gate = b.node("MatMul", [h, b.w(p + "gate_w", hidden, 2 * hidden)], p + "gate_proj")
+        silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], p + "gate_sig")], p + "silu")
+        up = b.node("MatMul", [h, b.w(p + "up_w", hidden, 2 * hidden)], p + "up_proj")
+        down = b.node("MatMul", [b.node("Mul", [silu, up], p + "gated"), b.w(p + "down_w", 2 * hidden, hidden)],
+                      p + "down_proj")
+        x = b.node("Add", [x, down], p + "res2")
+    norm = b.node("RMSNormalization", [x, b.w("norm_w", hidden)], "norm", axis=-1, epsilon=1e-6)
+    logits = b.node("MatMul", [norm, b.w("lm_head", hidden, vocab)], "logits")
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"])]
+    outputs = [helper.make_tensor_value_info(logits, TensorProto.FLOAT, ["batch", "sequence", vocab])]
+    for i in range(layers):
+        for kv in "kv":
+            inputs.append(helper.make_tensor_value_info(f"past_l{i}_{kv}", TensorProto.FLOAT,
+                                                        ["batch", kv_heads, "past", head]))
+            outputs.append(helper.make_tensor_value_info(f"present_l{i}_{kv}", TensorProto.FLOAT,
+                                                         ["batch", kv_heads, "total", head]))
+    graph = helper.make_graph(b.nodes, "llama_opset23", inputs, outputs, initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    onnx.checker.check_model(model)
+    return model

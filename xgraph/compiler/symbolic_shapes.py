@@ -315,12 +315,38 @@ def shapes_of(op: Op, st: _State) -> list[Shape | None]:
             one = (dim_add(limit[0], start[0], -1),)
     elif t == "Split" and first is not None:
         return _split(op, st, first, n_out)
+    elif t == "Attention" and first is not None:
+        return _attention(op, st, first, n_out)
     elif t == "Shape":
         value = value_of(op, st)
         one = None if value is None else (len(value),)
     elif t == "Size":
         one = ()
     return [one] + [None] * (n_out - 1)
+
+
+def _attention(op: Op, st: _State, q: Shape, n_out: int) -> list[Shape | None]:
+    """Attention-23: Y, present_key, present_value, qk_matmul_output (onnx's inference leaves the cache outputs
+    untyped)."""
+    k, v = st.shape(_input(op, 1)), st.shape(_input(op, 2))
+    past = st.shape(_input(op, 4))
+    if k is None or v is None or len(q) not in (3, 4) or len(k) != len(q) or len(v) != len(q):
+        return [None] * n_out
+    if len(q) == 4:
+        y, k4, v4 = (*q[:3], v[3]), k, v
+    else:
+        heads, kv_heads = _attr(op, "q_num_heads"), _attr(op, "kv_num_heads")
+        if not heads or not kv_heads:
+            return [None] * n_out
+        v_head = dim_div(v[2], kv_heads)
+        y = (q[0], q[1], dim_mul(heads, v_head))
+        k4 = (k[0], kv_heads, k[1], dim_div(k[2], kv_heads))
+        v4 = (v[0], kv_heads, v[1], v_head)
+    grow = (lambda s: s) if past is None or len(past) != 4 else (lambda s: (*s[:2], dim_add(past[2], s[2]), s[3]))
+    present_k, present_v = grow(k4), grow(v4)
+    heads = q[1] if len(q) == 4 else _attr(op, "q_num_heads")
+    qk = (q[0], heads, q[2] if len(q) == 4 else q[1], present_k[2])
+    return [y, present_k, present_v, qk][:n_out] + [None] * (n_out - 4)
 
 
 def _split(op: Op, st: _State, first: Shape, n_out: int) -> list[Shape | None]:
