@@ -47,6 +47,39 @@ def _rms(b: Builder, name: str, x: str, hidden: int) -> str:
     return b.node("Mul", [b.node("Div", [x, root], name + "_normed"), b.w(name + "_w", hidden)], name)
 
 
+def _mlp(b: Builder, p: str, h: str, hidden: int) -> str:
+    """The SiLU-gated MLP: down(silu(gate(h)) * up(h))."""
+    gate = b.node("MatMul", [h, b.w(p + "gate_w", hidden, 2 * hidden)], p + "gate_proj")
+    silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], p + "gate_sig")], p + "silu")
+    up = b.node("MatMul", [h, b.w(p + "up_w", hidden, 2 * hidden)], p + "up_proj")
+    return b.node("MatMul", [b.node("Mul", [silu, up], p + "gated"), b.w(p + "down_w", 2 * hidden, hidden)],
+                  p + "down_proj")
+
+
+def _qkv(b: Builder, p: str, h: str, bs: str, hidden: int, heads: int, kv_heads: int) -> dict[str, str]:
+    """q, k, v projections split into heads [b, n, s, head], the shapes from the run-time [batch, seq] `bs`."""
+    head, split = hidden // heads, {}
+    for name, n in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+        proj = b.node("MatMul", [h, b.w(p + name + "_w", hidden, n * head)], p + name + "_proj")
+        shape = b.node("Concat", [bs, b.c(p + name + "_hd", _i64(n, head))], p + name + "_shape", axis=0)
+        split[name] = b.node("Transpose", [b.node("Reshape", [proj, shape], p + name + "_4d")], p + name + "_t",
+                             perm=[0, 2, 1, 3])
+    return split
+
+
+def _cache_io(ids: list[str], logits: str, vocab: int, layers: int, kv_heads: int, head: int) -> tuple[list, list]:
+    """The decoder step's inputs (int64 `ids`, then the past k/v per layer) and outputs (logits, present k/v)."""
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"]) for name in ids]
+    outputs = [helper.make_tensor_value_info(logits, TensorProto.FLOAT, ["batch", "sequence", vocab])]
+    for i in range(layers):
+        for kv in "kv":
+            inputs.append(helper.make_tensor_value_info(f"past_l{i}_{kv}", TensorProto.FLOAT,
+                                                        ["batch", kv_heads, "past", head]))
+            outputs.append(helper.make_tensor_value_info(f"present_l{i}_{kv}", TensorProto.FLOAT,
+                                                         ["batch", kv_heads, "total", head]))
+    return inputs, outputs
+
+
 def llama_past(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: int = 2, vocab: int = 64,
                seed: int = 0) -> onnx.ModelProto:
     """input_ids [batch, seq], past_l{i}_k/v [batch, kv_heads, past, head] -> logits, present_l{i}_k/v."""
@@ -57,12 +90,7 @@ def llama_past(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: int 
     for i in range(layers):
         p = f"l{i}_"
         h = _rms(b, p + "in_norm", x, hidden)
-        split = {}
-        for name, n in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
-            proj = b.node("MatMul", [h, b.w(p + name + "_w", hidden, n * head)], p + name + "_proj")
-            shape = b.node("Concat", [bs, b.c(p + name + "_hd", _i64(n, head))], p + name + "_shape", axis=0)
-            split[name] = b.node("Transpose", [b.node("Reshape", [proj, shape], p + name + "_4d")], p + name + "_t",
-                                 perm=[0, 2, 1, 3])
+        split = _qkv(b, p, h, bs, hidden, heads, kv_heads)
         k = b.node("Concat", [f"past_{p}k", split["k"]], f"present_{p}k", axis=2)
         v = b.node("Concat", [f"past_{p}v", split["v"]], f"present_{p}v", axis=2)
         reps = {}
@@ -95,22 +123,9 @@ def llama_past(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: int 
         merge = b.node("Concat", [bs, b.c(p + "hid", _i64(hidden))], p + "merge_shape", axis=0)
         ctx = b.node("Reshape", [ctx, merge], p + "ctx_m")
         x = b.node("Add", [x, b.node("MatMul", [ctx, b.w(p + "o_w", hidden, hidden)], p + "o_proj")], p + "res1")
-        h = _rms(b, p + "post_norm", x, hidden)
-        gate = b.node("MatMul", [h, b.w(p + "gate_w", hidden, 2 * hidden)], p + "gate_proj")
-        silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], p + "gate_sig")], p + "silu")
-        up = b.node("MatMul", [h, b.w(p + "up_w", hidden, 2 * hidden)], p + "up_proj")
-        down = b.node("MatMul", [b.node("Mul", [silu, up], p + "gated"), b.w(p + "down_w", 2 * hidden, hidden)],
-                      p + "down_proj")
-        x = b.node("Add", [x, down], p + "res2")
+        x = b.node("Add", [x, _mlp(b, p, _rms(b, p + "post_norm", x, hidden), hidden)], p + "res2")
     logits = b.node("MatMul", [_rms(b, "norm", x, hidden), b.w("lm_head", hidden, vocab)], "logits")
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
-    outputs = [helper.make_tensor_value_info(logits, TensorProto.FLOAT, ["batch", "sequence", vocab])]
-    for i in range(layers):
-        for kv in "kv":
-            inputs.append(helper.make_tensor_value_info(f"past_l{i}_{kv}", TensorProto.FLOAT,
-                                                        ["batch", kv_heads, "past", head]))
-            outputs.append(helper.make_tensor_value_info(f"present_l{i}_{kv}", TensorProto.FLOAT,
-                                                         ["batch", kv_heads, "total", head]))
+    inputs, outputs = _cache_io(["input_ids"], logits, vocab, layers, kv_heads, head)
     return b.model("llama_past", inputs, outputs)
 
 
@@ -200,12 +215,7 @@ def llama_opset23(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: i
     for i in range(layers):
         p = f"l{i}_"
         h = b.node("RMSNormalization", [x, b.w(p + "in_norm_w", hidden)], p + "in_norm", axis=-1, epsilon=1e-6)
-        split = {}
-        for name, n in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
-            proj = b.node("MatMul", [h, b.w(p + name + "_w", hidden, n * head)], p + name + "_proj")
-            shape = b.node("Concat", [bs, b.c(p + name + "_hd", _i64(n, head))], p + name + "_shape", axis=0)
-            split[name] = b.node("Transpose", [b.node("Reshape", [proj, shape], p + name + "_4d")], p + name + "_t",
-                                 perm=[0, 2, 1, 3])
+        split = _qkv(b, p, h, bs, hidden, heads, kv_heads)
         q = b.node("RotaryEmbedding", [split["q"], cos, sin, "position_ids"], p + "q_rope")
         k = b.node("RotaryEmbedding", [split["k"], cos, sin, "position_ids"], p + "k_rope")
         ctx, present_k, present_v = b.node("Attention", [q, k, split["v"], "", f"past_{p}k", f"past_{p}v"],
@@ -217,23 +227,10 @@ def llama_opset23(layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: i
         ctx = b.node("Reshape", [ctx, merge], p + "ctx_m")
         x = b.node("Add", [x, b.node("MatMul", [ctx, b.w(p + "o_w", hidden, hidden)], p + "o_proj")], p + "res1")
         h = b.node("RMSNormalization", [x, b.w(p + "post_norm_w", hidden)], p + "post_norm", axis=-1, epsilon=1e-6)
-        gate = b.node("MatMul", [h, b.w(p + "gate_w", hidden, 2 * hidden)], p + "gate_proj")
-        silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], p + "gate_sig")], p + "silu")
-        up = b.node("MatMul", [h, b.w(p + "up_w", hidden, 2 * hidden)], p + "up_proj")
-        down = b.node("MatMul", [b.node("Mul", [silu, up], p + "gated"), b.w(p + "down_w", 2 * hidden, hidden)],
-                      p + "down_proj")
-        x = b.node("Add", [x, down], p + "res2")
+        x = b.node("Add", [x, _mlp(b, p, h, hidden)], p + "res2")
     norm = b.node("RMSNormalization", [x, b.w("norm_w", hidden)], "norm", axis=-1, epsilon=1e-6)
     logits = b.node("MatMul", [norm, b.w("lm_head", hidden, vocab)], "logits")
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"])]
-    outputs = [helper.make_tensor_value_info(logits, TensorProto.FLOAT, ["batch", "sequence", vocab])]
-    for i in range(layers):
-        for kv in "kv":
-            inputs.append(helper.make_tensor_value_info(f"past_l{i}_{kv}", TensorProto.FLOAT,
-                                                        ["batch", kv_heads, "past", head]))
-            outputs.append(helper.make_tensor_value_info(f"present_l{i}_{kv}", TensorProto.FLOAT,
-                                                         ["batch", kv_heads, "total", head]))
+    inputs, outputs = _cache_io(["input_ids", "position_ids"], logits, vocab, layers, kv_heads, head)
     graph = helper.make_graph(b.nodes, "llama_opset23", inputs, outputs, initializer=b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     onnx.checker.check_model(model)
