@@ -113,3 +113,11 @@ def test_functions_nobody_calls_are_kept():
     del model.graph.node[1].input[1:]
     graph = Graph.from_onnx(model)
     assert sorted(f.name for f in graph.functions) == ["Act", "Block", "Mlp", "Norm"]
+
+
+def test_a_call_with_more_inputs_than_its_function_is_refused_naming_it():
+    from xgraph.errors import ModelFileError
+    model = decoder_with_functions()
+    model.graph.node[0].input.append("x")  # Block declares three inputs; block0 now passes four
+    with pytest.raises(ModelFileError, match="node 'block0' in the main graph calls function 'Block' with 4 input"):
+        Graph.from_onnx(model.SerializeToString())

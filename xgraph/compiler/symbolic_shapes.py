@@ -173,7 +173,7 @@ def value_of(op: Op, st: _State) -> Values | None:
 
 def broadcast(*shapes: Shape | None) -> Shape | None:
     """numpy broadcasting over dims: 1 gives way, equal dims stay, an int beats a symbol."""
-    if any(s is None for s in shapes):
+    if not shapes or any(s is None for s in shapes):
         return None
     rank = max(len(s) for s in shapes)
     out = []
@@ -386,9 +386,9 @@ def propagate(graph: Graph) -> tuple[dict[Tensor, Shape], dict[Tensor, Values]]:
     st = _State()
     changed: dict[Tensor, Shape] = {}
     for op in graph.toposort():
-        if op.domain not in ("", "ai.onnx"):
+        if op.domain not in ("", "ai.onnx") or not op.get_output_tensors():
             continue
-        for out, shape in zip(op.get_output_tensors(), shapes_of(op, st)):
+        for out, shape in zip(op.get_output_tensors(), _guarded(shapes_of, op, st) or []):
             merged = better(shape, out.shape)
             if merged is not None:
                 st.shapes[out] = changed[out] = merged
@@ -397,10 +397,19 @@ def propagate(graph: Graph) -> tuple[dict[Tensor, Shape], dict[Tensor, Values]]:
             shape = st.shape(out)
             if shape is None or (len(shape) <= 1 and all(isinstance(d, int) for d in shape)
                                  and int(np.prod(shape)) <= MAX_VALUE_LENGTH):
-                value = value_of(op, st)
+                value = _guarded(value_of, op, st)
                 if value is not None:
                     st.values[out] = value
     return changed, st.values
+
+
+def _guarded(rule, op: Op, st: _State):
+    """`rule(op, st)`, or None (unknown) for an op the model writes inconsistently (an axis or perm out of
+    range, ranks that do not broadcast): this pass only adds what it can prove; the runtime names the op."""
+    try:
+        return rule(op, st)
+    except (IndexError, ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError):
+        return None
 
 
 __all__ = ["MAX_VALUE_LENGTH", "broadcast", "better", "propagate", "shapes_of", "value_of"]

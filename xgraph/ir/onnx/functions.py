@@ -20,6 +20,8 @@ from typing import Iterable
 import onnx
 import onnx.inliner
 
+from xgraph.errors import ModelFileError
+
 #: node metadata key holding the node's chained name while the inliner runs (removed afterwards)
 _NAME_KEY = "xgraph.function_path"
 #: separator between the call names of a chain and the node's own name
@@ -95,16 +97,34 @@ def _specialise(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.Func
     return out, made
 
 
-def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+def _check_calls(model: onnx.ModelProto, label: str) -> None:
+    """Refuse a call that passes more inputs or outputs than its function declares (the inliner would abort)."""
+    local = {_key(f.domain, f.name): f for f in model.functions}
+    for owner, nodes in (("the main graph", model.graph.node), *((f"function {f.name!r}", f.node)
+                                                                 for f in model.functions)):
+        for node in _all_nodes(nodes):
+            f = local.get(_key(node.domain, node.op_type))
+            if f is not None and (len(node.input) > len(f.input) or len(node.output) > len(f.output)):
+                raise ModelFileError(f"{label}: node {node.name or node.op_type!r} in {owner} calls function "
+                                     f"{f.name!r} with {len(node.input)} input(s) and {len(node.output)} output(s), "
+                                     f"but it declares {len(f.input)} and {len(f.output)}; fix the call")
+
+
+def inline_functions(model: onnx.ModelProto, label: str = "model") -> onnx.ModelProto:
     """`model` with every call of a local function expanded and named by its call chain; `model`
     itself when nothing calls one (the caller's proto is never changed). Callers check the expanded
-    size first (`inference_budget.expanded_node_count`)."""
+    size first (`inference_budget.expanded_node_count`). ModelFileError for calls that cannot expand."""
     called = called_functions(model)
     if not called:
         return model
+    _check_calls(model, label)
     special, made = _specialise(model)
     ids = [(f.domain, f.name) for f in (*model.functions, *made) if _key(f.domain, f.name) in called or f in made]
-    inlined = onnx.inliner.inline_selected_functions(special, ids)
+    try:
+        inlined = onnx.inliner.inline_selected_functions(special, ids)
+    except Exception as e:  # onnx's C++ inliner raises RuntimeError (and others) for malformed functions
+        raise ModelFileError(f"{label}: its local functions cannot be expanded ({str(e).splitlines()[0][:200]}); "
+                             "check each function's opset imports and calls against the model's") from None
     for node in inlined.graph.node:
         path = [p.value for p in node.metadata_props if p.key == _NAME_KEY]
         if path:

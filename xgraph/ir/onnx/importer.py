@@ -158,7 +158,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
     nodes = Nodes(model.graph.node, label) if columns is None else columns.check(label)
     if model.functions and called_functions(model):
         expanded_node_count(model, label, top=nodes)  # refuses function-call bombs before expanding them
-        model = inline_functions(model)
+        model = inline_functions(model, label)
         nodes = Nodes(model.graph.node, label)
     if infer_shapes:
         model = infer_model(model, label, inv, nodes, largest_dim)  # the inferred model has the same nodes, in the same order
