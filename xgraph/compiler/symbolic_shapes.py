@@ -30,14 +30,11 @@ import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.compiler.symbolic_dims import Dim, dim_add, dim_div, dim_mul, dim_product
+from xgraph.compiler.symbolic_values import (MAX_VALUE_LENGTH, Shape, ShapeState, Values, attr_of, input_at, ints_of,
+                                             norm_axis, value_of)
 
-#: integer tensors longer than this are data, not shape arithmetic: their values are not tracked
-MAX_VALUE_LENGTH = 64
 #: a Slice end at least this large means "to the end" (exporters write INT64_MAX or INT32_MAX)
 _TO_END = 1 << 30
-
-Shape = tuple
-Values = list  # list[Dim]
 
 SAME_SHAPE = frozenset({
     "Abs", "Acos", "Asin", "Atan", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh",
@@ -51,122 +48,6 @@ BROADCAST = frozenset({"Add", "And", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "D
                        "Sub", "Sum", "Where", "Xor", "BitShift"})
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
-
-
-class _State:
-    """Shapes and values known so far (tensor -> shape / element list), over the graph's own."""
-
-    def __init__(self) -> None:
-        self.shapes: dict[Tensor, Shape] = {}
-        self.values: dict[Tensor, Values] = {}
-
-    def shape(self, t: Tensor | None) -> Shape | None:
-        if t is None:
-            return None
-        if t in self.shapes:
-            return self.shapes[t]
-        return None if t.shape is None else tuple(t.shape)
-
-    def value(self, t: Tensor | None) -> Values | None:
-        if t is None:
-            return None
-        if t in self.values:
-            return self.values[t]
-        if t.is_const and t.data is not None and t.data.dtype.kind in "iu" and t.data.ndim <= 1 \
-                and t.data.size <= MAX_VALUE_LENGTH:
-            return [int(v) for v in t.data.reshape(-1)]
-        return None
-
-
-def _ints(values: Values | None) -> list[int] | None:
-    return values if values is not None and all(isinstance(v, int) for v in values) else None
-
-
-def _attr(op: Op, name: str, default=None):
-    return op.get_attr(name) if op.has_attr(name) else default
-
-
-def _input(op: Op, i: int) -> Tensor | None:
-    inputs = op.get_input_tensors()
-    return inputs[i] if i < len(inputs) else None
-
-
-def _axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
-
-
-# ------------------------------------------------------------------------------------ values
-
-def _elementwise(op_type: str, a: Values, b: Values) -> Values | None:
-    if len(a) != len(b) and 1 not in (len(a), len(b)):
-        return None
-    n = max(len(a), len(b))
-    a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
-    out: Values = []
-    for x, y in zip(a, b):
-        if op_type == "Add":
-            out.append(dim_add(x, y))
-        elif op_type == "Sub":
-            out.append(dim_add(x, y, -1))
-        elif op_type == "Mul":
-            out.append(dim_mul(x, y))
-        elif op_type == "Div":
-            out.append(x // y if isinstance(x, int) and isinstance(y, int) and y else dim_div(x, y))
-        elif op_type in ("Max", "Min") and isinstance(x, int) and isinstance(y, int):
-            out.append(max(x, y) if op_type == "Max" else min(x, y))
-        else:
-            out.append(None)
-    return out
-
-
-def _slice_values(v: Values, starts, ends, steps) -> Values | None:
-    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1:
-        return None
-    step = steps[0] if steps else 1
-    if not isinstance(step, int) or not isinstance(starts[0], int) or not isinstance(ends[0], int):
-        return None
-    return v[slice(starts[0], ends[0], step)]
-
-
-def value_of(op: Op, st: _State) -> Values | None:
-    """The elements of `op`'s first output, when it is shape arithmetic over known elements."""
-    t, inputs = op.type, op.get_input_tensors()
-    first = st.value(inputs[0]) if inputs else None
-    if t == "Shape":
-        shape = st.shape(inputs[0])
-        if shape is None:
-            return None
-        rank = len(shape)
-        start, end = _attr(op, "start", 0), _attr(op, "end", rank)
-        return list(shape[slice(max(0, _axis(start, rank)), max(0, _axis(end, rank)))])
-    if t == "Size":
-        shape = st.shape(inputs[0])
-        return None if shape is None else [dim_product(shape)]
-    if t == "Constant" and op.has_attr("value_ints"):
-        return list(op.get_attr("value_ints"))
-    if t == "Constant" and op.has_attr("value_int"):
-        return [op.get_attr("value_int")]
-    if first is None:
-        return None
-    if t in ("Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Cast"):
-        return list(first)  # `propagate` asks only for integer outputs
-    if t == "Neg":
-        return [dim_mul(v, -1) for v in first]
-    if t == "Gather" and _attr(op, "axis", 0) == 0:
-        idx = _ints(st.value(_input(op, 1)))
-        if idx is None or any(not -len(first) <= i < len(first) for i in idx):
-            return None
-        return [first[i] for i in idx]
-    if t == "Concat":
-        parts = [st.value(x) for x in inputs]
-        return None if any(p is None for p in parts) else [d for p in parts for d in p]
-    if t == "Slice":
-        return _slice_values(first, _ints(st.value(_input(op, 1))), _ints(st.value(_input(op, 2))),
-                             _ints(st.value(_input(op, 4))))
-    if t in ("Add", "Sub", "Mul", "Div", "Max", "Min") and len(inputs) == 2:
-        other = st.value(inputs[1])
-        return None if other is None else _elementwise(t, first, other)
-    return None
 
 
 # ------------------------------------------------------------------------------------ shapes
@@ -202,16 +83,16 @@ def _reshape(data: Shape | None, target: Values, allowzero: int) -> Shape:
     return tuple(out)
 
 
-def _slice_shape(op: Op, st: _State) -> Shape | None:
-    data = st.shape(_input(op, 0))
-    starts, ends = st.value(_input(op, 1)), st.value(_input(op, 2))
+def _slice_shape(op: Op, st: ShapeState) -> Shape | None:
+    data = st.shape(input_at(op, 0))
+    starts, ends = st.value(input_at(op, 1)), st.value(input_at(op, 2))
     if data is None or starts is None or ends is None or len(starts) != len(ends):
         return None
-    axes = _ints(st.value(_input(op, 3))) or list(range(len(starts)))
-    steps = _ints(st.value(_input(op, 4))) or [1] * len(starts)
+    axes = ints_of(st.value(input_at(op, 3))) or list(range(len(starts)))
+    steps = ints_of(st.value(input_at(op, 4))) or [1] * len(starts)
     out = list(data)
     for axis, start, end, step in zip(axes, starts, ends, steps):
-        axis = _axis(axis, len(data))
+        axis = norm_axis(axis, len(data))
         dim = data[axis]
         if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
             out[axis] = len(range(*slice(start, end, step).indices(dim)))
@@ -235,24 +116,24 @@ def _matmul(a: Shape | None, b: Shape | None) -> Shape | None:
     return None if batch is None else (*batch, a[-2], b[-1])
 
 
-def _reduce(op: Op, st: _State, shape: Shape) -> Shape | None:
+def _reduce(op: Op, st: ShapeState, shape: Shape) -> Shape | None:
     rank = len(shape)
     if op.type in ("ArgMax", "ArgMin"):
-        axes = [_attr(op, "axis", 0)]
+        axes = [attr_of(op, "axis", 0)]
     else:
-        axes = _ints(st.value(_input(op, 1))) if _input(op, 1) is not None else _attr(op, "axes")
+        axes = ints_of(st.value(input_at(op, 1))) if input_at(op, 1) is not None else attr_of(op, "axes")
     if axes is None:
-        if _input(op, 1) is not None:
+        if input_at(op, 1) is not None:
             return None
-        if _attr(op, "noop_with_empty_axes", 0):
+        if attr_of(op, "noop_with_empty_axes", 0):
             return shape
         axes = list(range(rank))
-    axes = {_axis(a, rank) for a in axes}
-    keep = _attr(op, "keepdims", 1)
+    axes = {norm_axis(a, rank) for a in axes}
+    keep = attr_of(op, "keepdims", 1)
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
 
 
-def shapes_of(op: Op, st: _State) -> list[Shape | None]:
+def shapes_of(op: Op, st: ShapeState) -> list[Shape | None]:
     """The shape of each output of `op` from the shapes and values known; None where there is no rule."""
     t = op.type
     inputs = op.get_input_tensors()
@@ -264,26 +145,26 @@ def shapes_of(op: Op, st: _State) -> list[Shape | None]:
     if t in BROADCAST:
         one = broadcast(*(st.shape(x) for x in inputs if x is not None))
     elif t == "MatMul":
-        one = _matmul(first, st.shape(_input(op, 1)))
-    elif t == "Gemm" and first is not None and st.shape(_input(op, 1)) is not None:
-        b = st.shape(_input(op, 1))
-        one = (first[1] if _attr(op, "transA", 0) else first[0], b[0] if _attr(op, "transB", 0) else b[1])
+        one = _matmul(first, st.shape(input_at(op, 1)))
+    elif t == "Gemm" and first is not None and st.shape(input_at(op, 1)) is not None:
+        b = st.shape(input_at(op, 1))
+        one = (first[1] if attr_of(op, "transA", 0) else first[0], b[0] if attr_of(op, "transB", 0) else b[1])
     elif t == "Transpose" and first is not None:
-        perm = _attr(op, "perm", list(range(len(first)))[::-1])
+        perm = attr_of(op, "perm", list(range(len(first)))[::-1])
         one = tuple(first[p] for p in perm)
     elif t == "Reshape":
-        target = st.value(_input(op, 1))
-        one = None if target is None else _reshape(first, target, _attr(op, "allowzero", 0))
+        target = st.value(input_at(op, 1))
+        one = None if target is None else _reshape(first, target, attr_of(op, "allowzero", 0))
     elif t == "Expand":
-        target = st.value(_input(op, 1))
+        target = st.value(input_at(op, 1))
         one = None if target is None else broadcast(first, tuple(target))
     elif t == "ConstantOfShape":
-        target = st.value(_input(op, 0))
+        target = st.value(input_at(op, 0))
         one = None if target is None else tuple(target)
     elif t == "Concat" and first is not None:
         parts = [st.shape(x) for x in inputs]
         if all(p is not None and len(p) == len(first) for p in parts):
-            axis = _axis(_attr(op, "axis", 0), len(first))
+            axis = norm_axis(attr_of(op, "axis", 0), len(first))
             total: Dim = 0
             for p in parts:
                 total = dim_add(total, p[axis])
@@ -291,21 +172,21 @@ def shapes_of(op: Op, st: _State) -> list[Shape | None]:
     elif t == "Slice":
         one = _slice_shape(op, st)
     elif t in ("Unsqueeze", "Squeeze") and first is not None:
-        axes = _ints(st.value(_input(op, 1))) if _input(op, 1) is not None else _attr(op, "axes")
+        axes = ints_of(st.value(input_at(op, 1))) if input_at(op, 1) is not None else attr_of(op, "axes")
         if t == "Unsqueeze" and axes is not None:
             rank = len(first) + len(axes)
             rest = iter(first)
-            norm = {_axis(a, rank) for a in axes}
+            norm = {norm_axis(a, rank) for a in axes}
             one = tuple(1 if i in norm else next(rest) for i in range(rank))
         elif t == "Squeeze":
-            norm = {_axis(a, len(first)) for a in axes} if axes is not None else {i for i, d in enumerate(first)
+            norm = {norm_axis(a, len(first)) for a in axes} if axes is not None else {i for i, d in enumerate(first)
                                                                                   if d == 1}
             one = tuple(d for i, d in enumerate(first) if i not in norm)
-    elif t == "Gather" and first is not None and st.shape(_input(op, 1)) is not None:
-        axis = _axis(_attr(op, "axis", 0), len(first))
-        one = (*first[:axis], *st.shape(_input(op, 1)), *first[axis + 1:])
+    elif t == "Gather" and first is not None and st.shape(input_at(op, 1)) is not None:
+        axis = norm_axis(attr_of(op, "axis", 0), len(first))
+        one = (*first[:axis], *st.shape(input_at(op, 1)), *first[axis + 1:])
     elif t == "Flatten" and first is not None:
-        axis = _axis(_attr(op, "axis", 1), len(first))
+        axis = norm_axis(attr_of(op, "axis", 1), len(first))
         one = (dim_product(first[:axis]), dim_product(first[axis:]))
     elif t in REDUCE and first is not None:
         one = _reduce(op, st, first)
@@ -325,17 +206,17 @@ def shapes_of(op: Op, st: _State) -> list[Shape | None]:
     return [one] + [None] * (n_out - 1)
 
 
-def _attention(op: Op, st: _State, q: Shape, n_out: int) -> list[Shape | None]:
+def _attention(op: Op, st: ShapeState, q: Shape, n_out: int) -> list[Shape | None]:
     """Attention-23: Y, present_key, present_value, qk_matmul_output (onnx's inference leaves the cache outputs
     untyped)."""
-    k, v = st.shape(_input(op, 1)), st.shape(_input(op, 2))
-    past = st.shape(_input(op, 4))
+    k, v = st.shape(input_at(op, 1)), st.shape(input_at(op, 2))
+    past = st.shape(input_at(op, 4))
     if k is None or v is None or len(q) not in (3, 4) or len(k) != len(q) or len(v) != len(q):
         return [None] * n_out
     if len(q) == 4:
         y, k4, v4 = (*q[:3], v[3]), k, v
     else:
-        heads, kv_heads = _attr(op, "q_num_heads"), _attr(op, "kv_num_heads")
+        heads, kv_heads = attr_of(op, "q_num_heads"), attr_of(op, "kv_num_heads")
         if not heads or not kv_heads:
             return [None] * n_out
         v_head = dim_div(v[2], kv_heads)
@@ -344,14 +225,14 @@ def _attention(op: Op, st: _State, q: Shape, n_out: int) -> list[Shape | None]:
         v4 = (v[0], kv_heads, v[1], v_head)
     grow = (lambda s: s) if past is None or len(past) != 4 else (lambda s: (*s[:2], dim_add(past[2], s[2]), s[3]))
     present_k, present_v = grow(k4), grow(v4)
-    heads = q[1] if len(q) == 4 else _attr(op, "q_num_heads")
+    heads = q[1] if len(q) == 4 else attr_of(op, "q_num_heads")
     qk = (q[0], heads, q[2] if len(q) == 4 else q[1], present_k[2])
     return [y, present_k, present_v, qk][:n_out] + [None] * (n_out - 4)
 
 
-def _split(op: Op, st: _State, first: Shape, n_out: int) -> list[Shape | None]:
-    axis = _axis(_attr(op, "axis", 0), len(first))
-    sizes = st.value(_input(op, 1)) if _input(op, 1) is not None else _attr(op, "split")
+def _split(op: Op, st: ShapeState, first: Shape, n_out: int) -> list[Shape | None]:
+    axis = norm_axis(attr_of(op, "axis", 0), len(first))
+    sizes = st.value(input_at(op, 1)) if input_at(op, 1) is not None else attr_of(op, "split")
     if sizes is None:
         whole = first[axis]
         if not isinstance(whole, int) or whole % n_out:
@@ -383,7 +264,7 @@ def _pick(new: Dim, old: Dim) -> Dim:
 
 def propagate(graph: Graph) -> tuple[dict[Tensor, Shape], dict[Tensor, Values]]:
     """({op output: better shape}, {op output: its elements}) over the graph in topological order. Pure."""
-    st = _State()
+    st = ShapeState()
     changed: dict[Tensor, Shape] = {}
     for op in graph.toposort():
         if op.domain not in ("", "ai.onnx") or not op.get_output_tensors():
@@ -403,7 +284,7 @@ def propagate(graph: Graph) -> tuple[dict[Tensor, Shape], dict[Tensor, Values]]:
     return changed, st.values
 
 
-def _guarded(rule, op: Op, st: _State):
+def _guarded(rule, op: Op, st: ShapeState):
     """`rule(op, st)`, or None (unknown) for an op the model writes inconsistently (an axis or perm out of
     range, ranks that do not broadcast): this pass only adds what it can prove; the runtime names the op."""
     try:
