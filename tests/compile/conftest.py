@@ -65,7 +65,8 @@ def chain(ops: Sequence[tuple[str, dict]], shape=(1, 4, 8, 8), dtype=TensorProto
 def sandwich(middle: Sequence[str], outer: int = 3) -> onnx.ModelProto:
     """x(1,16) float -> `outer` Relus -> Cast to int64 -> middle int64 ops (Neg/Abs...) -> Cast float -> `outer` Relus.
 
-    The int64 part is refused by AI Core and taken by AI CPU: a device island between AI Core islands."""
+    The int64 arithmetic is refused by AI Core and taken by AI CPU (the Casts stay on AI Core, as
+    Ascend's Cast): a device island between AI Core islands."""
     names = []
     nodes = []
     prev = "x"

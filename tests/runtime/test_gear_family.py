@@ -156,12 +156,15 @@ def test_gears_that_are_not_one_session_or_are_profiled_keep_their_own_runners(d
         assert runner.get_stats()["gears"]["gear1"]["jobs"]["OK"] == 1
     with xgraph.create_graph_runner(g, kernels="numpy") as runner:  # no onnxruntime session at all
         assert runner.shared is None
-    bert = _module("gear_family_bert", "tests/compile/conftest.py").bert_like_encoder(hidden=64, layers=1)
-    gears = xgraph.compile(bert, {"input_shape": "input_ids:1,-1;attention_mask:1,-1", "dynamic_dims": "8,8;16,16"})
-    assert all(gear.graph.get_root_subgraph().get_children_num() == 2 for gear in gears.get_gears())
-    with xgraph.create_graph_runner(gears) as runner:  # two subgraphs per gear: each gear's own plan of two
+    # AI Core | AI CPU (int64 Neg) | AI Core: three subgraphs per gear
+    sandwich = _module("gear_family_sandwich", "tests/compile/conftest.py").sandwich(["Neg"])
+    for value in (*sandwich.graph.input, *sandwich.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "n"
+    gears = xgraph.compile(sandwich, {"input_shape": "x:-1,16", "dynamic_batch_size": "1,2"})
+    assert all(gear.graph.get_root_subgraph().get_children_num() == 3 for gear in gears.get_gears())
+    with xgraph.create_graph_runner(gears) as runner:  # several subgraphs per gear: each gear's own plan
         assert runner.shared is None
-        runner.run({"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)})
+        runner.run({"x": np.ones((1, 16), np.float32)})
         assert runner.get_stats()["gears"]["gear0"]["jobs"]["OK"] == 1
 
 

@@ -79,12 +79,11 @@ def test_reference_fallback_runs_ops_without_a_numpy_kernel():
     """A model-local function op has no numpy kernel: the reference evaluator runs it, and that is recorded."""
     body = [helper.make_node("Mul", ["a", "a"], ["sq"]), helper.make_node("Add", ["sq", "a"], ["out"])]
     fn = helper.make_function("test.fn", "SquarePlus", ["a"], ["out"], body, [helper.make_opsetid("", 17)])
-    node = helper.make_node("SquarePlus", ["x"], ["y"], name="sqp", domain="test.fn")
-    g = helper.make_graph([node], "fn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.fn", 1)],
-                              functions=[fn])
-    graph = Graph.from_onnx(model)
+    graph = Graph("fn")  # built directly: import expands calls of local functions
+    graph.opset_imports = {"": 17, "test.fn": 1}
+    graph.functions.append(fn)
+    op = graph.create_op("sqp", "SquarePlus", inputs=[graph.create_input("x", (3,))], domain="test.fn")
+    graph.set_outputs([op.get_output_tensor()])
     root = graph.get_root_subgraph()
     root.create_child_subgraph()
     (sg,) = root.get_children()

@@ -195,6 +195,8 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     for note in idle_plugin_notes(report, model) + declined_notes(report):
         console.print(t(note))
     console.print(t(f"host/device crossings: {report['crossings']}"))
+    if report.get("dynamic"):
+        console.print(t(report["dynamic"]["line"]), soft_wrap=True)
     for line in int8_unit_lines(report):
         console.print(t(line), soft_wrap=True)  # one line per device, however wide
     for warning in report.get("warnings", []):

@@ -170,6 +170,18 @@ def static_shapes() -> Check:
     return check
 
 
+def known_ranks() -> Check:
+    """Accept when every input and used output has a known rank (dims may be symbolic): what a
+    dynamic-shape operator needs, its dims' ranges coming from the input_shape option."""
+    def check(op: "Op") -> Verdict:
+        for t in [t for t in op.get_input_tensors() if t is not None] + _used_outputs(op):
+            if t.shape is None:
+                return refuse(f"{op.type} with unknown rank on {t.name!r} unsupported: needs known ranks; fix the "
+                              "inputs' shapes with the input_shape option", (t.name,))
+        return ACCEPT
+    return check
+
+
 def max_rank(limit: int) -> Check:
     """Accept when no input or used output has a rank above `limit`."""
     def check(op: "Op") -> Verdict:
@@ -193,4 +205,4 @@ def max_outputs(limit: int) -> Check:
 
 
 __all__ = ["ACCEPT", "Check", "Verdict", "all_of", "any_of", "compute_dtype", "dtype_in", "dtype_name", "dtype_names",
-           "format_value", "labelled", "max_outputs", "max_rank", "not_dtype", "refuse", "shape_text", "static_shapes"]
+           "format_value", "known_ranks", "labelled", "max_outputs", "max_rank", "not_dtype", "refuse", "shape_text", "static_shapes"]

@@ -37,6 +37,9 @@ class CompileOptions:
     min_subgraph_ops: int = 1
     precision_mode: str = "must_keep_origin_dtype"
     input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the dims input_shape gives as ranges ("0..2048"): {input: {dim index: (low, high)}}, high -1 = unbounded;
+    #: those dims are -1 in input_shape (they stay dynamic)
+    input_shape_ranges: Mapping[str, Mapping[int, tuple[int, int]]] = field(default_factory=dict)
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # plugin name -> its settings
     #: A plugin declining a subgraph (`xgraph.plugins.Decline`) fails the compile instead of handing it back.
     strict_plugins: bool = False
@@ -61,7 +64,7 @@ class CompileOptions:
         if self.output_ops:
             out["output_ops"] = ",".join(self.output_ops)
         if self.input_shape:
-            out["input_shape"] = format_input_shape(self.input_shape)
+            out["input_shape"] = format_input_shape(self.input_shape, self.input_shape_ranges)
         if self.plugin_options:
             out["plugin_options"] = {name: dict(value) for name, value in self.plugin_options.items()}
         if self.strict_plugins:
@@ -100,9 +103,45 @@ def _names(key: str, value: Any, expected: str) -> tuple[str, ...]:
 
 
 def parse_input_shape(value: Any) -> dict[str, tuple[int, ...]]:
-    """ATC's "name:1,16;mask:1,16" (or {"name": [1, 16]}) as {name: dims}; -1 keeps a dim as it is."""
-    expected = ('"name:d0,d1,...;name2:..." with integer dims (-1 keeps a dim), '
-                'e.g. "input_ids:1,16;attention_mask:1,16"')
+    """ATC's "name:1,16;mask:1,16" (or {"name": [1, 16]}) as {name: dims}; -1 keeps a dim as it is, and
+    so does a range ("0..2048", ATC's "0~2048"; `parse_input_shape_ranges` reads those)."""
+    return {name: tuple(-1 if isinstance(d, tuple) else d for d in dims)
+            for name, dims in _parse_shape_dims(value).items()}
+
+
+def parse_input_shape_ranges(value: Any) -> dict[str, dict[int, tuple[int, int]]]:
+    """The ranges of an input_shape value: {name: {dim index: (low, high)}} (high -1: unbounded).
+
+    >>> parse_input_shape_ranges("ids:1,1;past:1,2,0..2048,8")
+    {'past': {2: (0, 2048)}}
+    """
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for name, dims in _parse_shape_dims(value).items():
+        ranges = {i: d for i, d in enumerate(dims) if isinstance(d, tuple)}
+        if ranges:
+            out[name] = ranges
+    return out
+
+
+def _range(text: Any) -> tuple[int, int] | None:
+    """"lo..hi" / "lo~hi" (ATC) as (lo, hi), hi -1 meaning unbounded; None when `text` is not a range."""
+    if not isinstance(text, str):
+        return None
+    for sep in ("..", "~"):
+        lo, found, hi = text.partition(sep)
+        if found:
+            try:
+                low, high = int(lo), int(hi)
+            except ValueError:
+                return None
+            return (low, high) if low >= 0 and (high == -1 or high >= low) else None
+    return None
+
+
+def _parse_shape_dims(value: Any) -> dict[str, tuple]:
+    """{name: dims} with each dim an int >= -1 or a (low, high) range; OptionError naming the bad part."""
+    expected = ('"name:d0,d1,...;name2:..." with integer dims (-1 keeps a dim) or ranges (0..2048, ATC\'s 0~2048; '
+                '-1 as the high end: unbounded), e.g. "input_ids:1,16;attention_mask:1,16"')
     if isinstance(value, Mapping):
         pairs = list(value.items())
     elif isinstance(value, str):
@@ -120,8 +159,15 @@ def parse_input_shape(value: Any) -> dict[str, tuple[int, ...]]:
     for name, dims in pairs:
         if not isinstance(name, str) or not name or name in shapes or not isinstance(dims, (list, tuple)):
             raise _bad("input_shape", value, expected + " (each input named once)")
-        parsed = []
+        parsed: list = []
         for d in dims:
+            bounds = _range(d.strip() if isinstance(d, str) else d)
+            if bounds is not None:
+                parsed.append(bounds)
+                continue
+            if isinstance(d, str) and ("~" in d or ".." in d):
+                raise _bad("input_shape", value, f"{expected}; range {d!r} of {name!r} needs 0 <= low <= high "
+                                                 "(or high -1)")
             try:
                 n = int(d) if not isinstance(d, bool) else None
             except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
@@ -133,9 +179,15 @@ def parse_input_shape(value: Any) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def format_input_shape(shapes: Mapping[str, tuple[int, ...]]) -> str:
-    """{name: dims} back in ATC's form."""
-    return ";".join(f"{name}:{','.join(str(d) for d in dims)}" for name, dims in shapes.items())
+def format_input_shape(shapes: Mapping[str, tuple[int, ...]],
+                       ranges: "Mapping[str, Mapping[int, tuple[int, int]]] | None" = None) -> str:
+    """{name: dims} (and the ranges of its -1 dims) back in ATC's form."""
+    ranges = ranges or {}
+
+    def dim(name: str, i: int, d: int) -> str:
+        bounds = ranges.get(name, {}).get(i)
+        return f"{bounds[0]}..{bounds[1]}" if bounds is not None else str(d)
+    return ";".join(f"{name}:{','.join(dim(name, i, d) for i, d in enumerate(dims))}" for name, dims in shapes.items())
 
 
 #: Option JSON nested deeper than this, or with integers longer than this many digits, is refused.
@@ -284,6 +336,7 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         kwargs["precision_mode"] = raw["precision_mode"]
     if "input_shape" in raw:
         kwargs["input_shape"] = parse_input_shape(raw["input_shape"])
+        kwargs["input_shape_ranges"] = parse_input_shape_ranges(raw["input_shape"])
     if "plugin_options" in raw:
         kwargs["plugin_options"] = parse_plugin_options(raw["plugin_options"], kwargs.get("plugins", ()))
     if "strict_plugins" in raw:
@@ -294,6 +347,11 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
     if "external_data_threshold" in raw:
         kwargs["external_data_threshold"] = parse_byte_count("external_data_threshold", raw["external_data_threshold"])
     kwargs["gear_option"], kwargs["gears"] = parse_gear_options(raw, kwargs.get("input_shape", {}))
+    if kwargs["gears"] and kwargs.get("input_shape_ranges"):
+        ranged = ", ".join(f"{name}[{i}]" for name, dims in kwargs["input_shape_ranges"].items() for i in dims)
+        raise OptionError(f"option 'input_shape' gives ranges ({ranged}), which exclude option "
+                          f"{kwargs['gear_option']!r}: a range keeps a dim dynamic, a gear makes it static; "
+                          "use -1 for the gear dims")
     return CompileOptions(**kwargs)
 
 
@@ -312,4 +370,5 @@ def parse_byte_count(key: str, value: Any) -> int:
 
 
 __all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PRECISION_MODES", "format_input_shape", "parse_input_shape",
+           "parse_input_shape_ranges",
            "parse_options", "parse_plugin_options"]

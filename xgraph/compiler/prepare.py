@@ -53,16 +53,31 @@ def _read_by_nested_graphs(graph: Graph) -> set[Tensor]:
 
 # ----------------------------------------------------------------------------- input shape
 
+def _input_symbols(graph: Graph) -> set[str]:
+    return {d for t in graph.get_input_tensors() if t.shape is not None for d in t.shape if isinstance(d, str)}
+
+
 def plan_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple], dict[str, int]]:
-    """({input name: new shape}, {symbolic dim: value}) for ATC-style input shapes; OptionError if they do not fit."""
+    """({input name: new shape}, {symbolic dim: value}) for ATC-style input shapes; OptionError if they do not fit.
+
+    A name that is no input but a symbolic dim of the inputs (`past:16`) with one value fixes that dim."""
     inputs = {t.name: t for t in graph.get_input_tensors()}
     new_shapes: dict[str, tuple] = {}
     symbols: dict[str, int] = {}
     for name, dims in shapes.items():
         t = inputs.get(name)
+        if t is None and len(dims) == 1 and name in _input_symbols(graph):
+            if dims[0] != -1:
+                if symbols.get(name, dims[0]) != dims[0]:
+                    raise OptionError(f"option 'input_shape' gives symbolic dim {name!r} two values "
+                                      f"({symbols[name]} and {dims[0]}); inputs sharing a dim need the same value")
+                symbols[name] = dims[0]
+            continue
         if t is None:
+            names = sorted(_input_symbols(graph))
+            dims_hint = f"; their symbolic dims (one value or range each): {', '.join(names)}" if names else ""
             raise OptionError(f"option 'input_shape' names {name!r}, which is not a graph input; "
-                              f"the inputs are: {', '.join(inputs) or 'none'}")
+                              f"the inputs are: {', '.join(inputs) or 'none'}{dims_hint}")
         old = t.shape
         if old is not None and len(old) != len(dims):
             raise OptionError(f"option 'input_shape' gives {name!r} {len(dims)} dims, but the model declares rank "
@@ -86,10 +101,43 @@ def plan_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple
     return new_shapes, symbols
 
 
+def plan_dim_ranges(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> dict[str, list[int]]:
+    """{symbolic dim: [low, high]} from input_shape's ranges (by input and dim, or by the dim's own name);
+    a ranged dim the model left unnamed is named `<input>_<index>`. OptionError when the model fixes it."""
+    inputs = {t.name: t for t in graph.get_input_tensors()}
+    out: dict[str, list[int]] = {}
+    for name, dims in ranges.items():
+        t = inputs.get(name)
+        for i, (low, high) in dims.items():
+            if t is None:
+                symbol = name  # `past:0..2048`: plan_input_shape checked that it is a dim name of the inputs
+            elif t.shape is None or i >= len(t.shape):
+                raise OptionError(f"option 'input_shape' gives dim {i} of {name!r} a range, but its rank is "
+                                  f"{'unknown' if t.shape is None else len(t.shape)}; give the input's full shape")
+            elif isinstance(t.shape[i], int):
+                raise OptionError(f"option 'input_shape' gives dim {i} of {name!r} the range {low}..{high}, but the "
+                                  f"model fixes it at {t.shape[i]}; use {t.shape[i]} or -1")
+            else:
+                symbol = t.shape[i] if isinstance(t.shape[i], str) else f"{name}_{i}"
+            if out.get(symbol, [low, high]) != [low, high]:
+                raise OptionError(f"option 'input_shape' gives symbolic dim {symbol!r} two ranges "
+                                  f"({out[symbol][0]}..{out[symbol][1]} and {low}..{high})")
+            out[symbol] = [low, high]
+    return out
+
+
+def _name_ranged_dims(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
+    """Give the unnamed dims that have a range the name `plan_dim_ranges` uses for them."""
+    for t in graph.get_input_tensors():
+        dims = ranges.get(t.name, {})
+        if t.shape is not None and any(t.shape[i] is None for i in dims if i < len(t.shape)):
+            t.shape = tuple(f"{t.name}_{i}" if i in dims and d is None else d for i, d in enumerate(t.shape))
+
+
 def apply_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> None:
     """Fix input dims (and the symbolic dims they name, everywhere), then re-infer shapes."""
     new_shapes, symbols = plan_input_shape(graph, shapes)
-    if not new_shapes:
+    if not new_shapes and not symbols:
         return
     for name, shape in new_shapes.items():
         graph.get_tensor(name).shape = shape
@@ -206,9 +254,13 @@ def _remove_unused_weights(graph: Graph) -> int:
 def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     """Run the whole stage in place; returns what it did (for the compile report)."""
     new_shapes, _ = plan_input_shape(graph, options.input_shape)
+    ranges = plan_dim_ranges(graph, options.input_shape_ranges)
     if options.output_ops:
         plan_output_cut(graph, options.output_ops)
     summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
+    if ranges:
+        summary["dim_ranges"] = ranges
+    _name_ranged_dims(graph, options.input_shape_ranges)
     apply_input_shape(graph, options.input_shape)
     summary["cut_ops"] = cut_at_output_ops(graph, options.output_ops) if options.output_ops else 0
     fixpoint = resolve_shapes(graph, _fold_for_stage, remove_dead_ops, fold_with_queries=_fold_for_stage)  # infer <-> fold
@@ -218,5 +270,5 @@ def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
 
 
 __all__ = ["MAX_FOLD_BYTES", "apply_input_shape", "copy_graph", "cut_at_output_ops", "fold_constants",
-           "outer_scope_inputs", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops",
+           "outer_scope_inputs", "plan_dim_ranges", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops",
            "replace_by_weights"]

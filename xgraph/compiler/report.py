@@ -11,6 +11,8 @@ that took nothing: "name", "device", "runner", "memory", "ops" (how many it took
 matched with: "name", "calls", "matches"), "options" (its plugin options), "source" and
 "declined" (each subgraph its compile declined: "subgraph", "ops", "reason"; the ops went
 back to placement, and their reason starts with "plugin 'name' declined: <reason>").
+A model with dynamic inputs left also has "dynamic" (`dynamic_summary`: the inputs, the ranges
+of their dims, the share on AI Core and the one-line summary `xcompile` prints).
 A model compiled with gears also has "gears" (per gear: "name", "input_shapes", "devices");
 everything else describes gear 0.
 """
@@ -22,6 +24,7 @@ from typing import Any, Iterable
 from xgraph.errors import PartitionError
 from xgraph.ir import Graph, Op
 from xgraph.ir.files import check_target, write_text
+from xgraph.compiler.dynamic_summary import dynamic_summary
 from xgraph.compiler.qdq_units import QDQ_TYPES, qdq_units, unit_label
 from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.devices import get_devices
@@ -102,6 +105,9 @@ def report(compiled: Graph) -> dict[str, Any]:
         "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
                                                  if isinstance(run, dict) for w in run.get("warnings", [])],
     }
+    dynamic = dynamic_summary(compiled, ops, result["prepare"])
+    if dynamic is not None:  # only models with dynamic inputs left carry the key
+        result["dynamic"] = dynamic
     units = int8_units(compiled, child_of)
     if units:  # only quantized models carry the key
         result["int8_units"] = units

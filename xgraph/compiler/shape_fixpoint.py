@@ -26,6 +26,7 @@ import numpy as np
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.ir.op_facts import distinct_output_shapes, ops_of_types, order_survives_removals
 from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
+from xgraph.compiler.symbolic_shapes import propagate
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
 Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
@@ -70,20 +71,45 @@ def _query_value(op: Op, pending: "dict[Tensor, np.ndarray] | None" = None) -> n
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def plan_shape_queries(graph: Graph) -> "list[tuple[Op, list[np.ndarray]]]":
-    """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, in topological order: what
-    `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
+def _known_value(op: Op, known: "dict[Tensor, list]") -> np.ndarray | None:
+    """The value symbolic propagation found for `op`'s only output, when every element is an int."""
+    outputs = op.get_output_tensors()
+    if len(outputs) != 1 or outputs[0] not in known or op.type in _NOT_FOLDED:
+        return None
+    elements, t = known[outputs[0]], outputs[0]
+    if not all(isinstance(v, int) for v in elements) or t.shape is None or len(t.shape) > 1 or t.dtype is None:
+        return None
+    if len(t.shape) == 0 and len(elements) != 1 or len(t.shape) == 1 and t.shape[0] != len(elements):
+        return None
+    return np.array(elements, dtype=t.dtype).reshape(t.shape)
+
+
+#: ops whose known value is left to constant folding (their inputs are weights already)
+_NOT_FOLDED = frozenset({"Constant"})
+
+
+def plan_shape_queries(graph: Graph, known: "dict[Tensor, list] | None" = None) -> "list[tuple[Op, list[np.ndarray]]]":
+    """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, and with `known` (the values
+    `symbolic_shapes.propagate` found) each op whose integer value is fully known, in topological
+    order: what `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
     queries = ops_of_types(graph.get_ops(), _QUERIES)
-    if not any(_query_value(op) is not None for op in queries):
+    valued = [op for op in graph.get_ops() if _known_value(op, known) is not None] if known else []
+    if not valued and not any(_query_value(op) is not None for op in queries):
         return []  # nothing to fold: no need to order the graph
     keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
-    walk = queries if order_survives_removals(graph) else [op for op in graph.toposort() if op.type in _QUERIES]
+    if valued:
+        chosen = set(valued) | set(queries)
+        walk = [op for op in graph.toposort() if op in chosen]
+    else:
+        walk = queries if order_survives_removals(graph) else [op for op in graph.toposort() if op.type in _QUERIES]
     plan: list = []
     pending: dict[Tensor, np.ndarray] = {}
     for op in walk:
         if not keep.isdisjoint(op.get_output_tensors()):
             continue
-        value = _query_value(op, pending)
+        value = _query_value(op, pending) if op.type in _QUERIES else None
+        if value is None and known:
+            value = _known_value(op, known)
         if value is None:
             continue
         pending[op.get_output_tensor()] = value
@@ -91,12 +117,14 @@ def plan_shape_queries(graph: Graph) -> "list[tuple[Op, list[np.ndarray]]]":
     return plan
 
 
-def fold_shape_queries(graph: Graph, replace: "Replace | None" = None) -> int:
-    """Turn `Shape`/`Size` of statically shaped tensors into weights. Returns ops folded.
+def fold_shape_queries(graph: Graph, replace: "Replace | None" = None,
+                       known: "dict[Tensor, list] | None" = None) -> int:
+    """Turn `Shape`/`Size` of statically shaped tensors (and, with `known`, shape arithmetic of known
+    value) into weights. Returns ops folded.
 
     With `replace` each op is replaced by that call, in topological order; without, all of them in
     one edit (`replace_ops_by_weights`), which leaves the graph those calls would."""
-    plan = plan_shape_queries(graph)
+    plan = plan_shape_queries(graph, known)
     if replace is not None:
         for op, value in plan:
             replace(graph, op, value)
@@ -120,6 +148,14 @@ def _reinfer(graph: Graph) -> None:
             t.shape = old  # not better: keep the model's own dim names rather than invented ones
 
 
+def refine_shapes(graph: Graph) -> "dict[Tensor, list]":
+    """Write the shapes symbolic propagation improves (`symbolic_shapes`); returns the integer values it knows."""
+    changed, values = propagate(graph)
+    for t, shape in changed.items():
+        t.shape = shape
+    return values
+
+
 def _known(shape) -> int:
     return sum(isinstance(d, int) for d in shape)
 
@@ -141,15 +177,16 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
+        known = refine_shapes(graph) if _has_dynamic_outputs(graph) else None
         if fold_with_queries is not None and replace is None:
-            plan = plan_shape_queries(graph)  # ordered (and the order's kind known) only when there are queries
+            plan = plan_shape_queries(graph, known)  # ordered (and the order's kind known) only when there are queries
             queries = len(plan)
             if plan and not order_survives_removals(graph):
                 replace_ops_by_weights(graph, plan)  # removing them may change the order: replaced first
                 plan = []
             folded = fold_with_queries(graph, plan)
         else:
-            queries = fold_shape_queries(graph, replace)
+            queries = fold_shape_queries(graph, replace, known)
             folded = fold(graph)
         dead = remove_dead(graph)
         summary["rounds"] += 1
@@ -159,7 +196,9 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
         if not (queries or folded) or not _has_dynamic_outputs(graph):
             break  # nothing changed, or every shape is known: inference has nothing to add (and would copy weights)
         _reinfer(graph)
+    if _has_dynamic_outputs(graph):
+        refine_shapes(graph)  # what the last round's inference found, related to the inputs' dims again
     return summary
 
 
-__all__ = ["MAX_ROUNDS", "fold_shape_queries", "plan_shape_queries", "resolve_shapes"]
+__all__ = ["MAX_ROUNDS", "fold_shape_queries", "plan_shape_queries", "refine_shapes", "resolve_shapes"]

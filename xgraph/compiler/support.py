@@ -21,7 +21,7 @@ import onnx
 
 from xgraph.compiler.checks import (
     ACCEPT, Check, Verdict, all_of, compute_dtype, dtype_in, dtype_name, dtype_names, format_value, max_outputs,
-    max_rank, refuse, shape_text, static_shapes)
+    known_ranks, max_rank, refuse, shape_text, static_shapes)
 from xgraph.compiler.host import host_runnable
 from xgraph.devices import CHECK_NAMES, DeviceSpec
 from xgraph.devices.oprules import NO_DEFAULT, OpRule, Ref, TensorRule, ValueRule
@@ -244,7 +244,7 @@ def op_rule(rule: OpRule, precision_mode: str = DEFAULT_PRECISION) -> Check:
     checks += [tensor_rule("input", i, r) for i, r in rule.inputs.items()]
     checks += [attr_rule(name, r) for name, r in rule.attrs.items()]
     if rule.static_shapes:
-        checks.append(static_shapes())
+        checks.append(known_ranks() if rule.dynamic_dims else static_shapes())
     if rule.max_rank is not None:
         checks.append(max_rank(rule.max_rank))
     checks += [tensor_rule("output", i, r) for i, r in rule.outputs.items()]

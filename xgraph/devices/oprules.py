@@ -10,8 +10,10 @@ Vocabulary of a rule (all keys optional unless said):
 - op entry (``[ops.Conv]`` or one ``[[group]]`` with ``ops = [...]``): ``domain``, ``dtypes``
   (list of dtype names, or "any"), ``dtype_input`` (which input carries the compute dtype,
   default 0), ``needs_fp16`` (dtypes accepted only when precision_mode lets them run in
-  float16), ``static_shapes``, ``max_rank``, ``max_outputs``, ``inputs``/``outputs`` (index ->
-  tensor rule), ``attrs`` (name -> value rule), ``checks`` (names of built-in checks), ``note``.
+  float16), ``static_shapes``, ``dynamic_dims`` (with ``static_shapes``: dims may still be
+  symbolic, as long as every rank is known, as for Ascend's dynamic-shape operators), ``max_rank``,
+  ``max_outputs``, ``inputs``/``outputs`` (index -> tensor rule), ``attrs`` (name -> value rule),
+  ``checks`` (names of built-in checks), ``note``.
 - tensor rule: ``dtypes``, ``rank`` (allowed ranks), ``const`` (must be a weight), ``static``,
   ``present`` (true: required; false: must be omitted), ``dims`` (index -> value rule),
   ``values`` (value rule on every element of a weight), ``elements`` (index -> value rule on
@@ -94,6 +96,7 @@ class OpRule:
     dtype_input: int = 0
     needs_fp16: frozenset = frozenset()
     static_shapes: bool = False
+    dynamic_dims: bool = False
     max_rank: int | None = None
     max_outputs: int | None = None
     inputs: Mapping[int, TensorRule] = field(default_factory=dict)
@@ -251,7 +254,7 @@ def parse_tensor_rule(table: Any, where: Location) -> TensorRule:
         why=_str(t.get("why", ""), where / "why"))
 
 
-OP_KEYS = ("domain", "dtypes", "dtype_input", "needs_fp16", "static_shapes", "max_rank", "max_outputs",
+OP_KEYS = ("domain", "dtypes", "dtype_input", "needs_fp16", "static_shapes", "dynamic_dims", "max_rank", "max_outputs",
            "inputs", "outputs", "attrs", "checks", "note")
 
 
@@ -272,6 +275,7 @@ def parse_op_rule(op_type: str, entry: dict, where: Location, known_checks: froz
         dtype_input=_int(e.get("dtype_input", 0), where / "dtype_input", 0),
         needs_fp16=parse_dtypes(e.get("needs_fp16", []), where / "needs_fp16") or frozenset(),
         static_shapes=_bool(e.get("static_shapes", False), where / "static_shapes"),
+        dynamic_dims=_bool(e.get("dynamic_dims", False), where / "dynamic_dims"),
         max_rank=_int(e["max_rank"], where / "max_rank", 0) if "max_rank" in e else None,
         max_outputs=_int(e["max_outputs"], where / "max_outputs", 1) if "max_outputs" in e else None,
         inputs=_index_map(e.get("inputs", {}), where / "inputs", parse_tensor_rule),

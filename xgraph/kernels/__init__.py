@@ -27,6 +27,7 @@ FAMILIES = (
     "op_nn_pool",
     "op_nn_roi",
     "op_nn_norm",
+    "op_attention",
     "op_nn_activation",
     "op_image",
     "op_resize",

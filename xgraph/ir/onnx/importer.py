@@ -20,6 +20,8 @@ from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.onnx.safe_reader import read_model_inventory, sparse_to_dense
 from xgraph.ir.onnx.tensor_inventory import Inventory
+from xgraph.ir.onnx.functions import called_functions, inline_functions
+from xgraph.ir.onnx.inference_budget import expanded_node_count
 from xgraph.ir.onnx.shape_inference import DATA_PROP_MAX_DIM, infer_model
 from xgraph.ir.onnx.value_types import NotText, decode_type_key, type_to_shape_dtype, value_type_keys
 from xgraph.ir.op import Op
@@ -154,6 +156,10 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
                  largest_dim: int | None = None, columns: Nodes | None = None) -> GraphCore:
     # read once: the inference budget and the build both use the columns
     nodes = Nodes(model.graph.node, label) if columns is None else columns.check(label)
+    if model.functions and called_functions(model):
+        expanded_node_count(model, label, top=nodes)  # refuses function-call bombs before expanding them
+        model = inline_functions(model, label)
+        nodes = Nodes(model.graph.node, label)
     if infer_shapes:
         model = infer_model(model, label, inv, nodes, largest_dim)  # the inferred model has the same nodes, in the same order
     check_text(model, label)
