@@ -118,6 +118,22 @@ def latency(problem: PlacementProblem, placement: Sequence[int]) -> float:
 
     A list schedule in order of ready time: O((V + E) log V) plus `call_levels`.
     """
+    return _schedule(problem, placement, contended_host=True)[0]
+
+
+def host_start_times(problem: PlacementProblem, placement: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """(start, end) of every host node when each host node had an instance of its own.
+
+    The schedule the paper's latency assumes (as many host cores as the graph is wide);
+    `xgraph.partition.placement_search.spread_host` packs it onto the real instances.
+    """
+    _, spans, units = _schedule(problem, placement, contended_host=False)
+    return {members[0]: spans[w] for w, (k, members) in enumerate(units)
+            if problem.memory_of[k] == HOST_MEMORY}
+
+
+def _schedule(problem: PlacementProblem, placement: Sequence[int], *, contended_host: bool):
+    """(finishing time, (start, end) per unit, units) of the list schedule by ready time."""
     units, unit_of = _units(problem, placement)
     duration = [_unit_duration(problem, placement, unit_of, members) for _, members in units]
     preds: list[set[int]] = [set() for _ in units]
@@ -131,6 +147,7 @@ def latency(problem: PlacementProblem, placement: Sequence[int]) -> float:
         for x in p:
             succs[x].append(w)
     ready_at = [0.0] * len(units)
+    spans = [(0.0, 0.0)] * len(units)
     heap = [(0.0, w) for w, n in enumerate(waiting) if n == 0]
     heapq.heapify(heap)
     free_at = [0.0] * len(problem.instances)
@@ -138,8 +155,12 @@ def latency(problem: PlacementProblem, placement: Sequence[int]) -> float:
     while heap:
         ready, w = heapq.heappop(heap)
         k = units[w][0]
-        end = max(ready, free_at[k]) + duration[w]
-        free_at[k] = end
+        shared = contended_host or problem.memory_of[k] != HOST_MEMORY
+        start = max(ready, free_at[k]) if shared else ready
+        end = start + duration[w]
+        if shared:
+            free_at[k] = end
+        spans[w] = (start, end)
         finished = max(finished, end)
         done += 1
         for x in succs[w]:
@@ -147,7 +168,7 @@ def latency(problem: PlacementProblem, placement: Sequence[int]) -> float:
             waiting[x] -= 1
             if waiting[x] == 0:
                 heapq.heappush(heap, (ready_at[x], x))
-    return finished if done == len(units) else math.inf
+    return (finished if done == len(units) else math.inf), spans, units
 
 
 def _units(problem: PlacementProblem, placement: Sequence[int]) -> tuple[list[tuple[int, list[int]]], list[int]]:
