@@ -193,11 +193,42 @@ def solve_latency(problem: PlacementProblem, incumbent: float, seconds: float) -
         model.row([(lat[v], 1.0)] + on_host, low=0.0)
         for u, _ in problem.predecessors[v]:
             model.row([(lat[v], 1.0), (lat[u], -1.0)] + on_host, low=0.0)
+    _path_rows(model, problem, x, host, total, big)
     for k in sorted(non_host):
         _call_rows(model, problem, x, lat, k, big)
     result = model.solve(total, seconds)
     placement = _read_placement(problem, x, host, result)
     return _result(result, placement)
+
+
+def _path_rows(model, problem, x, host, total, big) -> None:
+    """Every path's compute fits in the latency: ``T >= e[v] >= e[u] + c(v)`` (a tight LP cut).
+
+    Valid because a path crosses each contiguous call once, inside one call its nodes
+    take part of the call's time, and a call starts after the previous one on the path.
+    """
+    cost_terms: dict[int, list] = {}
+    places: dict[int, set[int]] = {}
+    for (g, k), col in x.items():
+        cost_terms.setdefault(g, []).append((col, problem.instance_device[k]))
+        places.setdefault(g, set()).add(k)
+    for (g, d), col in host.items():
+        cost_terms.setdefault(g, []).append((col, d))
+    early = [model.var(0.0, big) for _ in problem.ids]
+    for v in range(len(problem.ids)):
+        own = [(col, -problem.cost[v][d]) for col, d in cost_terms.get(problem.group_of[v], [])]
+        model.row([(early[v], 1.0)] + own, low=0.0)
+        model.row([(total, 1.0), (early[v], -1.0)], low=0.0)
+        for u, transfer in problem.predecessors[v]:
+            model.row([(early[v], 1.0), (early[u], -1.0)] + own, low=0.0)
+            if not transfer or problem.group_of[u] == problem.group_of[v]:
+                continue
+            for k in places.get(problem.group_of[u], set()) | places.get(problem.group_of[v], set()):
+                # a copy out of k (u there, v not) or into k (v there, u not) lies on the path too
+                xu, xv = x.get((problem.group_of[u], k)), x.get((problem.group_of[v], k))
+                base = [(early[v], 1.0), (early[u], -1.0)] + own
+                model.row(base + _difference(transfer, xu, xv), low=0.0)
+                model.row(base + _difference(transfer, xv, xu), low=0.0)
 
 
 def _call_rows(model, problem, x, lat, k, big) -> None:

@@ -313,3 +313,47 @@ def spread_host(problem: PlacementProblem, placement: list[int]) -> list[int]:
         for v in problem.groups[g]:
             placement[v] = k
     return placement
+
+
+def chain_bound(problem: PlacementProblem, path: Sequence[int]) -> float | None:
+    """A lower bound on the latency: the exact optimum of the subproblem on one path's nodes.
+
+    Dropping nodes only relaxes (less memory, fewer copies, a subset of every call stays
+    contiguous), and a path's nodes have one topological order, so the segment dynamic
+    program on it is exact. None when the instance counts had to be capped. O(L^2 * states).
+    """
+    keep = set(path)
+    names = problem.device_names
+    nodes = [{"id": v, "memory": problem.memory[v], "colocate": problem.group_of[v],
+              "cost": {names[d]: c for d, c in enumerate(problem.cost[v]) if c is not None}} for v in path]
+    edges = [{"src": u, "dst": v, "transfer": t} for u in path for v, t in problem.successors[u] if v in keep]
+    devices = [{"name": n, "instances": problem.device_instances[d], "host": problem.device_host[d],
+                "memory": problem.device_memory[d]} for d, n in enumerate(names)]
+    sub = PlacementProblem(nodes, edges, devices)
+    free = [sub.device_host[d] for d in range(len(names))]
+    counts = _capped_counts(sub, free)
+    if counts != list(sub.device_instances):
+        return None
+    blocks, block_of = segments.contract_blocks(sub)
+    order = list(range(len(blocks)))
+    position = segments.node_positions(sub, blocks, order)
+    tables = segments.segment_tables(sub, position, len(order), "latency")
+    value, _ = segments.segment_dp(tables, counts, "latency", free)
+    return value if math.isfinite(value) else None
+
+
+def heaviest_path(problem: PlacementProblem, weight: Sequence[float]) -> list[int]:
+    """The path with the largest total weight (O(V + E))."""
+    best = [0.0] * len(problem.ids)
+    back = [-1] * len(problem.ids)
+    for v in problem.order:
+        before = max(problem.predecessors[v], key=lambda p: best[p[0]], default=None)
+        if before is not None:
+            back[v] = before[0]
+        best[v] = weight[v] + (best[before[0]] if before is not None else 0.0)
+    v = max(range(len(problem.ids)), key=lambda v: best[v])
+    path = []
+    while v != -1:
+        path.append(v)
+        v = back[v]
+    return path[::-1]

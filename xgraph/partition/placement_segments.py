@@ -234,7 +234,7 @@ def segment_dp(tables: Sequence[np.ndarray], counts: Sequence[int], objective: s
             _relax(value, link, value.copy(), tables[d], combine, (state, d))
         best[state], back[state] = value, link
     final = min(states, key=lambda s: best[s][-1])
-    return best[final][-1], _backtrack(back, final, size - 1)
+    return float(best[final][-1]), _backtrack(back, final, size - 1)
 
 
 def _relax(value: np.ndarray, link: list, prev: np.ndarray, table: np.ndarray, combine, tag) -> None:

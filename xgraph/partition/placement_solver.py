@@ -57,7 +57,7 @@ def solve_placement(problem: PlacementProblem, objective: str = "latency", time_
     started = time.monotonic()
     deadline = started + time_limit
     best, method, stats = _heuristic(problem, objective, started + _HEURISTIC_SHARE * time_limit)
-    bound = _cheap_bound(problem, objective)
+    bound = max(_cheap_bound(problem, objective), _chain_bound(problem, objective, best is not None))
     optimal = False
     value = _value(problem, objective, best) if best is not None else math.inf
     if _milp_fits(problem) and (best is None or value > bound * (1 + 1e-9) + 1e-12):
@@ -75,8 +75,8 @@ def solve_placement(problem: PlacementProblem, objective: str = "latency", time_
         raise PartitionError(_explain_infeasible(problem, False))
     bound = min(bound, value)
     optimal = optimal or value <= bound * (1 + 1e-6) + 1e-12
-    return PlacementSolution(assignment=problem.to_assignment(best), objective=value, bound=bound,
-                             optimal=optimal, seconds=time.monotonic() - started, method=method, stats=stats)
+    return PlacementSolution(assignment=problem.to_assignment(best), objective=float(value), bound=float(bound),
+                             optimal=bool(optimal), seconds=time.monotonic() - started, method=method, stats=stats)
 
 
 def _heuristic(problem: PlacementProblem, objective: str, deadline: float):
@@ -153,6 +153,18 @@ def _cheap_bound(problem: PlacementProblem, objective: str) -> float:
     for v in problem.order:
         finish[v] = cheapest[v] + max((finish[u] for u, _ in problem.predecessors[v]), default=0.0)
     return max(finish)
+
+
+def _chain_bound(problem: PlacementProblem, objective: str, feasible: bool) -> float:
+    """Latency only: the best exact optimum over a few heaviest paths (`search.chain_bound`)."""
+    if objective != "latency" or not feasible:
+        return 0.0
+    cheapest = [min(c for c in row if c is not None) for row in problem.cost]
+    scale = max(problem.memory) or 1.0
+    total = sum(cheapest) or 1.0
+    weights = (cheapest, problem.memory, [c / total + m / scale for c, m in zip(cheapest, problem.memory)])
+    paths = {tuple(search.heaviest_path(problem, w)) for w in weights}
+    return max((b for b in (search.chain_bound(problem, path) for path in paths) if b is not None), default=0.0)
 
 
 def _explain_infeasible(problem: PlacementProblem, proven: bool) -> str:
