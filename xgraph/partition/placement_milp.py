@@ -77,7 +77,7 @@ class _Model:
         matrix = coo_array((self.vals, (self.rows, self.cols)), shape=(len(self.row_lower), len(self.lower)))
         return milp(c, integrality=np.array(self.integer), bounds=Bounds(self.lower, self.upper),
                     constraints=LinearConstraint(matrix.tocsr(), self.row_lower, self.row_upper),
-                    options={"time_limit": max(seconds, 0.5), "mip_rel_gap": 1e-6, "disp": False})
+                    options={"time_limit": max(seconds, 0.1), "mip_rel_gap": 1e-6, "disp": False})
 
 
 def _class_variables(model: _Model, problem: PlacementProblem, instances) -> dict[tuple[int, int], int]:

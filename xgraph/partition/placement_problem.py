@@ -279,5 +279,11 @@ def _topological_order(successors, predecessors, ids) -> tuple[int, ...]:
         stuck = next(v for v, d in enumerate(indegree) if d > 0)
         for _ in range(len(ids)):  # walking back through unfinished predecessors ends on the cycle
             stuck = next(u for u, _ in predecessors[stuck] if indegree[u] > 0)
-        raise PartitionError(f"the edges form a cycle through node {ids[stuck]!r}; the graph must be a DAG")
+        cycle = [stuck]
+        while True:
+            cycle.append(next(u for u, _ in predecessors[cycle[-1]] if indegree[u] > 0))
+            if cycle[-1] == stuck:
+                break
+        path = " -> ".join(repr(ids[v]) for v in reversed(cycle))
+        raise PartitionError(f"the edges form a cycle ({path}); the graph must be a DAG")
     return tuple(order)
