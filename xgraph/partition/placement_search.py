@@ -108,8 +108,8 @@ def _host_instance(problem: PlacementProblem, groups) -> int | None:
     return None
 
 
-def contiguous_cuts(problem: PlacementProblem, objective: str, deadline: float, orders: int = 8) -> list[list[int]]:
-    """Placements from the segment DP over up to `orders` topological orders of the blocks.
+def contiguous_cuts(problem: PlacementProblem, objective: str, deadline: float, orders: int = 64) -> list[list[int]]:
+    """Placements from the segment DP over up to `orders` topological orders of the blocks, until `deadline`.
 
     O(orders * (S^2 * states + S * E)) for S blocks.
     """
@@ -117,8 +117,8 @@ def contiguous_cuts(problem: PlacementProblem, objective: str, deadline: float, 
     free = [objective == "latency" and problem.device_host[d] for d in range(len(problem.device_names))]
     counts = _capped_counts(problem, free)
     found: list[list[int]] = []
-    for order in segments.block_orders(problem, blocks, block_of, orders):
-        if time.monotonic() > deadline and found:
+    for count, order in enumerate(segments.block_orders(problem, blocks, block_of)):
+        if count >= orders or (time.monotonic() > deadline and found):
             break
         position = segments.node_positions(problem, blocks, order)
         tables = segments.segment_tables(problem, position, len(order), objective)

@@ -27,7 +27,8 @@ from xgraph.partition import placement_search as search
 from xgraph.partition.placement_problem import PlacementProblem, PlacementSolution
 
 OBJECTIVES = ("latency", "throughput")
-_HEURISTIC_SHARE = 0.4  # of the time limit, before the integer program starts
+_CUTS_SHARE = 0.25  # of the time limit: contiguous cuts over more orders until then
+_HEURISTIC_SHARE = 0.4  # local search until then; the integer program gets the rest
 _MILP_SIZE_LIMIT = 400_000  # instance slots x (nodes + edges) beyond which only the cheap bound is used
 
 
@@ -56,7 +57,8 @@ def solve_placement(problem: PlacementProblem, objective: str = "latency", time_
         raise PartitionError(f"solve_placement needs a PlacementProblem, got {type(problem).__name__}")
     started = time.monotonic()
     deadline = started + time_limit
-    best, method, stats = _heuristic(problem, objective, started + _HEURISTIC_SHARE * time_limit)
+    best, method, stats = _heuristic(problem, objective, started + _CUTS_SHARE * time_limit,
+                                     started + _HEURISTIC_SHARE * time_limit)
     bound = max(_cheap_bound(problem, objective), _chain_bound(problem, objective, best is not None))
     optimal = False
     value = _value(problem, objective, best) if best is not None else math.inf
@@ -79,7 +81,7 @@ def solve_placement(problem: PlacementProblem, objective: str = "latency", time_
                              optimal=bool(optimal), seconds=time.monotonic() - started, method=method, stats=stats)
 
 
-def _heuristic(problem: PlacementProblem, objective: str, deadline: float):
+def _heuristic(problem: PlacementProblem, objective: str, cuts_deadline: float, deadline: float):
     """The best of first fit, contiguous cuts and local search: (placement or None, method, stats)."""
     stats: dict[str, Any] = {}
     incumbent = search.first_fit(problem) or search.memory_first_fit(problem)
@@ -88,7 +90,7 @@ def _heuristic(problem: PlacementProblem, objective: str, deadline: float):
         stats["first_fit"] = _value(problem, objective, incumbent, usable_only=False)
         if _usable(problem, objective, incumbent) is not None:
             candidates.append((_usable(problem, objective, incumbent), "first fit"))
-    for placement in search.contiguous_cuts(problem, objective, deadline):
+    for placement in search.contiguous_cuts(problem, objective, cuts_deadline):
         usable = _usable(problem, objective, placement)
         if usable is not None:
             candidates.append((usable, "contiguous cut"))
