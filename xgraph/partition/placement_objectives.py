@@ -30,13 +30,17 @@ from xgraph.errors import PartitionError
 from xgraph.partition.placement_problem import HOST_MEMORY, PlacementProblem
 
 
+def example_problem() -> PlacementProblem:
+    """The problem the examples here use: node 0 (host 1 s, accelerator 0.5 s) feeds node 1 (host only)."""
+    return PlacementProblem([{"id": 0, "cost": {"H": 1.0, "A": 0.5}}, {"id": 1, "cost": {"H": 2.0}}],
+                            [{"src": 0, "dst": 1, "transfer": 0.25}],
+                            [{"name": "H", "host": True}, {"name": "A"}])
+
+
 def node_charges(problem: PlacementProblem, placement: Sequence[int], u: int) -> list[tuple[int, float]]:
     """(instance, seconds) node u adds to instance loads: its compute and the copies of its output.
 
-    >>> from xgraph.partition.placement_problem import PlacementProblem
-    >>> p = PlacementProblem([{"id": 0, "cost": {"H": 1.0, "A": 0.5}}, {"id": 1, "cost": {"H": 2.0}}],
-    ...                      [{"src": 0, "dst": 1, "transfer": 0.25}],
-    ...                      [{"name": "H", "host": True}, {"name": "A"}])
+    >>> p = example_problem()
     >>> node_charges(p, [1, 0], 0)   # 0 on A sends to the host: A pays compute and the copy out
     [(1, 0.5), (1, 0.25)]
 
@@ -73,9 +77,7 @@ def instance_loads(problem: PlacementProblem, placement: Sequence[int]) -> list[
 def throughput(problem: PlacementProblem, placement: Sequence[int]) -> float:
     """Time per sample when jobs stream through: the largest instance load.
 
-    >>> p = PlacementProblem([{"id": 0, "cost": {"H": 1.0, "A": 0.5}}, {"id": 1, "cost": {"H": 2.0}}],
-    ...                      [{"src": 0, "dst": 1, "transfer": 0.25}],
-    ...                      [{"name": "H", "host": True}, {"name": "A"}])
+    >>> p = example_problem()
     >>> throughput(p, [1, 0]), throughput(p, [0, 0])
     (2.0, 3.0)
 
@@ -110,9 +112,7 @@ def call_levels(problem: PlacementProblem, placement: Sequence[int]) -> list[int
 def latency(problem: PlacementProblem, placement: Sequence[int]) -> float:
     """One job's finishing time under the paper's call model (math.inf if calls deadlock).
 
-    >>> p = PlacementProblem([{"id": 0, "cost": {"H": 1.0, "A": 0.5}}, {"id": 1, "cost": {"H": 2.0}}],
-    ...                      [{"src": 0, "dst": 1, "transfer": 0.25}],
-    ...                      [{"name": "H", "host": True}, {"name": "A"}])
+    >>> p = example_problem()
     >>> latency(p, [1, 0]), latency(p, [0, 0])
     (2.75, 3.0)
 
