@@ -278,6 +278,38 @@ def test_copies_go_through_the_host_and_host_instances_share_memory():
     assert objectives_module.instance_loads(problem, placement) == [1.0, 2.0, 0.0, 0.0]
 
 
+TINY_WORKLOAD = {  # the authors' input format; branches, a colour class, a node the accelerator cannot run
+    "maxSizePerFPGA": 10.0, "maxFPGAs": 2, "maxCPUs": 1,
+    "nodes": [{"id": i, "supportedOnFpga": int(i != 4), "cpuLatency": c, "fpgaLatency": f, "size": m,
+               "colorClass": 5 if i == 6 else i, "isBackwardNode": 0}
+              for i, c, f, m in [(1, 4.0, 1.0, 4.0), (2, 6.0, 1.5, 5.0), (3, 3.0, 0.5, 3.0), (4, 2.0, 0.0, 0.0),
+                                 (5, 8.0, 2.0, 6.0), (6, 5.0, 1.0, 2.0), (7, 2.0, 0.5, 1.0)]],
+    "edges": [{"sourceId": u, "destId": v, "cost": t} for u, v, t in
+              [(1, 2, 0.5), (1, 3, 0.5), (2, 4, 0.25), (3, 5, 0.75), (4, 6, 0.1), (5, 6, 0.3), (6, 7, 0.2),
+               (2, 7, 0.25)]]}
+
+
+@pytest.mark.parametrize("cpu_nodes, fpga_nodes, max_load, latency", [
+    # values printed by the authors' code for these splits of TINY_WORKLOAD:
+    # `dp -expert split.json` (max-load) and `greedy -computeLatency split.json` (latency, 3 decimals);
+    # contiguous splits, where their latency (pieces as separate devices) and ours (one call) agree
+    ([3, 4], [[1, 2], [5, 6, 7]], 5.0, 10.850),
+    ([4, 7], [[1, 2, 3], [5, 6]], 4.05, 12.050),
+])
+def test_objectives_reproduce_the_authors_values(cpu_nodes, fpga_nodes, max_load, latency):
+    spec = importlib.util.spec_from_file_location("placement_benchmark", ROOT / "benchmarks" / "placement_solver.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    problem = bench.problem_from_tarnawski(TINY_WORKLOAD)
+    assignment = {v: ("CPU", 0) for v in cpu_nodes}
+    assignment.update({v: ("ACC", k) for k, members in enumerate(fpga_nodes) for v in members})
+    assert objectives_module.throughput(problem, problem.from_assignment(assignment)) == pytest.approx(max_load)
+    # the authors' latency gives the host a core per node: so do we, with enough instances
+    wide = bench.problem_from_tarnawski(dict(TINY_WORKLOAD, maxCPUs=len(cpu_nodes)))
+    assignment.update({v: ("CPU", i) for i, v in enumerate(cpu_nodes)})
+    assert objectives_module.latency(wide, wide.from_assignment(assignment)) == pytest.approx(latency, abs=5e-4)
+
+
 def test_importing_partition_does_not_import_scipy():
     code = "import sys, xgraph.partition; assert 'scipy' not in sys.modules; xgraph.partition.solve_placement"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

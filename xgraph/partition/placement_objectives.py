@@ -16,9 +16,11 @@ inputs, "largest" is that transfer.)
   it starts when every input is ready, pays its incoming copies, computes, pays its outgoing
   copies, and all its nodes finish together. A host node starts when its predecessors have
   finished and its host instance is free. If an instance's nodes are not contiguous (a path
-  leaves them and comes back), they run as several calls, one after another, split as the
-  paper's ``reworkSplitIntoContiguous`` does; calls whose inputs feed each other cannot run
-  and the latency is infinite.
+  leaves them and comes back), they are split into contiguous calls as the paper's
+  ``reworkSplitIntoContiguous`` does; unlike the paper's evaluation, which treats those
+  pieces as separate devices, they run one after another on their instance and pay no
+  copies among themselves (they share its memory). Calls whose inputs feed each other cannot
+  run and the latency is infinite. The solver itself only returns contiguous placements.
 """
 from __future__ import annotations
 
