@@ -27,6 +27,7 @@ from xgraph.partition import placement_segments as segments
 from xgraph.partition.placement_problem import HOST_MEMORY, PlacementProblem
 
 _DP_STATE_LIMIT = 200
+_DP_BLOCK_LIMIT = 1000  # blocks beyond which the segment tables (S^2 per device, S * E to fill) are skipped
 
 
 def first_fit(problem: PlacementProblem, group_order: Sequence[int] | None = None) -> list[int] | None:
@@ -115,6 +116,8 @@ def contiguous_cuts(problem: PlacementProblem, objective: str, deadline: float, 
     """
     blocks, block_of = segments.contract_blocks(problem)
     free = [objective == "latency" and problem.device_host[d] for d in range(len(problem.device_names))]
+    if len(blocks) > _DP_BLOCK_LIMIT:  # the tables are S^2 per device: only the greedy
+        return [p for p in [next_fit(problem, blocks, range(len(blocks)))] if p is not None]
     counts = _capped_counts(problem, free)
     found: list[list[int]] = []
     for count, order in enumerate(segments.block_orders(problem, blocks, block_of)):
@@ -169,6 +172,8 @@ def improve_throughput(problem: PlacementProblem, placement: list[int], deadline
         improved = False
         for source in sorted(range(len(loads)), key=lambda k: -loads[k]):
             for g in sorted({problem.group_of[v] for v, k in enumerate(placement) if k == source}):
+                if time.monotonic() > deadline:
+                    break
                 if _best_move(problem, placement, loads, memory, g):
                     improved = True
             if improved or time.monotonic() > deadline:
@@ -322,6 +327,8 @@ def chain_bound(problem: PlacementProblem, path: Sequence[int]) -> float | None:
     contiguous), and a path's nodes have one topological order, so the segment dynamic
     program on it is exact. None when the instance counts had to be capped. O(L^2 * states).
     """
+    if len(path) > _DP_BLOCK_LIMIT:
+        return None
     keep = set(path)
     names = problem.device_names
     nodes = [{"id": v, "memory": problem.memory[v], "colocate": problem.group_of[v],
@@ -337,7 +344,7 @@ def chain_bound(problem: PlacementProblem, path: Sequence[int]) -> float | None:
     blocks, block_of = segments.contract_blocks(sub)
     order = list(range(len(blocks)))
     position = segments.node_positions(sub, blocks, order)
-    tables = segments.segment_tables(sub, position, len(order), "latency")
+    tables = segments.segment_tables(sub, position, len(order), "latency", chain=True)
     value, _ = segments.segment_dp(tables, counts, "latency", free)
     return value if math.isfinite(value) else None
 

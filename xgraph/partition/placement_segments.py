@@ -120,15 +120,17 @@ def node_positions(problem: PlacementProblem, blocks: Sequence[Sequence[int]], o
 
 
 def segment_tables(problem: PlacementProblem, position: Sequence[int], segments: int,
-                   objective: str) -> list[np.ndarray]:
+                   objective: str, *, chain: bool = False) -> list[np.ndarray]:
     """Per device, the (segments+1)^2 matrix of segment [a, b)'s load (inf where it cannot go).
 
-    Non-host: compute + copies in + copies out. Host: compute (throughput) or the critical
-    path of the segment's nodes (latency). Memory and support are checked. O(D * S^2 + S * E).
+    Non-host: compute + copies in + copies out. Host: compute (throughput, or latency on a
+    `chain`, where every node is on the one path) or the critical path of the segment's
+    nodes (latency). Memory and support are checked. O(D * S^2 + S * E).
     """
     size = segments + 1
     comm = _segment_copies(problem, position, segments)
-    critical = _segment_critical_paths(problem, position, segments) if objective == "latency" else None
+    critical = (_segment_critical_paths(problem, position, segments)
+                if objective == "latency" and not chain else None)
     tables = []
     for d in range(len(problem.device_names)):
         compute = np.zeros(size)
