@@ -27,6 +27,8 @@ from xgraph.ir.files import check_target, write_text
 from xgraph.compiler.dynamic_summary import dynamic_summary
 from xgraph.compiler.qdq_units import QDQ_TYPES, qdq_units, unit_label
 from xgraph.compiler.placement import count_copies, count_crossings
+from xgraph.compiler.cost_placement import placement_cost
+from xgraph.compiler.device_settings import apply_device_settings, parse_device_settings
 from xgraph.devices import get_devices
 from xgraph.registries import resolve
 
@@ -55,6 +57,21 @@ def _options_attr(graph_name: str, options: Any) -> Any:
     except json.JSONDecodeError as e:
         raise PartitionError(f"graph {graph_name!r}: its 'compile_options' attr is not JSON ({e}); the compiled "
                              "graph is damaged, compile the model again") from None
+
+
+def _placement(graph_name: str, options: Any) -> str:
+    value = _options_attr(graph_name, options)
+    placement = value.get("placement", "first_fit") if isinstance(value, dict) else "first_fit"
+    return placement if isinstance(placement, str) else "first_fit"
+
+
+def _cost_devices(devices: dict, graph_name: str, options: Any) -> dict:
+    """The device table the compile used: the registered one with the options' device settings applied."""
+    value = _options_attr(graph_name, options)
+    settings = value.get("devices") if isinstance(value, dict) else None
+    if not isinstance(settings, dict):
+        return devices
+    return apply_device_settings(devices, parse_device_settings(settings, list(devices)))
 
 
 def report(compiled: Graph) -> dict[str, Any]:
@@ -104,6 +121,8 @@ def report(compiled: Graph) -> dict[str, Any]:
         "plugins": _plugins(plugin_runs, subgraphs),
         "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
                                                  if isinstance(run, dict) for w in run.get("warnings", [])],
+        "cost": placement_cost(compiled, _cost_devices(devices, compiled.name, options),
+                               _placement(compiled.name, options)),
     }
     dynamic = dynamic_summary(compiled, ops, result["prepare"])
     if dynamic is not None:  # only models with dynamic inputs left carry the key
