@@ -85,11 +85,21 @@ def _instance_label(model: CostModel, index: int, place: tuple[str, int]) -> tup
     return model.device_of(index, place[0]), place[1]
 
 
+def _indexes(problem: Any, assignment: Mapping[Any, tuple[str, int]]) -> list[int]:
+    index = {instance: k for k, instance in enumerate(problem.instances)}
+    return [index[tuple(assignment[i])] for i in problem.ids]
+
+
 def evaluate_placement(problem: Any, assignment: Mapping[Any, tuple[str, int]], objective: str) -> float:
     """The objective's value of `assignment` ({node id: (device, instance)}) for `problem`."""
     from xgraph.partition.placement_objectives import evaluate
-    index = {instance: k for k, instance in enumerate(problem.instances)}
-    return evaluate(problem, [index[tuple(assignment[i])] for i in problem.ids], objective)
+    return evaluate(problem, _indexes(problem, assignment), objective)
+
+
+def is_feasible(problem: Any, assignment: Mapping[Any, tuple[str, int]]) -> bool:
+    """True when `assignment` keeps every memory capacity, colocation and supported device of `problem`."""
+    from xgraph.partition.placement_objectives import placement_violations
+    return not placement_violations(problem, _indexes(problem, assignment))
 
 
 def estimate(model: CostModel, assignment: Mapping[int, tuple[str, int]]) -> dict[str, Any]:
@@ -145,10 +155,15 @@ def place_by_cost(graph: "Graph", units: Sequence[Unit], first_fit: Sequence[str
     chosen = dict(solution.assignment)
     first = {i: _first_place(model, i, device) for i, device in enumerate(first_fit)}
     first.update({i: chosen[i] for i in model.io_nodes})
+    kept_first_fit = is_feasible(model.problem, first) and \
+        evaluate_placement(model.problem, first, objective) < solution.objective
+    if kept_first_fit:  # the solver's search space (e.g. contiguous calls for latency) missed first fit's split
+        chosen = first
     places = [_instance_label(model, i, chosen[i]) for i in range(len(units))]
     reasons = [_why(model, chosen, i, first_fit[i], objective) for i in range(len(units))]
     report = {"objective": objective, "solver": {"objective": solution.objective, "bound": solution.bound,
-                                                 "optimal": solution.optimal, "seconds": solution.seconds},
+                                                 "optimal": solution.optimal, "seconds": solution.seconds,
+                                                 "kept_first_fit": kept_first_fit},
               "chosen": estimate(model, chosen), "first_fit": estimate(model, first)}
     return places, reasons, report
 
