@@ -388,7 +388,5 @@ def parse_byte_count(key: str, value: Any) -> int:
     return n
 
 
-               "plugin_options", "strict_plugins", "external_data_threshold", "placement") + GEAR_OPTIONS
-#: How placement decides: first fit by op-info (cheapest device that accepts), or by cost for one objective.
-PLACEMENTS = ("first_fit", "latency", "throughput")
-           "parse_options", "parse_plugin_options"]
+__all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PLACEMENTS", "PRECISION_MODES", "format_input_shape",
+           "parse_input_shape", "parse_input_shape_ranges", "parse_options", "parse_plugin_options"]
