@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
-from xgraph.compiler.device_settings import apply_device_settings
+from xgraph.devices.settings import apply_device_settings
 from xgraph.compiler.options import parse_options
 from xgraph.devices import DeviceSpec, LinkProfile, device_from_dict, get_devices, parse_bytes
 from xgraph.errors import OptionError, PluginError

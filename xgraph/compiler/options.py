@@ -50,7 +50,7 @@ class CompileOptions:
     external_data_threshold: int | None = None
     gear_option: str = ""  # which of GEAR_OPTIONS was given ("" = none)
     gears: Gears = ()  # its gears: the values of input_shape's -1 dims, one tuple per gear
-    #: "devices" in its object form: {device: {setting: value}} (xgraph.compiler.device_settings)
+    #: "devices" in its object form: {device: {setting: value}} (xgraph.devices.settings)
     device_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     placement: str = "first_fit"
 
@@ -326,7 +326,7 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
             from xgraph.devices import get_devices
             known_devices = get_devices()
         if isinstance(raw["devices"], Mapping):
-            from xgraph.compiler.device_settings import parse_device_settings
+            from xgraph.devices.settings import parse_device_settings
             kwargs["device_settings"] = parse_device_settings(raw["devices"], list(known_devices))
         else:
             kwargs["devices"] = _devices(raw["devices"], known_devices)

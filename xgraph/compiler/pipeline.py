@@ -24,7 +24,7 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
-from xgraph.compiler.device_settings import apply_device_settings
+from xgraph.devices.settings import apply_device_settings
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.compiler.qdq_units import bind_qdq_units

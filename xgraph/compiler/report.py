@@ -28,8 +28,8 @@ from xgraph.compiler.dynamic_summary import dynamic_summary
 from xgraph.compiler.qdq_units import QDQ_TYPES, qdq_units, unit_label
 from xgraph.compiler.placement import count_copies, count_crossings
 from xgraph.compiler.cost_placement import placement_cost
-from xgraph.compiler.device_settings import apply_device_settings, parse_device_settings
 from xgraph.devices import get_devices
+from xgraph.devices.settings import compiled_devices
 from xgraph.registries import resolve
 
 
@@ -65,22 +65,14 @@ def _placement(graph_name: str, options: Any) -> str:
     return placement if isinstance(placement, str) else "first_fit"
 
 
-def _cost_devices(devices: dict, graph_name: str, options: Any) -> dict:
-    """The device table the compile used: the registered one with the options' device settings applied."""
-    value = _options_attr(graph_name, options)
-    settings = value.get("devices") if isinstance(value, dict) else None
-    if not isinstance(settings, dict):
-        return devices
-    return apply_device_settings(devices, parse_device_settings(settings, list(devices)))
-
-
 def report(compiled: Graph) -> dict[str, Any]:
     """The placement report of a compiled graph (see the module docstring for the keys)."""
     root = compiled.get_root_subgraph()
     if root.is_leaf and compiled.get_op_num():
         raise PartitionError(f"graph {compiled.name!r} is not compiled (its root has no device subgraphs); "
                              "run xgraph.compile first")
-    devices = get_devices()
+    options = _attr(compiled, "compile_options", "{}")
+    devices = compiled_devices(compiled, get_devices())  # the instances and queues the compile used
     children = root.toposort_child_subgraph()
     child_of = {op: child for child in children for op in child.get_ops()}
     ops = []
@@ -103,7 +95,6 @@ def report(compiled: Graph) -> dict[str, Any]:
         entry["subgraphs"] += 1
         entry["ops"] += len(sg["ops"])
     crossings = count_crossings(compiled, devices)
-    options = _attr(compiled, "compile_options", "{}")
     result = {
         "ops": ops,
         "subgraphs": subgraphs,
@@ -121,8 +112,7 @@ def report(compiled: Graph) -> dict[str, Any]:
         "plugins": _plugins(plugin_runs, subgraphs),
         "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
                                                  if isinstance(run, dict) for w in run.get("warnings", [])],
-        "cost": placement_cost(compiled, _cost_devices(devices, compiled.name, options),
-                               _placement(compiled.name, options)),
+        "cost": placement_cost(compiled, devices, _placement(compiled.name, options)),
     }
     dynamic = dynamic_summary(compiled, ops, result["prepare"])
     if dynamic is not None:  # only models with dynamic inputs left carry the key
