@@ -429,10 +429,12 @@ class GraphRunner:
             self._spans.append((task.name, task.kind, task.stream, start, end, job.id, nbytes))
 
     def get_stats(self) -> dict[str, Any]:
-        """Jobs by status, host<->device copies (count, bytes, seconds) and each subgraph runner's stats."""
+        """Jobs by status, copies between memory domains (count, bytes, seconds), each subgraph runner's
+        stats and, per device stream (instance), its queues, subgraphs and summed run times."""
         with self._stats_lock:
             stats = {"jobs": dict(self._job_counts), "copies": dict(self._copies)}
         stats["subgraphs"] = {name: r.get_stats() for name, r in self.runners.items()}
+        stats["streams"] = self.plan.stream_stats(stats["subgraphs"])
         return stats
 
     def export_chrome_trace(self, path: "str | Path") -> None:

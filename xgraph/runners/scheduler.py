@@ -96,6 +96,23 @@ class Plan:
         """Stream names in first-use order."""
         return list(dict.fromkeys(t.stream for t in self.tasks))
 
+    def stream_stats(self, subgraph_stats: dict[str, dict]) -> dict[str, dict[str, Any]]:
+        """stream -> {"queues", "subgraphs" (names), "runs", "total_s" and, where the runners estimate
+        device time ("sim" mode), "estimated_device_s"}, summed from each subgraph runner's stats; how
+        the load falls on the device instances. Copy streams are left out (the "copies" stats)."""
+        out: dict[str, dict[str, Any]] = {}
+        for task in self.tasks:
+            if task.kind != "subgraph":
+                continue
+            entry = out.setdefault(task.stream, {"queues": self.queues_of(task.stream), "subgraphs": [],
+                                                 "runs": 0, "total_s": 0.0})
+            entry["subgraphs"].append(task.name)
+            stats = subgraph_stats.get(task.name, {})
+            for key in ("runs", "total_s", "estimated_device_s"):
+                if isinstance(stats.get(key), (int, float)):
+                    entry[key] = entry.get(key, 0) + stats[key]
+        return out
+
     def queues_of(self, stream: str) -> int:
         """How many workers serve `stream` (tasks of it that run at once): its device's max_concurrency."""
         return self.queues.get(stream, 1)
