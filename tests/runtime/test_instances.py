@@ -5,6 +5,7 @@ Overlap is shown by events (a call waits until another has provably started), ne
 """
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -128,6 +129,8 @@ def test_memory_domains_and_copy_streams():
     where = residences([first, second, third, last], spec)
     assert [(where[s].stream, where[s].memory, where[s].queues) for s in (first, second, third, last)] == [
         ("AICORE:0", "device:0", 3), ("AICPU", "device:0", 1), ("AICORE:1", "device:1", 3), ("CPU", "host", 1)]
+    one_card = {**spec, "AICORE": DeviceSpec("AICORE")}  # a table of one instance, a subgraph on instance 1
+    assert [residences([first, third], one_card)[s].stream for s in (first, third)] == ["AICORE:0", "AICORE:1"]
     assert [copy_stream(*pair) for pair in [("host", "device"), ("device", "host"), ("host", "device:1"),
                                             ("device:0", "host"), ("device:0", "device:1")]] == [
         "H2D", "D2H", "H2D:1", "D2H:0", "D2D:0>1"]
@@ -201,3 +204,42 @@ def test_a_runner_that_is_not_reentrant_takes_turns_on_several_queues(make):
         jobs = [runner.execute_async({"x": np.full((1, 4), k, np.float32)}) for k in range(6)]
         assert [runner.wait(j, timeout=2 * WAIT) for j in jobs] == [0] * 6
     assert peak == [1]
+
+
+# -- pipelining -----------------------------------------------------------------------------------
+class PassRunner(Runner):
+    """Returns its input; calls `hook(runner, inputs)` first."""
+
+    any_thread = True
+    hook = None
+
+    def execute(self, inputs):
+        type(self).hook(self, inputs)
+        return [inputs[0]]
+
+
+def test_jobs_pipeline_across_instances(make):
+    """Job 1's stage on instance 1 waits until job 2 has started on instance 0: only pipelining allows it."""
+    graph = make.place(Graph.from_onnx(make.chain_model(2)), {"op000": "AICORE", "op001": "AICORE"},
+                       runner="test_pipe", merge=False)
+    first, second = graph.get_root_subgraph().toposort_child_subgraph()
+    first.set_attr("instance", 0)
+    second.set_attr("instance", 1)
+    graph.set_attr("compile_options", json.dumps({"devices": {"AICORE": {"instances": 2}}}))  # as a compile records
+    second_job_on_0, seen_on_1 = threading.Event(), []
+
+    def hook(runner, inputs):
+        value = float(inputs[0].flat[0])
+        if runner.subgraph is first and value == 2:
+            second_job_on_0.set()
+        if runner.subgraph is second and value == 1:
+            seen_on_1.append(second_job_on_0.wait(WAIT))
+
+    xgraph.register_runner("test_pipe", type("Pipe", (PassRunner,), {"hook": staticmethod(hook)}))
+    with xgraph.create_graph_runner(graph) as runner:
+        assert runner.plan.streams() == ["H2D:0", "AICORE:0", "D2D:0>1", "AICORE:1", "D2H:1"]
+        jobs = [runner.execute_async({"x": np.full((1, 4), v, np.float32)}) for v in (1, 2)]
+        assert [runner.wait(j, timeout=2 * WAIT) for j in jobs] == [0, 0]
+        assert [float(runner.get_outputs(j)[0][0, 0]) for j in jobs] == [1.0, 2.0]
+        assert runner.get_stats()["copies"]["count"] == 2 * xgraph.report(graph)["copies_per_run"]["total"] == 6
+    assert seen_on_1 == [True]

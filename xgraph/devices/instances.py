@@ -64,12 +64,14 @@ def residences(subgraphs: Iterable[Any], devices: Mapping[str, DeviceSpec]) -> d
     how many cards they use, so they are decided together)."""
     subgraphs = list(subgraphs)
     several = card_count(subgraphs, devices) > 1
+    device_of = {sg: str(sg.get_attr("device")) if sg.has_attr("device") else "CPU" for sg in subgraphs}
+    numbered = {name for name, spec in devices.items() if spec.instances > 1}
+    numbered.update(device_of[sg] for sg in subgraphs if instance_of(sg))
     out = {}
     for sg in subgraphs:
-        device = str(sg.get_attr("device")) if sg.has_attr("device") else "CPU"
+        device, instance = device_of[sg], instance_of(sg)
         spec = devices.get(device)
-        instance = instance_of(sg)
-        stream = f"{device}:{instance}" if instance or (spec is not None and spec.instances > 1) else device
+        stream = f"{device}:{instance}" if device in numbered else device
         memory = HOST if memory_of(sg, devices) == HOST else f"device:{instance}" if several else "device"
         out[sg] = Residence(device, instance, stream, memory, spec.max_concurrency if spec is not None else 1)
     return out
