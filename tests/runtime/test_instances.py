@@ -243,3 +243,15 @@ def test_jobs_pipeline_across_instances(make):
         assert [float(runner.get_outputs(j)[0][0, 0]) for j in jobs] == [1.0, 2.0]
         assert runner.get_stats()["copies"]["count"] == 2 * xgraph.report(graph)["copies_per_run"]["total"] == 6
     assert seen_on_1 == [True]
+
+
+def test_recorded_settings_of_a_device_the_table_lacks_are_left_out(compiled):
+    from xgraph.devices import get_devices
+    from xgraph.devices.settings import compiled_devices
+    graph = compiled["two"].copy()
+    graph.set_attr("compile_options", json.dumps({"devices": {"AICORE": {"instances": 2}, "SMFC": {"instances": 3}}}))
+    table = compiled_devices(graph, get_devices())
+    assert "SMFC" not in table and table["AICORE"].instances == 2 and table["AICPU"].instances == 2
+    graph.set_attr("compile_options", "{")
+    with pytest.raises(xgraph.XGraphError, match="compile_options"):
+        compiled_devices(graph, get_devices())

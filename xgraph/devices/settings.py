@@ -137,6 +137,10 @@ def compiled_devices(graph: Any, devices: Mapping[str, DeviceSpec]) -> dict[str,
     settings = recorded_options(graph).get("devices")
     if not isinstance(settings, Mapping) or not settings:
         return dict(devices)
+    # a device this table lacks (a plugin's, registered when the plugin loads) runs as one
+    # instance with one queue wherever the model goes, so its settings are left out here
+    known = {name.upper() for name in devices}
+    settings = {k: v for k, v in settings.items() if isinstance(k, str) and k.upper() in known}
     return apply_device_settings(devices, parse_device_settings(settings, list(devices)))
 
 
