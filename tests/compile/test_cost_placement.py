@@ -219,3 +219,12 @@ def test_a_cost_placement_is_never_estimated_worse_than_first_fit(tmp_path):
         cost = xgraph.report(compiled)["cost"]
         key = f"{objective}_seconds"
         assert cost["chosen"][key] <= cost["first_fit"][key] * (1 + 1e-9)
+
+
+def test_the_report_estimates_a_graph_whose_instances_its_options_do_not_record():
+    """A subgraph put on instance 1 by hand (no recorded device settings) is estimated on that instance."""
+    compiled = xgraph.compile(_matmul_chain(2))
+    (child,) = [c for c in compiled.get_root_subgraph().get_children() if c.get_attr("device") == "AICORE"]
+    child.set_attr("instance", 1)
+    instances = xgraph.report(compiled)["cost"]["chosen"]["instances"]
+    assert list(instances) == ["AICORE:1"] and instances["AICORE:1"]["busy_seconds"] > 0

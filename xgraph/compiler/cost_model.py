@@ -152,9 +152,11 @@ def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]",
 
 
 def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
-                  inputs: "Sequence[Tensor]" = (), outputs: "Sequence[Tensor]" = ()) -> CostModel:
+                  inputs: "Sequence[Tensor]" = (), outputs: "Sequence[Tensor]" = (),
+                  min_instances: "Mapping[str, int] | None" = None) -> CostModel:
     """The `PlacementProblem` of `units` (in dependency order) with copies over `link`, the graph's `inputs`
-    and `outputs` in `host`'s memory; see the module doc."""
+    and `outputs` in `host`'s memory; see the module doc. `min_instances` raises a solver device's instance
+    count (a compiled graph may name instances its device table no longer has)."""
     from xgraph.partition import PlacementProblem
     nodes, choices = [], []
     for i, unit in enumerate(units):
@@ -172,6 +174,9 @@ def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
         choices.append({host.name: (0.0, host.name)})
         nodes.append({"id": i, "cost": {host.name: 0.0}})
     devices = _devices([*units, Unit(None, [], [host])])
+    for name, count in (min_instances or {}).items():
+        if name in devices:
+            devices[name]["instances"] = max(devices[name]["instances"], count)
     edges = _edges(units, link, inputs, outputs)
     problem = PlacementProblem(nodes=nodes, edges=edges, devices=list(devices.values()))
     return CostModel(problem, list(units), choices, link, devices, io_nodes, nodes, edges)

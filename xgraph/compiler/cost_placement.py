@@ -178,11 +178,15 @@ def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict
         units.append(Unit(child, list(child.get_ops()), [spec], fixed=True,
                           estimate=float(estimate_attr) if isinstance(estimate_attr, (int, float)) else None))
         instance = child.get_attr("instance") if child.has_attr("instance") else 0
-        assignment[i] = (solver_device(spec), instance if isinstance(instance, int) else 0)
+        valid = isinstance(instance, int) and not isinstance(instance, bool) and 0 <= instance < 4096
+        assignment[i] = (solver_device(spec), instance if valid else 0)
     if not units:
         return {"latency_seconds": 0.0, "throughput_seconds": 0.0, "instances": {}, "copy_share": 0.0,
                 "crossing_share": 0.0}
-    model = _model(graph, units, devices)
+    needed: dict[str, int] = {}
+    for device, instance in assignment.values():
+        needed[device] = max(needed.get(device, 0), instance + 1)
+    model = _model(graph, units, devices, needed)
     assignment.update({i: (host_spec(devices).name, 0) for i in model.io_nodes})
     return estimate(model, assignment)
 
@@ -193,9 +197,10 @@ def host_spec(devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
     return hosts[0] if hosts else DeviceSpec("CPU", memory="host", source="<host>")
 
 
-def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSpec]) -> CostModel:
+def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSpec],
+           min_instances: "Mapping[str, int] | None" = None) -> CostModel:
     return build_problem(units, card_link(devices), host_spec(devices), graph.get_input_tensors(),
-                         graph.get_output_tensors())
+                         graph.get_output_tensors(), min_instances)
 
 
 def _first_place(model: CostModel, index: int, device: str) -> tuple[str, int]:
