@@ -1,9 +1,11 @@
 """Copies are exactly what placement says: on random graphs with random plugin claims (in host
 or device memory) and random min_subgraph_ops, the graph runner performs, per run, exactly the
-copies the report predicts, and min_subgraph_ops never raises that count."""
+copies the report predicts, and min_subgraph_ops never raises that count. The same holds with
+the device subgraphs on random instances of a two-card compile (copies between cards too)."""
 from __future__ import annotations
 
 import itertools
+import json
 import textwrap
 
 import numpy as np
@@ -88,6 +90,37 @@ def test_runtime_copies_equal_the_report_and_min_subgraph_ops_never_adds_copies(
         assert runner.get_stats()["copies"]["count"] == copies["total"]
     baseline = xgraph.compile(model, {**options, "min_subgraph_ops": 1}, plugin_path=[str(tmp_path)])
     assert copies["total"] <= xgraph.report(baseline)["copies_per_run"]["total"]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=graphs_and_claims(), cards=st.lists(st.integers(0, 1), min_size=12, max_size=12),
+       npu_memory=st.sampled_from(["device", "host"]))
+def test_copies_between_cards_equal_the_report_and_results_equal_one_card(tmp_path, case, cards, npu_memory):
+    model, host_ops, device_ops = case
+    plugins = [_plugin(tmp_path, "CPU", host_ops, None), _plugin(tmp_path, "NPU", device_ops, npu_memory)]
+    options = {"plugins": ",".join(plugins)}
+    one_card = xgraph.compile(model, options, plugin_path=[str(tmp_path)])
+    graph = xgraph.compile(model, {**options, "devices": {"AICORE": {"instances": 2}}}, plugin_path=[str(tmp_path)])
+    assert json.loads(graph.get_attr("compile_options"))["devices"] == {"AICORE": {"instances": 2}}
+    device_side = [c for c in graph.get_root_subgraph().toposort_child_subgraph()
+                   if c.get_attr("device") in ("AICORE", "AICPU")]  # the card's devices (NPU stays on card 0)
+    for child, card in zip(device_side, cards):
+        child.set_attr("instance", card)
+    copies = xgraph.report(graph)["copies_per_run"]
+    assert copies["total"] == copies["crossings"] + copies["graph_inputs"] + copies["graph_outputs"]
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    with xgraph.create_graph_runner(one_card, kernels="numpy") as runner:
+        want = runner.run({"x": x})
+    with xgraph.create_graph_runner(graph, kernels="numpy") as runner:
+        got = runner.run({"x": x})  # on the caller's thread
+        assert runner.get_stats()["copies"]["count"] == copies["total"]
+        job = runner.execute_async({"x": x})  # on the streams
+        assert runner.wait(job, timeout=30) == 0
+        assert runner.get_stats()["copies"]["count"] == 2 * copies["total"]
+        streams = set(runner.plan.streams())
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert {f"{c.get_attr('device')}:{c.get_attr('instance')}" for c in device_side} <= streams
 
 
 def test_plugin_on_cpu_is_host_memory_and_its_copies_are_performed(tmp_path):

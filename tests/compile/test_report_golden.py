@@ -115,6 +115,7 @@ def canonical(report: dict) -> dict:
 def test_report_is_unchanged(models, request, model, options):
     source, options = _build(models, model, options)
     got = canonical(xgraph.report(xgraph.compile(source, options)))
+    got.pop("cost")  # the cost model's estimate is checked in test_cost_placement.py; this file guards placement
     path = GOLDEN / f"{request.node.callspec.id}.json"
     if REGENERATE:
         GOLDEN.mkdir(exist_ok=True)

@@ -162,6 +162,33 @@ def declined_notes(report: dict[str, Any]) -> list[str]:
             "placement took its ops" for run in report.get("plugins", []) for d in run.get("declined", [])]
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def cost_lines(cost: "dict[str, Any] | None") -> list[str]:
+    """The cost model's estimate of the split: latency, throughput, copies; per instance for a cost placement,
+    beside first fit's; the note when first fit loses much to copies."""
+    if not cost or "chosen" not in cost:
+        return []
+    chosen = cost["chosen"]
+    lines = [f"estimated ({cost.get('placement', 'first_fit')}): latency {_ms(chosen['latency_seconds'])}, "
+             f"one job every {_ms(chosen['throughput_seconds'])} when streaming, "
+             f"{chosen.get('copy_share', 0.0):.0%} of the time in host/device copies"]
+    first = cost.get("first_fit")
+    if first:
+        lines.append(f"first fit would take: latency {_ms(first['latency_seconds'])}, one job every "
+                     f"{_ms(first['throughput_seconds'])}, {first.get('copy_share', 0.0):.0%} in copies")
+        for name, entry in chosen["instances"].items():
+            capacity = entry.get("capacity")
+            memory = f"{entry['memory'] / 2**20:.1f} MiB" + (f" of {capacity / 2**30:.3g} GiB" if capacity else "")
+            copies = f"{entry['copies']} cop{'y' if entry['copies'] == 1 else 'ies'}"
+            lines.append(f"  {name}: busy {_ms(entry['busy_seconds'])}, {memory}, {copies} ({_ms(entry['copy_seconds'])})")
+    if cost.get("note"):
+        lines.append("note: " + cost["note"])
+    return lines
+
+
 def print_summary(report: dict[str, Any], model: str, output: Path, seconds: float) -> None:
     """Who took what (each plugin, then the built-in placement per device), crossings, top fallback reasons.
 
@@ -197,6 +224,8 @@ def print_summary(report: dict[str, Any], model: str, output: Path, seconds: flo
     console.print(t(f"host/device crossings: {report['crossings']}"))
     if report.get("dynamic"):
         console.print(t(report["dynamic"]["line"]), soft_wrap=True)
+    for line in cost_lines(report.get("cost")):
+        console.print(t(line), soft_wrap=True)
     for line in int8_unit_lines(report):
         console.print(t(line), soft_wrap=True)  # one line per device, however wide
     for warning in report.get("warnings", []):

@@ -30,6 +30,7 @@ from xgraph.errors import XGraphError
 from xgraph.ir import Graph, Op
 from xgraph.ir.template import MatchLog, record_matches
 from xgraph.compiler.options import parse_options
+from xgraph.compiler.cost_model import op_seconds
 from xgraph.compiler.placement import candidate_devices
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices
@@ -102,7 +103,8 @@ def _owner(graph: Graph, op: Op) -> tuple[str, str, str]:
 
 
 def device_verdicts(op: Op, options: Any) -> list[dict[str, Any]]:
-    """Each built-in candidate device's verdict on `op`, cheapest first: {"device", "accepts", "reason"}."""
+    """Each built-in candidate device's verdict on `op`, cheapest first: {"device", "accepts", "reason", "seconds"}
+    (the cost model's estimate of the op alone on one instance of the device)."""
     devices = get_devices()
     opts = parse_options(options, devices)
     candidates, host = candidate_devices(devices, opts)
@@ -113,7 +115,8 @@ def device_verdicts(op: Op, options: Any) -> list[dict[str, Any]]:
         reason = "" if verdict.ok else verdict.reason
         if reason.startswith(f"{spec.name}: "):
             reason = reason[len(spec.name) + 2:]
-        result.append({"device": spec.name, "accepts": bool(verdict.ok), "reason": reason})
+        result.append({"device": spec.name, "accepts": bool(verdict.ok), "reason": reason,
+                       "seconds": op_seconds(op, spec)})
     return result
 
 
@@ -171,7 +174,8 @@ def explain_text(entries: list[dict[str, Any]]) -> str:
         lines.append("  devices, cheapest first:")
         for v in e["devices"]:
             mark = " (chosen)" if v["device"] == e["device"] and e["taken_by"] == "placement" else ""
-            lines.append(f"    {v['device']}: {'accepts' if v['accepts'] else v['reason']}{mark}")
+            cost = f", {v['seconds'] * 1e3:.3g} ms" if v["accepts"] and "seconds" in v else ""
+            lines.append(f"    {v['device']}: {'accepts' + cost if v['accepts'] else v['reason']}{mark}")
         for p in e["plugins"]:
             verdict = "took it" if p["took"] else (f"declined it: {p['declined']}" if p.get("declined")
                                                     else "did not take it")

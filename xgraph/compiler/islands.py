@@ -4,7 +4,8 @@ Placement (`placement.py`) first fits each op to the cheapest device that accept
 functions here then look at memory: `demote_small_islands` sends device islands smaller than
 min_subgraph_ops to the host only when that lowers the copies, `promote_host_islands` moves
 host islands back to device memory when that lowers them, and `count_crossings` /
-`count_copies` say what the graph runner will copy per run (a property test checks that
+`count_copies` say what the graph runner will copy per run (between the host and each card,
+and between cards) (a property test checks that
 they are exact). Graph inputs and outputs live in host memory. The functions that decide read
 and replace placement's `choice`: unit -> (device, the reason of each op, in `unit.ops` order),
 a tuple that units may share, so it is replaced, never changed.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.devices import DeviceSpec, memory_of
+from xgraph.devices.instances import HOST, copy_direction, residences
 from xgraph.partition.merge import plan_merge
 
 if TYPE_CHECKING:
@@ -186,44 +188,57 @@ def promote_host_islands(graph: "Graph", units: list["_Unit"], choice: dict, can
 
 
 def count_crossings(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[dict[str, Any]]:
-    """Every host/device copy between root children: one per tensor and direction, as the runtime copies.
+    """Every copy between root children: one per tensor and memory domain it is read in, as the runtime copies.
 
-    Each entry: {"tensor", "from" (subgraph), "to" (subgraphs on the other side), "direction"
-    ("H2D" | "D2H")}. Graph inputs and outputs are not counted. Devices the table does not
-    know count as host memory, as in the runtime.
+    Each entry: {"tensor", "from" (subgraph), "to" (subgraphs in that other domain), "direction"
+    ("H2D" | "D2H" | "D2D": host to card, card to host, card to card; `xgraph.devices.instances`)}.
+    Graph inputs and outputs are not counted. Devices the table does not know count as host
+    memory, as in the runtime.
     """
+    return [edge for edge, _ in _crossings(graph, devices)]
+
+
+def _crossings(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[tuple[dict[str, Any], str]]:
+    """count_crossings' entries, each with the memory domain its tensor is copied into."""
     root = graph.get_root_subgraph()
-    memory = {c: memory_of(c, devices) for c in root.get_children()}
+    memory = _domains(root, devices)
     edges = []
     for child in root.toposort_child_subgraph():
         for t in child.get_output_tensors():
             targets = {root.find_child_subgraph_by_op(c) for c in t.consumers} - {child, None}
-            across = sorted(s.name for s in targets if memory[s] != memory[child])
-            if across:
-                direction = "D2H" if memory[child] == "device" else "H2D"
-                edges.append({"tensor": t.name, "from": child.name, "to": across, "direction": direction})
+            by_domain: dict[str, list[str]] = {}
+            for s in targets:
+                if memory[s] != memory[child]:
+                    by_domain.setdefault(memory[s], []).append(s.name)
+            for domain, names in sorted(by_domain.items()):
+                edges.append(({"tensor": t.name, "from": child.name, "to": sorted(names),
+                               "direction": copy_direction(memory[child], domain)}, domain))
     return edges
 
 
+def _domains(root, devices: Mapping[str, DeviceSpec]) -> dict:
+    return {c: r.memory for c, r in residences(root.get_children(), devices).items()}
+
+
 def count_copies(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict[str, int]:
-    """The host/device copies the graph runner performs per run, by cause.
+    """The copies the graph runner performs per run, by cause.
 
     Graph inputs arrive in host memory and outputs leave from it, so besides the crossings
-    between subgraphs, every graph input a device-memory subgraph reads is copied in (once),
-    and every graph output produced in device memory is copied out (once, shared with a
-    crossing of the same tensor): ``total = crossings + graph_inputs + graph_outputs``.
+    between subgraphs, every graph input is copied in once per card memory that reads it, and
+    every graph output produced in a card's memory is copied out (once, shared with a crossing
+    of the same tensor): ``total = crossings + graph_inputs + graph_outputs``.
     """
     root = graph.get_root_subgraph()
-    memory = {c: memory_of(c, devices) for c in root.get_children()}
-    copies = {(e["tensor"], "host" if e["direction"] == "D2H" else "device") for e in count_crossings(graph, devices)}
+    memory = _domains(root, devices)
+    copies = {(e["tensor"], domain) for e, domain in _crossings(graph, devices)}
     crossings = len(copies)
-    inputs = sum(1 for t in graph.get_input_tensors()
-                 if any(memory.get(root.find_child_subgraph_by_op(c)) == "device" for c in t.consumers))
+    inputs = sum(len({memory.get(root.find_child_subgraph_by_op(c), HOST) for c in t.consumers} - {HOST})
+                 for t in graph.get_input_tensors())
     outputs = 0
     for t in dict.fromkeys(graph.get_output_tensors()):
         producer = root.find_child_subgraph_by_op(t.producer) if t.producer is not None else None
-        if producer is not None and memory[producer] == "device" and (t.name, "host") not in copies:
-            copies.add((t.name, "host"))
+        if producer is not None and memory[producer] != HOST and (t.name, HOST) not in copies:
+            copies.add((t.name, HOST))
             outputs += 1
     return {"total": crossings + inputs + outputs, "crossings": crossings, "graph_inputs": inputs,
             "graph_outputs": outputs}

@@ -22,7 +22,9 @@ PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
 OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
-               "plugin_options", "strict_plugins", "external_data_threshold") + GEAR_OPTIONS
+               "plugin_options", "strict_plugins", "external_data_threshold", "placement") + GEAR_OPTIONS
+#: How placement decides: first fit by op-info (cheapest device that accepts), or by cost for one objective.
+PLACEMENTS = ("first_fit", "latency", "throughput")
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
 
 
@@ -48,6 +50,9 @@ class CompileOptions:
     external_data_threshold: int | None = None
     gear_option: str = ""  # which of GEAR_OPTIONS was given ("" = none)
     gears: Gears = ()  # its gears: the values of input_shape's -1 dims, one tuple per gear
+    #: "devices" in its object form: {device: {setting: value}} (xgraph.devices.settings)
+    device_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    placement: str = "first_fit"
 
     def gear_shapes(self) -> list[dict[str, tuple[int, ...]]]:
         """Each gear's fully static input_shape (empty without a gear option)."""
@@ -61,6 +66,10 @@ class CompileOptions:
             out["plugins"] = ",".join(self.plugins)
         if self.devices is not None:
             out["devices"] = ",".join(self.devices)
+        elif self.device_settings:
+            out["devices"] = {name: dict(entry) for name, entry in self.device_settings.items()}
+        if self.placement != "first_fit":
+            out["placement"] = self.placement
         if self.output_ops:
             out["output_ops"] = ",".join(self.output_ops)
         if self.input_shape:
@@ -316,7 +325,17 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
         if known_devices is None:
             from xgraph.devices import get_devices
             known_devices = get_devices()
-        kwargs["devices"] = _devices(raw["devices"], known_devices)
+        if isinstance(raw["devices"], Mapping):
+            from xgraph.devices.settings import parse_device_settings
+            kwargs["device_settings"] = parse_device_settings(raw["devices"], list(known_devices))
+        else:
+            kwargs["devices"] = _devices(raw["devices"], known_devices)
+    if "placement" in raw:
+        if raw["placement"] not in PLACEMENTS:
+            hint = difflib.get_close_matches(str(raw["placement"]), PLACEMENTS, 1)
+            raise _bad("placement", raw["placement"], " or ".join(map(repr, PLACEMENTS)) +
+                       (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        kwargs["placement"] = raw["placement"]
     if "fallback" in raw:
         if raw["fallback"] not in FALLBACKS:
             raise _bad("fallback", raw["fallback"], " or ".join(f'"{f}"' for f in FALLBACKS))
@@ -369,6 +388,5 @@ def parse_byte_count(key: str, value: Any) -> int:
     return n
 
 
-__all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PRECISION_MODES", "format_input_shape", "parse_input_shape",
-           "parse_input_shape_ranges",
-           "parse_options", "parse_plugin_options"]
+__all__ = ["CompileOptions", "FALLBACKS", "OPTION_KEYS", "PLACEMENTS", "PRECISION_MODES", "format_input_shape",
+           "parse_input_shape", "parse_input_shape_ranges", "parse_options", "parse_plugin_options"]

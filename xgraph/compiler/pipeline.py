@@ -24,6 +24,7 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
+from xgraph.devices.settings import apply_device_settings
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.compiler.qdq_units import bind_qdq_units
@@ -207,7 +208,7 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
 
 def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progress: Progress | None,
                     registries: Registries) -> Graph:
-    devices = registries.devices
+    devices = apply_device_settings(registries.devices, opts.device_settings)
     _report_stage(progress, "prepare")
     with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
         summary = prepare(graph, opts)

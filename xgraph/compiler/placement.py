@@ -279,13 +279,48 @@ def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
           options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
           signatures: Signatures | None = None) -> list["Subgraph"]:
     """`apply_placement(graph, propose_placement(graph, devices, options), devices)` in one step (what compile
-    runs): the decisions go straight to the merge and the annotations, without a proposal to build and check."""
+    runs): the decisions go straight to the merge and the annotations, without a proposal to build and check.
+    Under ``"placement": "latency"`` or ``"throughput"`` the solver decides instead of first fit
+    (`xgraph.compiler.cost_placement`), and the graph attr "placement_estimate" records its arithmetic."""
+    options = parse_options(options, devices)
     units, choice = _propose(graph, devices, options, signatures, ordered=False)
+    if options.placement != "first_fit":
+        return _place_by_cost(graph, devices, options, units, choice)
     decisions = list(map(choice.__getitem__, units))
     labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
     ops = [op for unit in units for op in unit.ops]
     placed = [device for device, why in decisions for _ in why]
     reasons = [reason for _, why in decisions for reason in why]
+    return _apply(graph, labels, ops, placed, reasons, devices)
+
+
+def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: CompileOptions,
+                   units: list[_Unit], choice: dict) -> list["Subgraph"]:
+    """The solver's split of `units` (first fit's verdicts say which devices may take each), plugin subgraphs fixed."""
+    from xgraph.compiler.cost_model import Unit
+    from xgraph.compiler.cost_placement import place_by_cost, plugin_units
+    candidates, host = candidate_devices(devices, options)
+    order = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
+    free = []
+    for unit in units:
+        allowed = [spec for spec in candidates if unit.accepts(spec.name)]
+        if host is not None and host not in allowed:
+            allowed.append(host)
+        free.append(Unit(unit.child, unit.ops, allowed))
+    every = sorted(free + plugin_units(graph, devices), key=lambda u: order[u.key])
+    own = {unit.child: unit for unit in units}
+    first_fit = [choice[own[u.key]][0] if u.key in own else u.allowed[0].name for u in every]
+    places, cost_reasons, estimate = place_by_cost(graph, every, first_fit, options.placement, devices)
+    labels, ops, placed, reasons = {}, [], [], []
+    for u, (device, instance), why in zip(every, places, cost_reasons):
+        if u.fixed:
+            continue
+        labels[u.key] = (device, instance)
+        for op, first_reason in zip(u.ops, choice[own[u.key]][1]):
+            ops.append(op)
+            placed.append(device)
+            reasons.append("; ".join(r for r in (why, first_reason) if r))
+    graph.set_attr("placement_estimate", estimate)
     return _apply(graph, labels, ops, placed, reasons, devices)
 
 
@@ -317,18 +352,22 @@ def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, De
                   [reason for _, reason in proposal.values()], devices)
 
 
-def _apply(graph: "Graph", labels: dict["Subgraph", str], ops: list["Op"], placed: list[str], reasons: list[str],
+def _apply(graph: "Graph", labels: "dict[Subgraph, str] | dict[Subgraph, tuple[str, int]]", ops: list["Op"], placed: list[str], reasons: list[str],
            devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
     """Merge the labelled children per device, label the merged subgraphs, annotate `ops` (columns by op)."""
     root = graph.get_root_subgraph()
     groups = plan_merge(root, labels)
     merged = root.merge_child_groups(groups, check_cycles=False)
-    by_device: dict[str, list["Subgraph"]] = {}
+    by_label: dict[Any, list["Subgraph"]] = {}
     for group, sg in zip(groups, merged):
-        by_device.setdefault(labels[group[0]], []).append(sg)
-    for device, subgraphs in by_device.items():
+        by_label.setdefault(labels[group[0]], []).append(sg)
+    for label, subgraphs in by_label.items():
+        device, instance = label if isinstance(label, tuple) else (label, None)
         spec = devices[device]
-        root.set_children_attrs(subgraphs, {"device": spec.name, "runner": dict(spec.runner)})
+        attrs: dict[str, Any] = {"device": spec.name, "runner": dict(spec.runner)}
+        if instance is not None and spec.instances > 1:
+            attrs["instance"] = instance
+        root.set_children_attrs(subgraphs, attrs)
     graph.set_op_annotation_columns(ops, {"device": placed, "placement_reason": reasons})
     return merged
 

@@ -27,7 +27,9 @@ from xgraph.ir.files import check_target, write_text
 from xgraph.compiler.dynamic_summary import dynamic_summary
 from xgraph.compiler.qdq_units import QDQ_TYPES, qdq_units, unit_label
 from xgraph.compiler.placement import count_copies, count_crossings
+from xgraph.compiler.cost_placement import placement_cost
 from xgraph.devices import get_devices
+from xgraph.devices.settings import compiled_devices
 from xgraph.registries import resolve
 
 
@@ -57,13 +59,20 @@ def _options_attr(graph_name: str, options: Any) -> Any:
                              "graph is damaged, compile the model again") from None
 
 
+def _placement(graph_name: str, options: Any) -> str:
+    value = _options_attr(graph_name, options)
+    placement = value.get("placement", "first_fit") if isinstance(value, dict) else "first_fit"
+    return placement if isinstance(placement, str) else "first_fit"
+
+
 def report(compiled: Graph) -> dict[str, Any]:
     """The placement report of a compiled graph (see the module docstring for the keys)."""
     root = compiled.get_root_subgraph()
     if root.is_leaf and compiled.get_op_num():
         raise PartitionError(f"graph {compiled.name!r} is not compiled (its root has no device subgraphs); "
                              "run xgraph.compile first")
-    devices = get_devices()
+    options = _attr(compiled, "compile_options", "{}")
+    devices = compiled_devices(compiled, get_devices())  # the instances and queues the compile used
     children = root.toposort_child_subgraph()
     child_of = {op: child for child in children for op in child.get_ops()}
     ops = []
@@ -86,7 +95,6 @@ def report(compiled: Graph) -> dict[str, Any]:
         entry["subgraphs"] += 1
         entry["ops"] += len(sg["ops"])
     crossings = count_crossings(compiled, devices)
-    options = _attr(compiled, "compile_options", "{}")
     result = {
         "ops": ops,
         "subgraphs": subgraphs,
@@ -104,6 +112,7 @@ def report(compiled: Graph) -> dict[str, Any]:
         "plugins": _plugins(plugin_runs, subgraphs),
         "warnings": runner_warnings(children) + [w for run in (plugin_runs if isinstance(plugin_runs, list) else [])
                                                  if isinstance(run, dict) for w in run.get("warnings", [])],
+        "cost": placement_cost(compiled, devices, _placement(compiled.name, options)),
     }
     dynamic = dynamic_summary(compiled, ops, result["prepare"])
     if dynamic is not None:  # only models with dynamic inputs left carry the key

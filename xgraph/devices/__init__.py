@@ -10,8 +10,12 @@ reports and runtimes know its memory and cost profile.
 A device TOML file has these tables (`oprules` explains every rule key):
 
     [device]   name, description, cost_rank (lower = preferred), memory ("device" | "host"),
-               runner = { run = "...", sim = "...", ref = "..." }
+               runner = { run = "...", sim = "...", ref = "..." },
+               instances (cards of this kind: AICORE:0, AICORE:1, ...; default 1),
+               memory_capacity (bytes of one instance's memory, an int or "8GiB"; absent: unbounded),
+               max_concurrency (queues: jobs one instance runs at once; default 1)
     [cost]     peak_gflops = { float16 = ..., float32 = ... }, bandwidth_gbps, launch_overhead_us
+    [link]     bandwidth_gbps, latency_us: the copy path between this device's memory and the host's
     [defaults] rule keys every op entry starts from
     [ops.Conv] one op entry;  [[group]] ops = [...] plus shared rule keys
     [any_op]   any = true: a catch-all rule for unlisted ops, with exclude = { Op = "why" }
@@ -51,8 +55,26 @@ class CostProfile:
 
 
 @dataclass(frozen=True)
+class LinkProfile:
+    """The copy path between a device's memory and the host's: a copy of n bytes takes latency + n / bandwidth."""
+
+    bandwidth_gbps: float = 0.0  # 0: copies cost only their latency
+    latency_us: float = 0.0
+
+    def seconds(self, nbytes: int) -> float:
+        """Seconds one copy of `nbytes` takes over this link."""
+        rate = self.bandwidth_gbps * 1e9
+        return self.latency_us * 1e-6 + (nbytes / rate if rate else 0.0)
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
-    """One device: name, preference (cost_rank), memory kind, runner map, op-info library, cost profile."""
+    """One device: name, preference (cost_rank), memory kind, runner map, op-info library, cost profile,
+    and its capacity: instances (cards), memory per instance, queues per instance, the link to the host.
+
+    Devices of memory kind "device" share one card's memory: AICORE:i, AICPU:i and DVPP:i sit on
+    card i and exchange tensors without a copy; everything else crosses a link.
+    """
 
     name: str
     cost_rank: int = 50
@@ -62,6 +84,10 @@ class DeviceSpec:
     cost: CostProfile = field(default_factory=CostProfile)
     description: str = ""
     source: str = "<python>"
+    instances: int = 1
+    memory_capacity: int | None = None  # bytes per instance; None: unbounded
+    max_concurrency: int = 1
+    link: LinkProfile = field(default_factory=LinkProfile)
 
     def __post_init__(self) -> None:
         where = f"device {self.name!r} ({self.source})"
@@ -77,6 +103,15 @@ class DeviceSpec:
             raise PluginError(f"{where}: runner entries {bad} are not mode -> runner name; modes are {RUNNER_MODES}")
         if not isinstance(self.ops, OpTable):
             raise PluginError(f"{where}: ops must be an OpTable (load op-info libraries with device_from_dict)")
+        for key in ("instances", "max_concurrency"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+                raise PluginError(f"{where}: {key} must be an int from 1 to 4096, got {value!r}")
+        cap = self.memory_capacity
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+            raise PluginError(f"{where}: memory_capacity must be a number of bytes > 0 (or absent), got {cap!r}")
+        if not isinstance(self.link, LinkProfile):
+            raise PluginError(f"{where}: link must be a LinkProfile, got {type(self.link).__name__}")
 
     @property
     def is_host(self) -> bool:
@@ -100,13 +135,56 @@ def _parse_cost(table: Any, where: Location) -> CostProfile:
     return CostProfile(peak_gflops={k: float(v) for k, v in peaks.items()}, **values)
 
 
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "KI": 1 << 10, "M": 1 << 20, "MI": 1 << 20, "G": 1 << 30, "GI": 1 << 30,
+               "T": 1 << 40, "TI": 1 << 40}
+
+
+def parse_bytes(value: Any) -> int | None:
+    """A byte count from an int >= 0 or a string such as "1024", "512M", "8GiB", "2 GB" (powers of 1024);
+    None when `value` is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip().upper().replace(" ", "").removesuffix("B")
+    digits = text.rstrip("KMGTI")
+    scale = _BYTE_UNITS.get(text[len(digits):])
+    if scale is None or not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(digits) * scale
+
+
+def _parse_link(table: Any, where: Location) -> LinkProfile:
+    t = check_keys(table, ("bandwidth_gbps", "latency_us"), where)
+    values = {}
+    for key in ("bandwidth_gbps", "latency_us"):
+        v = t.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise (where / key).error(f"must be a number >= 0, got {v!r}")
+        values[key] = float(v)
+    return LinkProfile(**values)
+
+
+def _capacity(d: Mapping[str, Any], where: Location) -> int | None:
+    if "memory_capacity" not in d:
+        return None
+    n = parse_bytes(d["memory_capacity"])
+    if not n:
+        raise (where / "memory_capacity").error(f'must be a number of bytes > 0 such as 8589934592 or "8GiB", '
+                                                f'got {d["memory_capacity"]!r}')
+    return n
+
+
 def device_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DeviceSpec:
     """A DeviceSpec from a parsed device document (the TOML schema above); PluginError naming file and key."""
     root = Location(source)
-    doc = check_keys(dict(doc), ("device", "cost", "defaults", "ops", "group", "any_op"), root)
+    doc = check_keys(dict(doc), ("device", "cost", "link", "defaults", "ops", "group", "any_op"), root)
     if "device" not in doc:
         raise root.error("needs a [device] table with at least name = \"...\"")
-    d = check_keys(doc["device"], ("name", "description", "cost_rank", "memory", "runner"), root / "device")
+    d = check_keys(doc["device"], ("name", "description", "cost_rank", "memory", "runner", "instances",
+                                   "memory_capacity", "max_concurrency"), root / "device")
     if "name" not in d:
         raise (root / "device").error("needs name = \"...\"")
     runner = d.get("runner", {})
@@ -116,7 +194,9 @@ def device_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DeviceSp
         name=d["name"], cost_rank=d.get("cost_rank", 50), memory=d.get("memory", "device"),
         runner=dict(runner), ops=parse_op_table(doc, source, CHECK_NAMES),
         cost=_parse_cost(doc.get("cost", {}), root / "cost"),
-        description=d.get("description", ""), source=source)
+        description=d.get("description", ""), source=source,
+        instances=d.get("instances", 1), memory_capacity=_capacity(d, root / "device"),
+        max_concurrency=d.get("max_concurrency", 1), link=_parse_link(doc.get("link", {}), root / "link"))
 
 
 def load_device_file(path: "str | Path") -> DeviceSpec:
@@ -223,6 +303,6 @@ def unregister_device(name: str) -> None:
     _registries().unregister_device(name)
 
 
-__all__ = ["CHECK_NAMES", "CostProfile", "DeviceSpec", "as_device_spec", "builtin_device_files", "device_from_dict",
+__all__ = ["CHECK_NAMES", "CostProfile", "DeviceSpec", "LinkProfile", "parse_bytes", "as_device_spec", "builtin_device_files", "device_from_dict",
            "get_devices", "load_device_file", "register_device", "unregister_device", "add_device", "by_cost",
            "collect_devices", "set_default_registries"]

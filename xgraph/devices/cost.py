@@ -13,34 +13,46 @@ from typing import Any, Sequence
 import numpy as np
 
 
-def _numel(a: Any) -> int:
-    return int(a.size) if isinstance(a, np.ndarray) else 0
+def _size(shape: "tuple[int, ...] | None") -> int:
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
 
 
 def _nbytes(arrays: Sequence[Any]) -> int:
     return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 
 
-def op_flops(op_type: str, attrs: dict[str, Any], args: Sequence[Any], results: Sequence[Any]) -> int:
-    """FLOPs of one op, from its argument and result arrays (2 per multiply-add)."""
+def shapes_of(arrays: Sequence[Any]) -> "list[tuple[int, ...] | None]":
+    """Each array's shape (None for anything that is not an array: an omitted input, a sequence)."""
+    return [a.shape if isinstance(a, np.ndarray) else None for a in arrays]
+
+
+def op_flops(op_type: str, attrs: dict[str, Any], args: "Sequence[tuple[int, ...] | None]",
+             results: "Sequence[tuple[int, ...] | None]") -> int:
+    """FLOPs of one op from its argument and result shapes (None: absent), 2 per multiply-add.
+
+    The one count both the sim runners (shapes of the arrays seen) and cost placement (the
+    graph's static shapes) use.
+    """
     out = results[0] if results else None
-    if out is None or not isinstance(out, np.ndarray):
+    if out is None:
         return 0
+    size = _size(out)
     if op_type in ("Conv", "ConvInteger", "QLinearConv") and len(args) > 1:
         w = args[3] if op_type == "QLinearConv" else args[1]
-        macs = out.size * int(np.prod(w.shape[1:]))
-        return 2 * macs + (out.size if len(args) > 2 and op_type == "Conv" else 0)
-    if op_type == "ConvTranspose" and len(args) > 1:
-        x, w = args[0], args[1]
-        return 2 * x.size * int(np.prod(w.shape[1:]))
-    if op_type in ("MatMul", "MatMulInteger") and len(args) > 1:
-        k = args[0].shape[-1] if args[0].ndim else 1
-        return 2 * out.size * int(k)
-    if op_type == "Gemm" and len(args) > 1:
+        if w is None:
+            return size
+        macs = size * _size(w[1:])
+        return 2 * macs + (size if len(args) > 2 and op_type == "Conv" else 0)
+    if op_type == "ConvTranspose" and len(args) > 1 and args[0] is not None and args[1] is not None:
+        return 2 * _size(args[0]) * _size(args[1][1:])
+    if op_type in ("MatMul", "MatMulInteger") and len(args) > 1 and args[0] is not None:
+        k = args[0][-1] if len(args[0]) else 1
+        return 2 * size * int(k)
+    if op_type == "Gemm" and len(args) > 1 and args[0] is not None and len(args[0]) == 2:
         a = args[0]
-        k = a.shape[0] if attrs.get("transA", 0) else a.shape[1]
-        return 2 * out.size * int(k) + (out.size if len(args) > 2 and args[2] is not None else 0)
-    return out.size
+        k = a[0] if attrs.get("transA", 0) else a[1]
+        return 2 * size * int(k) + (size if len(args) > 2 and args[2] is not None else 0)
+    return size
 
 
 @dataclass
@@ -98,7 +110,7 @@ class StepRecorder:
         op = step.op
         counted = getattr(step.fn, "flops", None)  # a fused integer unit counts its own (and runs in int8)
         flops = counted(args, results) if counted is not None else \
-            op_flops(op.type, step.attrs or op.get_onnx_attrs(), args, results)
+            op_flops(op.type, step.attrs or op.get_onnx_attrs(), shapes_of(args), shapes_of(results))
         nbytes = _nbytes(args) + _nbytes(results)
         seconds = self.roofline.op_time(flops, nbytes, getattr(step.fn, "compute_dtype", None))
         self.estimate.ops.append(OpCost(op.name, op.type, flops, nbytes, seconds))

@@ -1,10 +1,13 @@
 """GraphRunner: runs a compiled graph, every device subgraph on its runner, as a pipelined DAG.
 
 Built once per graph: a runner per depth-1 subgraph, and a plan of tasks (subgraphs and the
-host<->device copies between them) for the scheduler. A tensor crossing between a device with
-"host" memory (CPU) and one with "device" memory (AICORE, AICPU, DVPP share it) is really
-copied, once per direction, on a copy-engine stream ("H2D" / "D2H"); copies are counted and
-timed. Graph inputs arrive in host memory and graph outputs are returned from host memory.
+copies between memory domains) for the scheduler. Each device instance is a stream
+("AICORE", or "AICORE:0", "AICORE:1" for a device compiled with several instances) served by
+its device's queues (`max_concurrency`). A tensor crossing between "host" memory (CPU) and a
+card's memory (AICORE, AICPU, DVPP of one card share it), or between two cards, is really
+copied, once per memory domain that reads it, on a copy-engine stream ("H2D" / "D2H", per
+card with several, "D2D:0>1" between cards); copies are counted and timed. Graph inputs
+arrive in host memory and graph outputs are returned from host memory.
 
     runner = create_graph_runner(xgraph.compile("net.onnx"))
     (logits,) = runner.run({"input": x})
@@ -24,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError, XGraphError
-from xgraph.devices import memory_of
+from xgraph.devices import get_devices
+from xgraph.devices.instances import HOST, copy_stream, residences
+from xgraph.devices.settings import compiled_devices
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
@@ -41,8 +46,6 @@ if TYPE_CHECKING:
     from xgraph.kernels.resolution import KernelChoice
     from xgraph.registries import Registries
 
-HOST, DEVICE = "host", "device"
-COPY_STREAMS = {(HOST, DEVICE): "H2D", (DEVICE, HOST): "D2H"}
 
 
 def device_subgraphs(graph: "Graph") -> "list[Subgraph]":
@@ -71,11 +74,12 @@ def _copy(args: list[np.ndarray]) -> list[np.ndarray]:
     return [_copy_value(args[0])]
 
 
-def _subgraph_task(runner: Runner, where: str):
-    """The runner's timed execute, with unexpected exceptions turned into a RunnerError naming `where`."""
+def _subgraph_task(runner: Runner, where: str, overlap: bool = False):
+    """The runner's timed execute, with unexpected exceptions turned into a RunnerError naming `where`;
+    with `overlap`, calls from several queues of its stream run at once when the runner is `reentrant`."""
     def call(args: list[np.ndarray]) -> list[np.ndarray]:
         try:
-            return runner.timed_execute(args)
+            return runner.timed_execute(args, exclusive=not overlap)
         except XGraphError:
             raise
         except Exception as e:
@@ -87,11 +91,19 @@ def _subgraph_task(runner: Runner, where: str):
 
 def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None
                ) -> Plan:
-    """Tasks for every device subgraph plus the copies its inputs and the graph outputs need."""
+    """Tasks for every device subgraph plus the copies its inputs and the graph outputs need.
+
+    Each device instance is its own stream, served by its device's `max_concurrency` queues,
+    and each card its own memory domain (`xgraph.devices.instances`), with the instance counts
+    and queues the graph was compiled for (its recorded "devices" settings over `devices`).
+    """
+    devices = compiled_devices(graph, get_devices() if devices is None else devices)
+    where_runs = residences(runners, devices)
     tasks: list[Task] = []
     location: dict[str, str] = {t.name: HOST for t in graph.get_input_tensors()}
     have: set[tuple[str, str]] = {(name, HOST) for name in location}
     constants = {(t.name, HOST): t.data for t in graph.get_output_tensors() if t.is_const}
+    queues: dict[str, int] = {}
 
     def need(name: str, memory: str) -> tuple[str, str]:
         key = (name, memory)
@@ -99,26 +111,29 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapp
             return key
         if name not in location:
             raise RunnerError(f"graph {graph.name!r}: tensor {name!r} is read before any subgraph produces it")
-        stream = COPY_STREAMS[(location[name], memory)]
+        stream = copy_stream(location[name], memory)
         tasks.append(Task(len(tasks), f"copy {name} {stream}", stream, "copy", _copy,
                           ((name, location[name]),), (key,), device=stream, any_thread=True))
         have.add(key)
         return key
 
     for subgraph, runner in runners.items():
-        device = str(subgraph.get_attr("device"))
-        memory = memory_of(subgraph, devices)
+        runs = where_runs[subgraph]
+        memory = runs.memory
         inputs = tuple(need(t.name, memory) for t in runner.get_input_tensors())
         outputs = []
         for t in runner.get_output_tensors():
             location[t.name] = memory
             have.add((t.name, memory))
             outputs.append((t.name, memory))
-        where = f"subgraph {subgraph.name!r} on {device}"
-        tasks.append(Task(len(tasks), subgraph.name, device, "subgraph", _subgraph_task(runner, where),
-                          inputs, tuple(outputs), device=device, any_thread=bool(getattr(runner, "any_thread", False))))
+        queues[runs.stream] = runs.queues
+        where = f"subgraph {subgraph.name!r} on {runs.stream}"
+        tasks.append(Task(len(tasks), subgraph.name, runs.stream, "subgraph", _subgraph_task(runner, where, runs.queues > 1),
+                          inputs, tuple(outputs), device=runs.device,
+                          any_thread=bool(getattr(runner, "any_thread", False))))
     results = [need(t.name, HOST) for t in graph.get_output_tensors()]
-    plan = Plan(tasks, [(t.name, HOST) for t in graph.get_input_tensors()], results, constants)
+    plan = Plan(tasks, [(t.name, HOST) for t in graph.get_input_tensors()], results, constants,
+                queues={s: n for s, n in queues.items() if n > 1})
     plan.link()
     return plan
 
@@ -414,10 +429,12 @@ class GraphRunner:
             self._spans.append((task.name, task.kind, task.stream, start, end, job.id, nbytes))
 
     def get_stats(self) -> dict[str, Any]:
-        """Jobs by status, host<->device copies (count, bytes, seconds) and each subgraph runner's stats."""
+        """Jobs by status, copies between memory domains (count, bytes, seconds), each subgraph runner's
+        stats and, per device stream (instance), its queues, subgraphs and summed run times."""
         with self._stats_lock:
             stats = {"jobs": dict(self._job_counts), "copies": dict(self._copies)}
         stats["subgraphs"] = {name: r.get_stats() for name, r in self.runners.items()}
+        stats["streams"] = self.plan.stream_stats(stats["subgraphs"])
         return stats
 
     def export_chrome_trace(self, path: "str | Path") -> None:

@@ -12,6 +12,7 @@ model file.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import queue
 import sys
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from xgraph.ir import Subgraph, Tensor
     from xgraph.registries import Registries
 
+#: stands in for the runner's lock where calls may overlap
+_NO_LOCK = contextlib.nullcontext()
 
 
 def register_runner(name: str, runner_class: type["Runner"], *, registries: "Registries | None" = None) -> None:
@@ -112,6 +115,9 @@ class Runner:
     #: What the subgraph's plugin said of its compiled blob when `create_runner` made this runner
     #: (`xgraph.plugins.blobs.BlobCheck`), or None when the subgraph has no blob.
     blob_check: Any = None
+    #: True when `execute` may run in several threads at once. A graph runner stream with several
+    #: queues (a device's `max_concurrency`) then overlaps jobs on it; otherwise they take turns.
+    reentrant: bool = False
 
     _rt_init_lock = threading.Lock()
 
@@ -215,14 +221,16 @@ class Runner:
         where = describe(sg) if sg is not None else "no subgraph"
         return f"{type(self).__name__} for {where}"
 
-    def timed_execute(self, inputs: list[np.ndarray], job_id: int | None = None) -> list[np.ndarray]:
-        """`execute` under the runner's lock, recording time and bytes in the stats.
+    def timed_execute(self, inputs: list[np.ndarray], job_id: int | None = None, *,
+                      exclusive: bool = True) -> list[np.ndarray]:
+        """`execute` under the runner's lock (a `reentrant` runner's calls with `exclusive=False` skip it:
+        the queues of a graph runner stream), recording time and bytes in the stats.
 
         Whatever `execute` raises other than an XGraphError or KeyboardInterrupt (a ValueError,
         even SystemExit) becomes a RunnerError naming the runner, its subgraph and the job.
         """
         rt = self._rt
-        with rt.exec_lock:
+        with rt.exec_lock if exclusive or not self.reentrant else _NO_LOCK:
             start = time.perf_counter()
             try:
                 results = self.execute(inputs)

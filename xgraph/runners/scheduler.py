@@ -9,9 +9,11 @@ graph runner:
     scheduler.close(timeout)             # True when every stream stopped
 
 A task becomes ready when every value it reads exists; it then goes to its stream's queue.
-Streams work in FIFO order across jobs, so consecutive jobs overlap on different devices
-(pipelining) while each device still runs one task at a time. A job whose record is already
-final (failed, cancelled, timed out) has its remaining tasks skipped.
+Streams work in FIFO order across jobs, so consecutive jobs overlap on different devices and
+device instances (pipelining) while each stream runs one task at a time, or as many as its
+device has queues (`Plan.queues`, from `max_concurrency`: that many workers serve the stream,
+so several jobs overlap on it; the tasks of one job still wait for what they read). A job
+whose record is already final (failed, cancelled, timed out) has its remaining tasks skipped.
 
 A synchronous run (`GraphRunner.run`) with no other job in flight need not use the streams at all:
 `claim_inline` hands it the plan's `InlineSchedule`, which runs the tasks in dependency order on
@@ -70,6 +72,7 @@ class Plan:
     results: list[Key]
     constants: dict[Key, np.ndarray] = field(default_factory=dict)
     readers: dict[Key, int] = field(default_factory=dict)  # tasks reading each value (results excluded)
+    queues: dict[str, int] = field(default_factory=dict)  # workers of a stream, where more than one
 
     def link(self) -> None:
         """Fill successors, dependency counts and reader counts from the tasks' inputs and outputs."""
@@ -93,6 +96,27 @@ class Plan:
         """Stream names in first-use order."""
         return list(dict.fromkeys(t.stream for t in self.tasks))
 
+    def stream_stats(self, subgraph_stats: dict[str, dict]) -> dict[str, dict[str, Any]]:
+        """stream -> {"queues", "subgraphs" (names), "runs", "total_s" and, where the runners estimate
+        device time ("sim" mode), "estimated_device_s"}, summed from each subgraph runner's stats; how
+        the load falls on the device instances. Copy streams are left out (the "copies" stats)."""
+        out: dict[str, dict[str, Any]] = {}
+        for task in self.tasks:
+            if task.kind != "subgraph":
+                continue
+            entry = out.setdefault(task.stream, {"queues": self.queues_of(task.stream), "subgraphs": [],
+                                                 "runs": 0, "total_s": 0.0})
+            entry["subgraphs"].append(task.name)
+            stats = subgraph_stats.get(task.name, {})
+            for key in ("runs", "total_s", "estimated_device_s"):
+                if isinstance(stats.get(key), (int, float)):
+                    entry[key] = entry.get(key, 0) + stats[key]
+        return out
+
+    def queues_of(self, stream: str) -> int:
+        """How many workers serve `stream` (tasks of it that run at once): its device's max_concurrency."""
+        return self.queues.get(stream, 1)
+
 
 class _JobRun:
     """Per-job scheduling state: values produced so far and what each task still waits for."""
@@ -114,7 +138,8 @@ Observer = Callable[[Job, Task, float, float, list], None]
 
 
 class ThreadScheduler:
-    """One daemon worker thread per stream, fed by a queue; dependencies counted per job."""
+    """Daemon worker threads per stream (one per queue of it), fed by the stream's queue; dependencies
+    counted per job."""
 
     def __init__(self, plan: Plan, observer: Observer | None = None, name: str = "xgraph", *, owner: str = "") -> None:
         """`name` prefixes the stream threads' names; `owner` (the runner) is named in errors."""
@@ -122,16 +147,19 @@ class ThreadScheduler:
         self._owner = owner or name
         self._observer = observer
         self._queues: dict[str, queue.SimpleQueue] = {s: queue.SimpleQueue() for s in plan.streams()}
-        # held while a task of the stream runs, by its own thread or by one that took it over
-        self._busy: dict[str, threading.Lock] = {s: threading.Lock() for s in self._queues}
+        # taken while a task of the stream runs, by a worker of it or by a thread that took the task
+        # over; as many at once as the stream has queues (a lock for one)
+        self._busy: dict[str, Any] = {s: threading.Lock() if plan.queues_of(s) == 1
+                                      else threading.BoundedSemaphore(plan.queues_of(s)) for s in self._queues}
         # a stream thread holds the scheduler weakly while it waits: a scheduler nobody references
         # any more is collected, and the finalizer below wakes its threads to end
         me = weakref.ref(self)
-        self._threads = [threading.Thread(target=serve, args=(me, q, ThreadScheduler._work, s),
-                                          name=f"{name}-stream-{s}", daemon=True)
-                         for s, q in self._queues.items()]
-        #: wakes every stream to end, once: by close(), or when the scheduler is collected
-        self._stop = weakref.finalize(self, _stop_streams, list(self._queues.values()))
+        self._threads = [threading.Thread(target=serve, args=(me, q, ThreadScheduler._work, s), daemon=True,
+                                          name=f"{name}-stream-{s}" + (f".{k}" if k else ""))
+                         for s, q in self._queues.items() for k in range(plan.queues_of(s))]
+        #: wakes every stream worker to end, once: by close(), or when the scheduler is collected
+        self._stop = weakref.finalize(self, _stop_streams, [q for s, q in self._queues.items()
+                                                            for _ in range(plan.queues_of(s))])
         self._roots = [t for t in plan.tasks if t.num_deps == 0]
         # every task may run on the caller's thread: synchronous runs may skip the streams (claim_inline)
         self._inline = InlineSchedule(plan, self._busy) if all(t.any_thread for t in plan.tasks) else None

@@ -62,12 +62,13 @@ def estimated_time_us(subgraph: Subgraph) -> float | None:
 
 
 def crossing_copies(graph: Graph) -> list[dict[str, Any]]:
-    """The host/device copies the runtime makes between device subgraphs: {"tensor", "from", "to", "direction"}."""
+    """The copies the runtime makes between device subgraphs (host/card and card/card): {"tensor", "from", "to", "direction"}."""
     if graph.get_root_subgraph().is_leaf:
         return []
     from xgraph.compiler.placement import count_crossings
     from xgraph.devices import get_devices
-    return count_crossings(graph, get_devices())
+    from xgraph.devices.settings import compiled_devices
+    return count_crossings(graph, compiled_devices(graph, get_devices()))
 
 
 def annotation(op: Op, key: str) -> str:

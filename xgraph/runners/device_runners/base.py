@@ -12,6 +12,7 @@ registries (`xgraph.runners.executor.make_plan`).
 """
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -51,6 +52,7 @@ class DeviceRunner(Runner):
     device: ClassVar[str] = "CPU"
     fp16_in_sim: ClassVar[bool] = False
     any_thread = True  # numpy kernels, onnxruntime sessions and the reference evaluator run on any thread
+    reentrant = True  # and several at once: each numpy run takes its own buffer frame
 
     def __init__(self, subgraph: "Subgraph", mode: str = "run", kernels: str = "auto", *,
                  registries: "Registries | None" = None) -> None:
@@ -68,6 +70,7 @@ class DeviceRunner(Runner):
         self._roofline: Roofline | None = None
         self._estimates: dict[tuple, DeviceTimeEstimate] = {}
         self._estimated_s = 0.0
+        self._estimate_lock = threading.Lock()  # several queues may run this subgraph at once
         registries = resolve(registries)
         if mode == REF:
             self._executor = SubgraphExecutor(subgraph, device, reference=True, registries=registries)
@@ -124,7 +127,8 @@ class DeviceRunner(Runner):
             results = self._executor.run(inputs, on_step=recorder)
             estimate = self._estimates[key] = recorder.estimate
         self.last_estimate = estimate
-        self._estimated_s += estimate.seconds
+        with self._estimate_lock:
+            self._estimated_s += estimate.seconds
         return results
 
     def trace_steps(self, inputs: list[np.ndarray]) -> "list[tuple[str, dict[str, Any]]] | None":

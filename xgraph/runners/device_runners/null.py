@@ -18,6 +18,7 @@ class NullRunner(Runner):
 
     delay: float = 0.0
     any_thread = True
+    reentrant = True
 
     def __init__(self, subgraph, mode: str = "run") -> None:
         """Precompute the output shapes and dtypes."""

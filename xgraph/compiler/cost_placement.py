@@ -1,0 +1,230 @@
+"""Placement by cost (options ``"placement": "latency"`` or ``"throughput"``).
+
+First fit asks which device *can* run an op; this asks what a split *costs*. The units are
+those first fit works on, with the same op-info verdicts: a device that refuses a unit is
+not offered to the solver, and its reason is kept. Plugin subgraphs stay where their plugin
+put them (their copies still count). `xgraph.compiler.cost_model` states the problem,
+`xgraph.partition.solve_placement` solves it, and this module reads the answer back:
+
+- each unit's device and instance (a card device's instance is its card: ``AICORE:1``);
+- a reason for every op placed elsewhere than first fit would have put it, in costs
+  ("by latency: CPU, not AICORE: AICORE would save 0.21 ms but its copies cost 0.48 ms");
+- the estimate of the chosen split and of first fit's, per instance (busy time, memory of
+  capacity, copies and bytes) and whole (latency, throughput), which the report shows.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from xgraph.compiler.cost_model import CostModel, Unit, build_problem, card_link, solver_device
+from xgraph.devices import DeviceSpec, memory_of
+
+if TYPE_CHECKING:
+    from xgraph.ir import Graph, Subgraph
+
+#: Seconds the solver may take in a compile before it returns its best split with a bound.
+TIME_LIMIT = 10.0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def plugin_units(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[Unit]:
+    """A fixed unit per plugin subgraph: its one device (the registered spec, else one without a library)."""
+    units = []
+    for child in graph.get_root_subgraph().get_children():
+        if not child.has_attr("device"):
+            continue
+        name = str(child.get_attr("device"))
+        spec = devices.get(name) or DeviceSpec(name, memory=memory_of(child, devices), source="<plugin device>")
+        if spec.ops.rules:  # a built-in device named by the plugin: its memory, but no choice
+            spec = DeviceSpec(name, memory=spec.memory, instances=1, source=spec.source, cost=spec.cost)
+        estimate = child.get_attr("estimated_seconds") if child.has_attr("estimated_seconds") else None
+        units.append(Unit(child, sorted(child.get_ops(), key=lambda op: op.name), [spec], fixed=True,
+                          estimate=float(estimate) if isinstance(estimate, (int, float)) else None))
+    return units
+
+
+def _neighbour_memory(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int) -> list[tuple[float, Any]]:
+    """(transfer, where the neighbour's tensors live) for each edge of unit `index`."""
+    out = []
+    for edge in model.edges:
+        other = edge["dst"] if edge["src"] == index else edge["src"] if edge["dst"] == index else None
+        if other is not None:
+            out.append((edge["transfer"], _memory(model, assignment[other])))
+    return out
+
+
+def _memory(model: CostModel, place: tuple[str, int]) -> Any:
+    device, instance = place
+    return "host" if model.solver_devices.get(device, {}).get("host") else (device, instance)
+
+
+def _why(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int, first: str, objective: str) -> str:
+    """Why unit `index` left the device first fit gave it, in compute and copy time."""
+    chosen = assignment[index]
+    costs = model.choices[index]
+    solver_first = next((name for name, (_, real) in costs.items() if real == first), None)
+    if solver_first is None or solver_first == chosen[0]:
+        return ""
+    here, there = chosen, (solver_first, 0 if solver_first != chosen[0] else chosen[1])
+    saving = costs[chosen[0]][0] - costs[solver_first][0]
+    copies_here = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, here))
+    copies_there = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, there))
+    device = model.device_of(index, chosen[0])
+    if objective == "throughput":
+        return f"by throughput: {device}:{chosen[1]}, not {first}: spreads the load over the instances"
+    if saving >= 0:
+        return (f"by {objective}: {device}, not {first}: {first} would save {_ms(saving)} but its copies cost "
+                f"{_ms(copies_there - copies_here)}")
+    return f"by {objective}: {device}, not {first}: {device} is {_ms(-saving)} faster"
+
+
+def _instance_label(model: CostModel, index: int, place: tuple[str, int]) -> tuple[str, int]:
+    return model.device_of(index, place[0]), place[1]
+
+
+def _indexes(problem: Any, assignment: Mapping[Any, tuple[str, int]]) -> list[int]:
+    index = {instance: k for k, instance in enumerate(problem.instances)}
+    return [index[tuple(assignment[i])] for i in problem.ids]
+
+
+def evaluate_placement(problem: Any, assignment: Mapping[Any, tuple[str, int]], objective: str) -> float:
+    """The objective's value of `assignment` ({node id: (device, instance)}) for `problem`."""
+    from xgraph.partition.placement_objectives import evaluate
+    return evaluate(problem, _indexes(problem, assignment), objective)
+
+
+def is_feasible(problem: Any, assignment: Mapping[Any, tuple[str, int]]) -> bool:
+    """True when `assignment` keeps every memory capacity, colocation and supported device of `problem`."""
+    from xgraph.partition.placement_objectives import placement_violations
+    return not placement_violations(problem, _indexes(problem, assignment))
+
+
+def estimate(model: CostModel, assignment: Mapping[int, tuple[str, int]]) -> dict[str, Any]:
+    """The split's estimate: whole latency and throughput, and per instance busy time, memory and copies."""
+    problem = model.problem
+    per: dict[str, dict[str, Any]] = {}
+    for node in model.nodes:
+        i = node["id"]
+        if i in model.io_nodes:
+            continue
+        device, instance = _instance_label(model, i, assignment[i])
+        key = f"{device}:{instance}"
+        entry = per.setdefault(key, {"busy_seconds": 0.0, "memory": 0, "capacity": None, "copies": 0, "copy_seconds": 0.0})
+        entry["busy_seconds"] += node["cost"][assignment[i][0]]
+        entry["memory"] += node.get("memory", 0)
+        entry["capacity"] = model.solver_devices.get(assignment[i][0], {}).get("memory")
+    for edge in model.edges:
+        src, dst = assignment[edge["src"]], assignment[edge["dst"]]
+        if _memory(model, src) != _memory(model, dst):
+            for place, index in ((src, edge["src"]), (dst, edge["dst"])):
+                if index in model.io_nodes:
+                    continue
+                device, instance = _instance_label(model, index, place)
+                entry = per[f"{device}:{instance}"]
+                entry["copies"] += 1
+                entry["copy_seconds"] += edge["transfer"]
+    compute = sum(entry["busy_seconds"] for entry in per.values())
+    crossing = [edge for edge in model.edges
+                if _memory(model, assignment[edge["src"]]) != _memory(model, assignment[edge["dst"]])]
+    copies = sum(edge["transfer"] for edge in crossing)
+    between = sum(edge["transfer"] for edge in crossing
+                  if edge["src"] not in model.io_nodes and edge["dst"] not in model.io_nodes)
+    return {"latency_seconds": evaluate_placement(problem, assignment, "latency"),
+            "throughput_seconds": evaluate_placement(problem, assignment, "throughput"),
+            "copy_share": copies / (compute + copies) if compute + copies > 0 else 0.0,
+            # copies between subgraphs only: what a different split could save (graph inputs and outputs
+            # cross to an accelerator whatever the split)
+            "crossing_share": between / (compute + copies) if compute + copies > 0 else 0.0,
+            "instances": dict(sorted(per.items()))}
+
+
+def place_by_cost(graph: "Graph", units: Sequence[Unit], first_fit: Sequence[str], objective: str,
+                  devices: Mapping[str, DeviceSpec], time_limit: float = TIME_LIMIT
+                  ) -> tuple[list[tuple[str, int]], list[str], dict[str, Any]]:
+    """(device and instance per unit, a cost reason per unit ("" where first fit agrees), the estimate).
+
+    `units` are in dependency order, plugin units included (fixed); `first_fit` is first fit's
+    device per unit, for the reasons and the comparison the report shows.
+    """
+    from xgraph.partition import solve_placement
+    model = _model(graph, units, devices)
+    solution = solve_placement(model.problem, objective=objective, time_limit=time_limit)
+    chosen = dict(solution.assignment)
+    first = {i: _first_place(model, i, device) for i, device in enumerate(first_fit)}
+    first.update({i: chosen[i] for i in model.io_nodes})
+    kept_first_fit = is_feasible(model.problem, first) and \
+        evaluate_placement(model.problem, first, objective) < solution.objective
+    if kept_first_fit:  # the solver's search space (e.g. contiguous calls for latency) missed first fit's split
+        chosen = first
+    places = [_instance_label(model, i, chosen[i]) for i in range(len(units))]
+    reasons = [_why(model, chosen, i, first_fit[i], objective) for i in range(len(units))]
+    report = {"objective": objective, "solver": {"objective": solution.objective, "bound": solution.bound,
+                                                 "optimal": solution.optimal, "seconds": solution.seconds,
+                                                 "kept_first_fit": kept_first_fit},
+              "chosen": estimate(model, chosen), "first_fit": estimate(model, first)}
+    return places, reasons, report
+
+
+def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict[str, Any]:
+    """The estimate of a compiled graph's split as it stands (each device subgraph one fixed unit)."""
+    units, assignment = [], {}
+    for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph()):
+        name = str(child.get_attr("device")) if child.has_attr("device") else "CPU"
+        spec = devices.get(name) or DeviceSpec(name, memory=memory_of(child, devices), source="<plugin device>")
+        estimate_attr = child.get_attr("estimated_seconds") if child.has_attr("estimated_seconds") else None
+        units.append(Unit(child, list(child.get_ops()), [spec], fixed=True,
+                          estimate=float(estimate_attr) if isinstance(estimate_attr, (int, float)) else None))
+        instance = child.get_attr("instance") if child.has_attr("instance") else 0
+        valid = isinstance(instance, int) and not isinstance(instance, bool) and 0 <= instance < 4096
+        assignment[i] = (solver_device(spec), instance if valid else 0)
+    if not units:
+        return {"latency_seconds": 0.0, "throughput_seconds": 0.0, "instances": {}, "copy_share": 0.0,
+                "crossing_share": 0.0}
+    needed: dict[str, int] = {}
+    for device, instance in assignment.values():
+        needed[device] = max(needed.get(device, 0), instance + 1)
+    model = _model(graph, units, devices, needed)
+    assignment.update({i: (host_spec(devices).name, 0) for i in model.io_nodes})
+    return estimate(model, assignment)
+
+
+def host_spec(devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
+    """The host device (memory "host", cheapest first), or a bare one when the table has none."""
+    hosts = sorted((s for s in devices.values() if s.is_host), key=lambda s: (s.cost_rank, s.name))
+    return hosts[0] if hosts else DeviceSpec("CPU", memory="host", source="<host>")
+
+
+def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSpec],
+           min_instances: "Mapping[str, int] | None" = None) -> CostModel:
+    return build_problem(units, card_link(devices), host_spec(devices), graph.get_input_tensors(),
+                         graph.get_output_tensors(), min_instances)
+
+
+def _first_place(model: CostModel, index: int, device: str) -> tuple[str, int]:
+    return next((name, 0) for name, (_, real) in model.choices[index].items() if real == device)
+
+
+#: First fit's share of time lost to copies above which the summary suggests a cost placement.
+COPY_SHARE_WARNING = 0.2
+
+
+def placement_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], placement: str) -> dict[str, Any]:
+    """The report's "cost" entry: the chosen split's estimate (and, for a cost placement, first fit's and the
+    solver's numbers), with a note when first fit loses more than `COPY_SHARE_WARNING` of its time to copies."""
+    stored = graph.get_attr("placement_estimate") if graph.has_attr("placement_estimate") else None
+    if isinstance(stored, dict) and "chosen" in stored:
+        cost = dict(stored)
+    else:
+        cost = {"objective": "first_fit", "chosen": compiled_estimate(graph, devices)}
+    cost["placement"] = placement
+    share = cost["chosen"].get("crossing_share", 0.0)
+    if placement == "first_fit" and share > COPY_SHARE_WARNING:
+        cost["note"] = (f"first fit loses {share:.0%} of its estimated time to copies between its subgraphs; "
+                        '"placement": "latency" (or "throughput") lets the cost model decide')
+    return cost
+
+
+__all__ = ["COPY_SHARE_WARNING", "TIME_LIMIT", "compiled_estimate", "estimate", "placement_cost", "place_by_cost", "plugin_units"]
