@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.onnx.file_handles import open_regular, read_exactly
+from xgraph.ir.file_handles import open_regular, read_exactly
 
 ARRAY_SUFFIXES = frozenset({".npy", ".npz"})
 _NPY_MAGIC = b"\x93NUMPY"

@@ -1,5 +1,5 @@
-"""Opening files that a model names: one no-follow, non-blocking handle whose type and size are
-checked with fstat before a byte is read (model files and their external data alike)."""
+"""Opening files xgraph reads: one no-follow, non-blocking handle whose type and size are checked
+with fstat before a byte is read (model files, their external data and input files alike)."""
 from __future__ import annotations
 
 import os
