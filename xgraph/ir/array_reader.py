@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def _header(f, source: str) -> tuple[int, int]:
         version = np.lib.format.read_magic(f)
         shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
                            else np.lib.format.read_array_header_2_0(f))
-    except (ValueError, OSError, SyntaxError, TypeError, EOFError) as e:
+    except (ValueError, OSError, SyntaxError, TypeError, EOFError, tokenize.TokenError, RecursionError,
+            MemoryError) as e:  # numpy parses the header as Python literals: every way that fails
         raise ModelFileError(f"{source}: not a valid .npy header ({e})") from None
     if dtype.hasobject:
         raise ModelFileError(f"{source}: holds Python objects ({dtype}), which are read only by unpickling; save "
