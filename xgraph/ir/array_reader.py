@@ -17,12 +17,12 @@ import math
 import os
 import tokenize
 import zipfile
-from pathlib import Path
+from pathlib import Path  # noqa: F401 - the doctest's
 
 import numpy as np
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.file_handles import open_regular, read_exactly
+from xgraph.ir.file_handles import read_checked_file
 
 ARRAY_SUFFIXES = frozenset({".npy", ".npz"})
 _NPY_MAGIC = b"\x93NUMPY"
@@ -39,26 +39,7 @@ def max_input_bytes() -> int:
 
 def read_input_file(path: str | os.PathLike, what: str) -> bytes:
     """The bytes of the input file `path`, read on one handle checked to be a regular file of sane size."""
-    try:
-        real = Path(path).resolve(strict=True)  # a link the user gave is followed once; the file read is the one checked
-    except FileNotFoundError:
-        raise ModelFileError(f"{what}: no such file") from None
-    except (OSError, RuntimeError, ValueError) as e:  # link loop, NUL byte, name too long
-        raise ModelFileError(f"{what} cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    fd, st = open_regular(real, what)
-    try:
-        limit = max_input_bytes()
-        if st.st_size > limit:
-            raise ModelFileError(f"{what} is {st.st_size} bytes, over the {limit}-byte limit for an input file "
-                                 "(a quarter of this host's memory)")
-        data = read_exactly(fd, 0, st.st_size)
-    except OSError as e:
-        raise ModelFileError(f"{what} cannot be read ({e.strerror or e})") from None
-    finally:
-        os.close(fd)
-    if len(data) != st.st_size:
-        raise ModelFileError(f"{what} changed while being read")
-    return data
+    return read_checked_file(path, what, max_input_bytes(), "for an input file (a quarter of this host's memory)")
 
 
 def _header(f, source: str) -> tuple[int, int]:
