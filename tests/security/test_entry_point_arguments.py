@@ -17,6 +17,13 @@ def _graph() -> xgraph.Graph:
     return g
 
 
+def _onnx(tmp_path) -> str:
+    """The model saved outside `tmp_path` (which must stay empty)."""
+    path = tmp_path.parent / f"{tmp_path.name}.onnx"
+    path.write_bytes(_graph().to_onnx().SerializeToString())
+    return str(path)
+
+
 CASES = [
     ("report(None)", lambda t: xgraph.report(None), "xgraph.report: argument 'compiled' must be a compiled xgraph.Graph"),
     ("report(3)", lambda t: xgraph.report(3), "got int"),
@@ -31,6 +38,12 @@ CASES = [
     ("isomorphism(None)", lambda t: _graph().isomorphism(None), "argument 'template' must be an xgraph.GraphTemplate"),
     ("filter_by_type(None)", lambda t: filter_by_type(None, "Relu"), "filter_by_type: argument 'graph'"),
     ("filter_by_name(3)", lambda t: filter_by_name(3, "relu"), "got int"),
+    ("explain ops=3", lambda t: xgraph.explain(xgraph.compile(_graph()), ops=3),
+     "explain: argument 'ops' must be a name or a list of names"),
+    ("explain ops=[None]", lambda t: xgraph.explain(xgraph.compile(_graph()), ops=[None]), "[None]"),
+    ("quantize calibration None", lambda t: xgraph.quantize(_onnx(t), None),
+     "quantize: argument 'calibration' must be a file path"),
+    ("quantize model 3", lambda t: xgraph.quantize(3, str(t)), "quantize: argument 'model' must be a file path"),
 ]
 
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from xgraph.compiler.quantize_front import split_front
 from xgraph.errors import OptionError, XGraphError
+from xgraph.ir.arguments import require_path
 from xgraph.ir.array_reader import ARRAY_SUFFIXES, read_arrays, read_input_file
 from xgraph.ir.image_reader import IMAGE_SUFFIXES, read_pixels
 from xgraph.ir.onnx.safe_reader import read_model
@@ -229,6 +230,10 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
         raise OptionError(f"quantize: method {method!r} is not one of {', '.join(METHODS)}")
     if activation not in ("int8", "uint8"):
         raise OptionError(f"quantize: activation {activation!r} is not int8 or uint8")
+    require_path(model, "quantize", "model", error=OptionError)
+    require_path(calibration, "quantize", "calibration", error=OptionError)
+    if output is not None:
+        require_path(output, "quantize", "output", error=OptionError)
     src = str(model)
     if not os.path.isfile(src):
         raise OptionError(f"quantize: model {src!r} is not a file")

@@ -25,4 +25,18 @@ def require_path(value: Any, function: str, argument: str = "path", *, error: ty
                     f"{type(value).__name__}")
 
 
-__all__ = ["require_graph", "require_path"]
+def require_names(value: Any, function: str, argument: str, *, error: type[XGraphError] = XGraphError) -> list[str]:
+    """`value` (one name or an iterable of names) as a list of names; `error` naming the argument otherwise."""
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise error(f"{function}: argument {argument!r} must be a name or a list of names (str), got "
+                    f"{type(value).__name__ if names is None else repr(names)[:80]}")
+    return names
+
+
+__all__ = ["require_graph", "require_names", "require_path"]
