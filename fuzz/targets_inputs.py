@@ -1,7 +1,8 @@
 """Fuzz targets for input files: `input_dir` (a folder of mutated .npy/.npz/image files run through
 `xgraph run --input-dir`) and `calibration` (a mutated calibration folder through `xgraph.quantize`).
 
-Invariants: nothing but an XGraphError escapes (the CLI: exit code 0, 1 or 2 and no traceback);
+Invariants: nothing but an XGraphError escapes (the CLI: exit code 0, 1 or 2, no traceback, no
+warning printed);
 `--input-dir` names every file on exactly one line, runs the good ones and writes only inside
 --output-dir, one folder per file that ran; Pillow never opens an EPS file (the plugin that runs
 Ghostscript); a failed quantize writes nothing.
@@ -143,17 +144,20 @@ class InputDir(Target):
             raise Finding("exit code" if code not in (0, 1, 2) else "traceback", f"{names!r}: {text[-300:]}")
         if eps.opened:
             raise Finding("EPS opened", f"{names!r}: Pillow opened an EPS file (Ghostscript)")
-        self._check_outputs(work, names, out.getvalue(), code)
-        return "accepted" if code == 0 else "refused"
+        if "Warning" in err.getvalue():
+            raise Finding("warning printed", f"{names!r}: {err.getvalue()[-300:]}")
+        ran = self._check_outputs(work, names, out.getvalue(), code)
+        return "accepted" if ran else "refused"  # accepted: at least one file of the folder ran
 
     @staticmethod
-    def _check_outputs(work: Path, names: list[str], stdout: str, code: int) -> None:
+    def _check_outputs(work: Path, names: list[str], stdout: str, code: int) -> int:
+        """How many files ran; a Finding when the outputs or the report do not say the same."""
         outside = sorted(str(p.relative_to(work)) for p in work.rglob("*")
                          if not (p.is_relative_to(work / "in") or p.is_relative_to(work / "out")))
         if outside or [p.name for p in (work / "out").iterdir()] not in ([], ["o"]):
             raise Finding("wrote outside", f"{names!r}: wrote {outside or list((work / 'out').iterdir())}")
         if code == 2:
-            return
+            return 0
         ran = [n for n in names if any(line.startswith(f"  {n}: ") and not line.startswith(f"  {n}: error:")
                                        for line in stdout.splitlines())]
         reported = [n for n in names if sum(line.startswith(f"  {n}: ") for line in stdout.splitlines()) == 1]
@@ -164,6 +168,7 @@ class InputDir(Target):
             raise Finding("outputs", f"{names!r}: {len(ran)} ran, output folders {sorted(f.name for f in folders)}")
         if (code == 1) != (len(ran) < len(names)):
             raise Finding("exit code", f"{names!r}: exit {code} with {len(ran)} of {len(names)} run")
+        return len(ran)
 
 
 class Calibration(Target):

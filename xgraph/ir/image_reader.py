@@ -12,11 +12,12 @@ its pixels are allocated; the refusal, like every codec failure, is one error na
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 import warnings
 from pathlib import Path  # noqa: F401 - the doctest's
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -38,6 +39,17 @@ def _codec_errors() -> tuple[type[BaseException], ...]:
             Image.DecompressionBombWarning)
 
 
+@contextlib.contextmanager
+def _codec_warnings() -> Iterator[None]:
+    """Pillow's warnings while it reads: over the pixel limit (a warning below twice the limit) is an error,
+    refused like a bomb; its notes on damage it tolerates (a TIFF tag past the end) are not printed."""
+    from PIL import Image
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
 def _bomb(what: str, exc: BaseException, error: type[XGraphError]) -> XGraphError:
     from PIL import Image
     return error(f"{what}: the picture is larger than {Image.MAX_IMAGE_PIXELS} pixels, Pillow's decompression-bomb "
@@ -53,8 +65,7 @@ def open_image(data: bytes, what: str, *, formats: Sequence[str] = IMAGE_FORMATS
     """
     from PIL import Image, UnidentifiedImageError
     try:
-        with warnings.catch_warnings():  # over the limit (a warning below twice the limit): refused the same way
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _codec_warnings():
             return Image.open(io.BytesIO(data), formats=list(formats))
     except UnidentifiedImageError:
         raise error(f"{what}: the {len(data)} input bytes are not a {'/'.join(formats)} picture") from None
@@ -69,8 +80,7 @@ def decode(image: "PILImage.Image", what: str, mode: str, *, error: type[XGraphE
     """`image`'s pixels as uint8, converted to Pillow `mode` ("RGB": HWC, "L": HW), after `transform(image)`."""
     from PIL import Image
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _codec_warnings():
             image.load()
             if transform is not None:
                 image = transform(image)
