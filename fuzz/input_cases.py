@@ -38,6 +38,15 @@ def pickled_npz() -> bytes:
     return buffer.getvalue()
 
 
+def encrypted_npz() -> bytes:
+    """An .npz whose member is marked encrypted (zipfile then asks for a password)."""
+    data = bytearray(npz_of(x=np.zeros((1, 4), np.float32)))
+    for signature, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local and central headers
+        at = data.find(signature)
+        data[at + flag_at] |= 1
+    return bytes(data)
+
+
 def npz_of(**arrays: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -70,5 +79,5 @@ def sparse_npy(path: Path, nbytes: int) -> Path:
     return path
 
 
-__all__ = ["EPS", "HUGE_NPY", "npy_header", "npy_of", "npz_of", "pickled_npz", "png_declaring", "png_of",
+__all__ = ["EPS", "HUGE_NPY", "encrypted_npz", "npy_header", "npy_of", "npz_of", "pickled_npz", "png_declaring", "png_of",
            "sparse_npy"]

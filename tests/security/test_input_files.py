@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import EpsImagePlugin
 
-from fuzz.input_cases import EPS, HUGE_NPY, npy_of, pickled_npz, png_declaring, png_of, sparse_npy
+from fuzz.input_cases import EPS, HUGE_NPY, encrypted_npz, npy_of, pickled_npz, png_declaring, png_of, sparse_npy
 from xgraph.cli.main import main as xgraph_main
 from xgraph.ir.array_reader import max_input_bytes
 
@@ -132,16 +132,17 @@ def test_a_folder_of_bad_files_skips_each_with_one_line_and_runs_the_rest(tmp_pa
     (folder / "notzip.npz").write_bytes(b"this is not a zip archive")
     sparse_npy(folder / "sparse.npy", max_input_bytes() + 4)
     (folder / "bomb.png").write_bytes(png_declaring(20000, 20000))
+    (folder / "locked.npz").write_bytes(encrypted_npz())
     (folder / "z_good.npz").write_bytes(npy_of(good))  # an .npy under an .npz name: read by its content
     code, out, err = _xgraph(capsys, "run", array_model, "--input-dir", folder, "-o", tmp_path / "out")
     assert code == 1 and "Traceback" not in out + err, out + err
     lines = out.splitlines()
     for name, problem in [("pickled.npz", "unpickling"), ("huge.npy", "declares an array of 4398046511104 bytes"),
                           ("notzip.npz", "not a .npy or .npz file"), ("sparse.npy", "limit for an input file"),
-                          ("bomb.png", "decompression-bomb limit")]:
+                          ("bomb.png", "decompression-bomb limit"), ("locked.npz", "is encrypted")]:
         (line,) = [x for x in lines if x.startswith(f"  {name}: error:")]
         assert problem in line, line
-    assert "2 of 7 files ran" in out and "5 failed" in out
+    assert "2 of 8 files ran" in out and "6 failed" in out
     for stem in ("a_good", "z_good"):
         np.testing.assert_array_equal(np.load(tmp_path / "out" / stem / "y.npy"), np.maximum(good, 0))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a_good", "z_good"]

@@ -193,7 +193,9 @@ def _session(model, compare: str | None):
             raise OptionError(f"quantize: compare tensor {compare!r} is not a float tensor of the model; name one "
                               f"of its tensors, e.g. an output: {', '.join(o.name for o in model.graph.output)}")
         model.graph.output.append(info)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # a failed run raises (and becomes one XGraphError); no native log on stderr
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _save(model, path: str) -> None:

@@ -89,7 +89,8 @@ def _load_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 arrays[name] = _load_npy(archive.read(info), source_member)
             return arrays
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, OSError, EOFError,
+            RuntimeError) as e:  # RuntimeError: an encrypted member
         raise ModelFileError(f"{source}: not a readable .npz archive ({e})") from None
 
 
