@@ -194,7 +194,7 @@ def _session(model, compare: str | None):
                               f"of its tensors, e.g. an output: {', '.join(o.name for o in model.graph.output)}")
         model.graph.output.append(info)
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # a failed run raises (and becomes one XGraphError); no native log on stderr
+    options.log_severity_level = 4  # a failed session raises (one XGraphError); no native log line on stderr
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -206,11 +206,14 @@ def _save(model, path: str) -> None:
 
 def _summary(float_model, int8_model, held_out: list[dict[str, np.ndarray]],
              compare: str | None = None) -> dict[str, Any]:
+    import onnxruntime as ort
     f, q = _session(float_model, compare), _session(int8_model, compare)
     name = compare if compare is not None else f.get_outputs()[0].name
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a failed run raises (one XGraphError); no native log line on stderr
     agree, max_err, errs, lo, hi = 0, 0.0, [], np.inf, -np.inf
     for feed in held_out:
-        a, b = f.run([name], feed)[0], q.run([name], feed)[0]
+        a, b = f.run([name], feed, quiet)[0], q.run([name], feed, quiet)[0]
         agree += int(np.array_equal(a.reshape(a.shape[0], -1).argmax(-1), b.reshape(b.shape[0], -1).argmax(-1)))
         d = np.abs(a.astype(np.float64) - b.astype(np.float64))
         max_err = max(max_err, float(d.max()))
