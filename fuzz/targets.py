@@ -746,3 +746,7 @@ TARGETS.update({t.name: t for t in API_TARGETS})
 from fuzz.targets_files import FILE_TARGETS  # noqa: E402
 
 TARGETS.update({t.name: t for t in FILE_TARGETS})
+
+from fuzz.targets_inputs import INPUT_TARGETS  # noqa: E402 - they build on the helpers above
+
+TARGETS.update({t.name: t for t in INPUT_TARGETS})

@@ -52,8 +52,10 @@ def device_times(graph: xgraph.Graph, runner) -> dict[str, float]:
 def reference_answer(image: Path) -> tuple[np.ndarray, list[str]]:
     """Pillow decode + onnxruntime on the standard-ONNX reference model."""
     import onnxruntime as ort
-    from PIL import Image
-    pixels = np.asarray(Image.open(image).convert("RGB"))
+
+    from xgraph.ir.array_reader import read_input_file
+    from xgraph.ir.image_reader import read_pixels
+    pixels = read_pixels(read_input_file(image, str(image)), str(image), "RGB")  # Pillow, allow-listed formats
     session = ort.InferenceSession(str(HERE / "reference.onnx"), providers=["CPUExecutionProvider"])
     scores, labels = session.run(None, {"picture": pixels})
     return scores[0], [str(x) for x in labels[0]]

@@ -98,6 +98,13 @@ CASES = {
     "annotate an op it did not take": ("graph.get_op('relu').set_attr('note', [1], onnx_type=None)",
                                        r"attrs \['note'\] of op 'relu'"),
     "change a doc string": ("graph.get_op('relu').doc_string = 'mine'", "doc string of op 'relu'"),
+    "retype its own output": ("t = graph.get_tensor('conv'); t.dtype = np.int8; t.shape = (7, 7, 7)",
+                              r"the dtype/shape of tensor 'conv' \(was unknown dtype unknown shape, now int8 \[7, 7, 7\]\)"),
+    "reshape an input": ("graph.get_tensor('x').shape = (1, 2, 8, 8)",
+                         r"the dtype/shape of tensor 'x' \(was float32 \[1, 2, 4, 4\], now float32 \[1, 2, 8, 8\]\)"),
+    "retype and annotate its own output": (
+        "t = graph.get_tensor('conv'); t.set_attr('note', 1); t.dtype = np.int8",
+        r"the dtype/shape of tensor 'conv' \(was unknown dtype unknown shape, now int8 unknown shape\)"),
 }
 
 
@@ -115,7 +122,8 @@ def test_partition_changing_graph_state_is_caught_and_undone(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["rename a tensor", "change opset_imports", "change ir_version",
-                                  "change model info", "edit a function in place"])
+                                  "change model info", "edit a function in place", "retype its own output",
+                                  "retype and annotate its own output", "reshape an input"])
 def test_compile_changing_graph_state_is_caught_and_undone(tmp_path, case):
     code, message = CASES[case]
     write_plugin(tmp_path, compile=code)

@@ -115,6 +115,26 @@ def test_cli_runs_a_folder_on_ray_with_the_outputs_of_the_local_run(cluster, mod
     assert not (tmp_path / "ray" / "broken").exists()
 
 
+def test_cli_on_ray_reports_each_unreadable_file_on_one_line_and_runs_the_rest(cluster, models, tmp_path):
+    from fuzz.input_cases import HUGE_NPY, pickled_npz
+    images = tmp_path / "images"
+    images.mkdir()
+    for name, jpeg in models.jpegs.items():
+        (images / name).write_bytes(jpeg.tobytes())
+    bad = {"pickled.npz": (pickled_npz(), "unpickling"), "huge.npy": (HUGE_NPY, "declares an array of"),
+           "notzip.npz": (b"not a zip", "not a .npy or .npz file")}
+    for name, (data, _) in bad.items():
+        (images / name).write_bytes(data)
+    result = _cli(str(models.classifier_path), "--input-dir", str(images), "--output-dir", str(tmp_path / "ray"),
+                  "--ray", cluster.address, "--batch-size", "2")
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert f"{len(models.jpegs)} of {len(models.jpegs) + 3} files ran" in result.stdout and "3 failed" in result.stdout
+    for name, (_, problem) in bad.items():
+        (line,) = [x for x in result.stdout.splitlines() if x.startswith(f"  {name}: error:")]
+        assert problem in line, line
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(Path(n).stem for n in models.jpegs)
+
+
 def test_cli_runs_one_input_through_the_ray_graph_runner(cluster, models, tmp_path):
     feeds = models.encoder_feeds(11)
     for name, value in feeds.items():

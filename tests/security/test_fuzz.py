@@ -26,6 +26,8 @@ BUDGET = [
     ("xmodel_attrs", 0, 300),
     ("side_file", 0, 150),
     ("gears_meta", 0, 150),
+    ("input_dir", 0, 80),
+    ("calibration", 0, 60),
 ]
 
 

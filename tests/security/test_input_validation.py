@@ -51,6 +51,13 @@ DEEP = "[" * 60000 + "]" * 60000
      "out of range"),
     ("Infinity", lambda t: [model(t / "m.onnx"), "-q", "--options", '{"input_shape": {"x": [Infinity, 4]}}'],
      "Infinity"),
+    ("input_shape > int64", lambda t: [model(t / "m.onnx", ("n", 3)), "-q", "--options",
+                                       '{"input_shape": "x:99999999999999999999,3"}'], "'x' is beyond int64"),
+    ("input_shape 2**63", lambda t: [model(t / "m.onnx", ("n", 3)), "-q", "--options",
+                                     '{"input_shape": {"x": [9223372036854775808, 3]}}'], "beyond int64"),
+    ("dynamic_dims > int64", lambda t: [model(t / "m.onnx", ("n", 3)), "-q", "--options",
+                                        '{"input_shape": "x:-1,3", "dynamic_dims": "2;99999999999999999999"}'],
+     "option 'dynamic_dims' has invalid value '2;99999999999999999999': 99999999999999999999 is beyond int64"),
 ])
 def test_xcompile_bad_arguments(tmp_path, capsys, case, args, message):
     assert exit_code(xcompile_main, args(tmp_path)) == 2

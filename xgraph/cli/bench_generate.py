@@ -48,9 +48,29 @@ def greedy_loop(step: Callable[[dict], Sequence[np.ndarray]], output_names: Sequ
             feeds["position_ids"] = np.array([[position]], np.int64)
         out = dict(zip(output_names, step(feeds)))
         past = {pairs[name]: value for name, value in out.items() if name in pairs}
-        token = int(np.argmax(out["logits"][0, -1]))
+        token = next_token(out["logits"])
         generated.append(token)
     return generated
+
+
+def _logits_error(shape: Any, dtype: Any) -> XGraphError:
+    return XGraphError(f"bench --generate: output 'logits' has shape {shape} ({dtype}), but greedy decoding needs "
+                       "[batch, seq, vocab] logits with every dim >= 1; export the decoder with its logits output "
+                       "unsqueezed to that layout")
+
+
+def check_logits(shape: Sequence[Any] | None, dtype: Any) -> None:
+    """XGraphError naming output 'logits' when its declared shape cannot be [batch, seq, vocab]."""
+    if shape is not None and (len(shape) != 3 or any(isinstance(d, int) and d < 1 for d in shape)):
+        raise _logits_error(list(shape), dtype)
+
+
+def next_token(logits: Any) -> int:
+    """The greedy choice: argmax over the vocabulary of the last position of the first sequence."""
+    array = np.asarray(logits)
+    if array.ndim != 3 or 0 in array.shape or array.dtype.kind not in "fiub":
+        raise _logits_error(list(array.shape), array.dtype)
+    return int(np.argmax(array[0, -1]))
 
 
 def bench_generate(graph: Any, model_proto: Any, tokens: int, mode: str, kernels: str) -> dict[str, Any]:
@@ -61,6 +81,8 @@ def bench_generate(graph: Any, model_proto: Any, tokens: int, mode: str, kernels
     inputs = {t.name: t for t in graph.get_input_tensors()}
     output_names = [t.name for t in graph.get_output_tensors()]
     pairs = cache_pairs(list(inputs), output_names)
+    logits = next(t for t in graph.get_output_tensors() if t.name == "logits")
+    check_logits(logits.shape, logits.dtype)
     pasts = empty_pasts({name: inputs[name].shape or () for name in pairs.values()},
                         {name: inputs[name].dtype for name in pairs.values()})
     positions = "position_ids" in inputs
@@ -90,4 +112,4 @@ def bench_generate(graph: Any, model_proto: Any, tokens: int, mode: str, kernels
             "execute_ms_per_step": execute / tokens * 1e3}
 
 
-__all__ = ["bench_generate", "cache_pairs", "empty_pasts", "greedy_loop"]
+__all__ = ["bench_generate", "cache_pairs", "check_logits", "empty_pasts", "greedy_loop", "next_token"]

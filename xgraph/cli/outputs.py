@@ -58,9 +58,10 @@ def output_file_name(name: str) -> str:
     return safe
 
 
-def output_files(names: Sequence[str]) -> dict[str, str]:
-    """{tensor name: file stem}, distinct even on case-insensitive file systems."""
-    stems: dict[str, str] = {}
+def distinct_file_names(names: Sequence[str]) -> list[str]:
+    """`output_file_name` of each name, in order, made distinct even on case-insensitive file systems
+    (a repeated name gets -2, -3, ...): none is empty, starts with a dot or holds a separator."""
+    stems: list[str] = []
     used: set[str] = set()
     for name in names:
         stem, n = output_file_name(name), 1
@@ -68,8 +69,13 @@ def output_files(names: Sequence[str]) -> dict[str, str]:
             n += 1
             stem = f"{output_file_name(name)}-{n}"
         used.add(stem.lower())
-        stems[name] = stem
+        stems.append(stem)
     return stems
+
+
+def output_files(names: Sequence[str]) -> dict[str, str]:
+    """{tensor name: file stem}, distinct even on case-insensitive file systems."""
+    return dict(zip(names, distinct_file_names(names)))
 
 
 def encode_output(value: Any) -> tuple[str, bytes] | None:
@@ -108,4 +114,4 @@ def save_outputs(directory: Path, values: dict[str, Any]) -> dict[str, Path | No
     return saved
 
 
-__all__ = ["encode_output", "output_file_name", "output_files", "save_outputs", "summarize"]
+__all__ = ["distinct_file_names", "encode_output", "output_file_name", "output_files", "save_outputs", "summarize"]

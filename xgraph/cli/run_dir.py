@@ -44,26 +44,35 @@ def ray_graph_runner(args: argparse.Namespace, graph: "Graph"):
 
 
 def _output_dirs(files: list[Path], out: Path | None) -> dict[str, Path | None]:
-    """Per file name, the folder its outputs go to; an error when two files share a stem."""
-    seen: dict[str, Path] = {}
-    for f in files:
-        if f.stem in seen:
-            raise XGraphError(f"--input-dir: {seen[f.stem].name} and {f.name} would both write to "
-                              f"{f.stem}/ under --output-dir; rename one")
-        seen[f.stem] = f
-    return {f.name: (out / f.stem if out is not None else None) for f in files}
+    """Per file name, the folder its outputs go to: OUT/<file stem>, the stem made a safe, distinct folder name.
+
+    No folder can leave OUT (no separators, no name starting with a dot, checked on the resolved
+    path too) and no two files share one (a second `a` becomes `a-2`, case-insensitively).
+    """
+    from xgraph.cli.outputs import distinct_file_names
+    if out is None:
+        return {f.name: None for f in files}
+    root = out.resolve()
+    folders = {}
+    for f, stem in zip(files, distinct_file_names([f.stem for f in files])):
+        folder = out / stem
+        if folder.resolve().parent != root:
+            raise XGraphError(f"--input-dir: the outputs of {f.name} would go to {folder.resolve()}, outside "
+                              f"--output-dir {out}; remove the link {folder} or choose another --output-dir")
+        folders[f.name] = folder
+    return folders
 
 
 def _local_results(args: argparse.Namespace, graph: "Graph", files: list[Path]) -> Iterator[tuple[str, Any, str]]:
     """(path, outputs or None, error) per file, run a few at a time through the local graph runner."""
     import xgraph
-    from xgraph.runners.input_files import decode_file, input_specs
+    from xgraph.runners.input_files import input_specs, read_file
     specs = input_specs(graph.get_input_tensors())
     with xgraph.create_graph_runner(graph, args.mode, args.kernels) as runner:
         pending: list[tuple[str, Any]] = []
         for f in files:
             try:
-                feeds = decode_file(f.read_bytes(), str(f), specs)
+                feeds = read_file(f, specs)
                 pending.append((str(f), runner.execute_async(feeds)))
             except XGraphError as e:
                 pending.append((str(f), e))
@@ -124,13 +133,14 @@ def run_directory(args: argparse.Namespace, graph: "Graph") -> int:
             failed.append(name)
             print(f"  {name}: error: {error}")
             continue
-        print(f"  {name}: " + "; ".join(f"{t.name} {summarize(v)}" for t, v in zip(outputs, values)))
         folder = folders.get(name)
+        moved = f" (outputs in {folder.name}/)" if folder is not None and folder.name != Path(name).stem else ""
+        print(f"  {name}: " + "; ".join(f"{t.name} {summarize(v)}" for t, v in zip(outputs, values)) + moved)
         if folder is not None:
             save_outputs(folder, {t.name: value for t, value in zip(outputs, values)})
     seconds = time.perf_counter() - start
     done = len(files) - len(failed)
     saved = f", outputs in {args.output_dir}/<file>/" if args.output_dir else ""
     print(f"{done} of {len(files)} files ran in {seconds:.2f} s{saved}"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
+          + (f"; {len(failed)} failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -27,6 +27,7 @@ from typing import Any
 import onnx
 
 from xgraph.errors import XGraphError
+from xgraph.ir.arguments import require_names
 from xgraph.ir import Graph, Op
 from xgraph.ir.template import MatchLog, record_matches
 from xgraph.compiler.options import parse_options
@@ -74,8 +75,8 @@ def select_ops(graph: Graph, ops: "Iterable[str] | None", types: "Iterable[str] 
     """The ops named in `ops` plus the ops of `types`, in topological order; every op when both are None."""
     if ops is None and types is None:
         return graph.toposort()
-    names = [ops] if isinstance(ops, str) else list(ops or [])
-    wanted_types = {types} if isinstance(types, str) else set(types or [])
+    names = [] if ops is None else require_names(ops, "explain", "ops")
+    wanted_types = set() if types is None else set(require_names(types, "explain", "types"))
     missing = [n for n in names if not graph.has_op(n)]
     if missing:
         close = difflib.get_close_matches(missing[0], [op.name for op in graph.get_ops()], 3)

@@ -23,6 +23,9 @@ from typing import Any, Mapping, Sequence
 
 from xgraph.errors import OptionError
 
+#: The largest dim ONNX can hold (dims are int64): input_shape and gear values beyond it are refused.
+MAX_DIM = (1 << 63) - 1
+
 #: The gear options, in the order ATC documents them.
 GEAR_OPTIONS = ("dynamic_batch_size", "dynamic_image_size", "dynamic_dims")
 #: ATC's limits: at least two gears (one would just be `input_shape`), at most 100.
@@ -75,6 +78,8 @@ def _as_int(key: str, value: Any, text: str) -> int:
         n = int(text)
     except ValueError:
         raise _bad(key, value, f"{text[:20]!r} is not an integer") from None
+    if n > MAX_DIM:
+        raise _bad(key, value, f"{n} is beyond int64 (ONNX dims are int64, at most {MAX_DIM})")
     if n < 0 or (n == 0 and key != "dynamic_dims"):
         smallest = 0 if key == "dynamic_dims" else 1
         raise _bad(key, value, f"{n} is not a size >= {smallest} (gear values fill -1 dims)")

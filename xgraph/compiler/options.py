@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from xgraph.compiler.gears import GEAR_OPTIONS, Gears, format_gears, gear_shapes, parse_gear_options
+from xgraph.compiler.gears import GEAR_OPTIONS, MAX_DIM, Gears, format_gears, gear_shapes, parse_gear_options
 from xgraph.errors import OptionError
 
 #: ATC's precision modes (the default keeps every op in its original dtype).
@@ -183,6 +183,9 @@ def _parse_shape_dims(value: Any) -> dict[str, tuple]:
                 n = None
             if n is None or n < -1 or (isinstance(d, float) and not d.is_integer()):
                 raise _bad("input_shape", value, f"{expected}; dim {d!r} of {name!r} is not an integer >= -1")
+            if n > MAX_DIM:
+                raise _bad("input_shape", value, f"{expected}; dim {d!r} of {name!r} is beyond int64 (ONNX dims "
+                           f"are int64, at most {MAX_DIM})")
             parsed.append(n)
         shapes[name] = tuple(parsed)
     return shapes

@@ -41,9 +41,12 @@ import numpy as np
 
 from xgraph.compiler.quantize_front import split_front
 from xgraph.errors import OptionError, XGraphError
+from xgraph.ir.arguments import require_path
+from xgraph.ir.array_reader import ARRAY_SUFFIXES, read_arrays, read_input_file
+from xgraph.ir.image_reader import IMAGE_SUFFIXES, read_pixels
+from xgraph.ir.onnx.safe_reader import read_model
 
 METHODS = ("minmax", "entropy", "percentile")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 #: Op types onnxruntime's QDQ quantizer handles that an int8 device table may accept.
 QUANTIZABLE = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "MaxPool", "AveragePool",
                "GlobalAveragePool", "Relu", "Clip", "Resize", "Reshape", "Transpose", "Flatten", "Squeeze",
@@ -92,12 +95,12 @@ def _load_preprocess(path: str | None) -> Callable | None:
     return fn
 
 
-def _image(path: Path, shape: Sequence[int]) -> np.ndarray:
+def _image(data: bytes, what: str, shape: Sequence[int]) -> np.ndarray:
+    """The picture resized to the input's H x W, RGB scaled to [0, 1], NCHW."""
     from PIL import Image
     h, w = (int(shape[2]), int(shape[3])) if len(shape) == 4 else (224, 224)
-    with Image.open(path) as im:
-        arr = np.asarray(im.convert("RGB").resize((w, h)), dtype=np.float32) / 255.0
-    return arr.transpose(2, 0, 1)[None]
+    pixels = Image.fromarray(read_pixels(data, what, "RGB")).resize((w, h))
+    return (np.asarray(pixels, dtype=np.float32) / 255.0).transpose(2, 0, 1)[None]
 
 
 def _takes_encoded_bytes(model) -> bool:
@@ -122,28 +125,28 @@ def calibration_inputs(directory: "str | os.PathLike", model, preprocess: str | 
     feeds, files = [], []
     for path in sorted(folder.iterdir()):
         suffix = path.suffix.lower()
-        if suffix in (".npz", ".npy") or suffix in IMAGE_SUFFIXES:
-            files.append(path)
-        if suffix == ".npz":
-            with np.load(path) as data:
-                missing = [n for n, _ in inputs if n not in data.files]
-                if missing:
-                    raise XGraphError(f"calibration file {str(path)!r} has no array for input(s) {missing}; "
-                                      f"it has {data.files}")
-                feeds.append({n: np.asarray(data[n]) for n, _ in inputs})
+        if suffix not in ARRAY_SUFFIXES and suffix not in IMAGE_SUFFIXES:
             continue
-        if suffix == ".npy" or suffix in IMAGE_SUFFIXES:
-            if len(inputs) != 1:
-                raise XGraphError(f"calibration file {str(path)!r}: the model has {len(inputs)} inputs; "
-                                  "give .npz files with one array per input name")
-            name, shape = inputs[0]
-            if suffix == ".npy":
-                arr = np.load(path, allow_pickle=False)
-            elif encoded:
-                arr = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-            else:
-                arr = fn(str(path), shape) if fn is not None else _image(path, shape)
-            feeds.append({name: np.asarray(arr)})
+        files.append(path)
+        what = f"calibration file {str(path)!r}"
+        loaded = read_arrays(path, what) if suffix in ARRAY_SUFFIXES else None
+        if isinstance(loaded, dict):
+            missing = [n for n, _ in inputs if n not in loaded]
+            if missing:
+                raise XGraphError(f"{what} has no array for input(s) {missing}; it has {list(loaded)}")
+            feeds.append({n: loaded[n] for n, _ in inputs})
+            continue
+        if len(inputs) != 1:
+            raise XGraphError(f"{what}: the model has {len(inputs)} inputs; give .npz files with one array per "
+                              "input name")
+        name, shape = inputs[0]
+        if loaded is not None:
+            arr = loaded
+        elif encoded:
+            arr = np.frombuffer(read_input_file(path, what), dtype=np.uint8)
+        else:
+            arr = fn(str(path), shape) if fn is not None else _image(read_input_file(path, what), what, shape)
+        feeds.append({name: np.asarray(arr)})
     for feed, path in zip(feeds, files):
         for name, shape in inputs:
             got = np.shape(feed[name])
@@ -178,11 +181,11 @@ class _Reader:
         return next(self._feeds, None)
 
 
-def _session(path: str, compare: str | None):
-    """An onnxruntime session on the model at `path`, with tensor `compare` made an output when it is not one."""
+def _session(model, compare: str | None):
+    """An onnxruntime session on `model` (a proto, not changed), with tensor `compare` made an output when it is not one."""
     import onnx
     import onnxruntime as ort
-    model = onnx.load(path)
+    model = onnx.ModelProto.FromString(model.SerializeToString())
     if compare is not None and compare not in {o.name for o in model.graph.output}:
         inferred = onnx.shape_inference.infer_shapes(model)
         info = next((v for v in inferred.graph.value_info if v.name == compare), None)
@@ -190,16 +193,27 @@ def _session(path: str, compare: str | None):
             raise OptionError(f"quantize: compare tensor {compare!r} is not a float tensor of the model; name one "
                               f"of its tensors, e.g. an output: {', '.join(o.name for o in model.graph.output)}")
         model.graph.output.append(info)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failed session raises (one XGraphError); no native log line on stderr
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _summary(float_path: str, int8_path: str, held_out: list[dict[str, np.ndarray]],
+def _save(model, path: str) -> None:
+    """`model` at `path` for onnxruntime's quantizer, its weights in a side file past protobuf's 2 GiB."""
+    import onnx
+    onnx.save_model(model, path, save_as_external_data=model.ByteSize() >= (1 << 31) - 1)
+
+
+def _summary(float_model, int8_model, held_out: list[dict[str, np.ndarray]],
              compare: str | None = None) -> dict[str, Any]:
-    f, q = _session(float_path, compare), _session(int8_path, compare)
+    import onnxruntime as ort
+    f, q = _session(float_model, compare), _session(int8_model, compare)
     name = compare if compare is not None else f.get_outputs()[0].name
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a failed run raises (one XGraphError); no native log line on stderr
     agree, max_err, errs, lo, hi = 0, 0.0, [], np.inf, -np.inf
     for feed in held_out:
-        a, b = f.run([name], feed)[0], q.run([name], feed)[0]
+        a, b = f.run([name], feed, quiet)[0], q.run([name], feed, quiet)[0]
         agree += int(np.array_equal(a.reshape(a.shape[0], -1).argmax(-1), b.reshape(b.shape[0], -1).argmax(-1)))
         d = np.abs(a.astype(np.float64) - b.astype(np.float64))
         max_err = max(max_err, float(d.max()))
@@ -221,11 +235,15 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
         raise OptionError(f"quantize: method {method!r} is not one of {', '.join(METHODS)}")
     if activation not in ("int8", "uint8"):
         raise OptionError(f"quantize: activation {activation!r} is not int8 or uint8")
+    require_path(model, "quantize", "model", error=OptionError)
+    require_path(calibration, "quantize", "calibration", error=OptionError)
+    if output is not None:
+        require_path(output, "quantize", "output", error=OptionError)
     src = str(model)
     if not os.path.isfile(src):
         raise OptionError(f"quantize: model {src!r} is not a file")
     out = str(output) if output is not None else str(Path(src).with_suffix(".int8.onnx"))
-    proto = onnx.load(src)
+    proto = read_model(src)[0]  # checked, external data inside the model's folder and inline: never onnx.load
     unknown = sorted(set(exclude) - {n.name for n in proto.graph.node})
     if unknown:
         raise OptionError(f"quantize: exclude names op(s) {unknown} the model does not have; name ops of "
@@ -241,10 +259,10 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
                  "percentile": CalibrationMethod.Percentile}[method]
     with tempfile.TemporaryDirectory() as tmp:
         staged = os.path.join(tmp, "model.int8.onnx")
-        calibrated = src  # what onnxruntime quantizes: the model, or its body after the preprocessing
-        if front is not None:
-            calibrated = os.path.join(tmp, "body.onnx")
-            onnx.save(front.body(feeds[0]), calibrated)
+        # what onnxruntime quantizes: the model as read above, or its body after the preprocessing
+        calibrated_model = proto if front is None else front.body(feeds[0])
+        calibrated = os.path.join(tmp, "model.onnx")
+        _save(calibrated_model, calibrated)
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
                 quantize_static(calibrated, staged, _Reader(calib), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops,
@@ -253,7 +271,8 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
                                 weight_type=QuantType.QInt8, calibrate_method=calibrate,
                                 nodes_to_exclude=list(exclude),
                                 extra_options={"WeightSymmetric": True})
-            summary = _summary(calibrated, staged, held, compare)
+            quantized = read_model(staged)[0]
+            summary = _summary(calibrated_model, quantized, held, compare)
         except OptionError:
             raise
         except Exception as e:  # onnxruntime raises its own exception types; say which model and what to fix
@@ -264,7 +283,7 @@ def quantize_model(model: "str | os.PathLike", calibration: "str | os.PathLike",
         from xgraph.ir.files import check_target, write_bytes
         check_target(out)
         if front is not None:
-            write_bytes(out, front.join(onnx.load(staged)).SerializeToString())
+            write_bytes(out, front.join(quantized).SerializeToString())
             summary["preprocessing"] = [n.op_type for n in front.front.graph.node]
         else:
             with open(staged, "rb") as fh:

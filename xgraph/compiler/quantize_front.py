@@ -16,7 +16,7 @@ DVPP does at run time); onnxruntime calibrates and quantizes the body on the fro
 `FrontSplit.join` puts the untouched front back before the quantized body. A model without such
 a front is quantized whole, as before.
 
-    >>> split = split_front(onnx.load("classifier.onnx"))          # doctest: +SKIP
+    >>> split = split_front(read_model("classifier.onnx")[0])      # doctest: +SKIP
     >>> [n.op_type for n in split.front.graph.node], split.cut      # doctest: +SKIP
     (['JpegDecode', 'VpcResize'], ['pixels'])
 """

@@ -22,6 +22,7 @@ import json
 from typing import Any, Iterable
 
 from xgraph.errors import PartitionError
+from xgraph.ir.arguments import require_graph
 from xgraph.ir import Graph, Op
 from xgraph.ir.files import check_target, write_text
 from xgraph.compiler.dynamic_summary import dynamic_summary
@@ -67,6 +68,7 @@ def _placement(graph_name: str, options: Any) -> str:
 
 def report(compiled: Graph) -> dict[str, Any]:
     """The placement report of a compiled graph (see the module docstring for the keys)."""
+    require_graph(compiled, "xgraph.report", "compiled", compiled=True)
     root = compiled.get_root_subgraph()
     if root.is_leaf and compiled.get_op_num():
         raise PartitionError(f"graph {compiled.name!r} is not compiled (its root has no device subgraphs); "

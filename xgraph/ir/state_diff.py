@@ -43,7 +43,8 @@ class StateDiff:
     new_subgraphs: "dict[Subgraph, bool]" = field(default_factory=dict)
     #: op -> what changed ("the name/type/domain", "the doc string", "attrs [...]")
     ops: "dict[Op, list[str]]" = field(default_factory=dict)
-    #: tensor -> what changed ("attrs [...]", "the shape or dtype", "the weight or value type", "the name")
+    #: tensor -> its most serious change: "the name", "the dtype/shape (was ..., now ...)", "the weight or value
+    #: type", else "attrs [...]"
     tensors: "dict[Tensor, str]" = field(default_factory=dict)
 
 
@@ -179,12 +180,19 @@ def _tensor_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
         return  # the usual case, compared column by column; else tensor by tensor, as below
     for t, name, shape, dtype, data, attrs, type_proto in zip(ts, c.names, c.shapes, c.dtypes, c.data, c.attrs,
                                                               c.type_protos):
+        # the most serious change is the one named: a caller may allow attrs changes only
         if t.name != name:
             diff.tensors[t] = f"the name of tensor {name!r} (now {t.name!r})"
-        elif (attrs or t._attrs) and changed_keys(attrs, t._attrs):
-            diff.tensors[t] = f"attrs {changed_keys(attrs, t._attrs)} of tensor {name!r}"
         elif shape != t._shape or dtype != t._dtype:
-            diff.tensors[t] = f"the shape or dtype of tensor {name!r}"
+            diff.tensors[t] = (f"the dtype/shape of tensor {name!r} (was {_type_text(dtype, shape)}, now "
+                               f"{_type_text(t._dtype, t._shape)})")
         elif data is not t._data or (type_proto is not None or t._type_proto is not None) \
                 and type_proto != type_bytes(t._type_proto):
             diff.tensors[t] = f"the weight or value type of tensor {name!r}"
+        elif (attrs or t._attrs) and changed_keys(attrs, t._attrs):
+            diff.tensors[t] = f"attrs {changed_keys(attrs, t._attrs)} of tensor {name!r}"
+
+
+def _type_text(dtype, shape) -> str:
+    """'float32 [1, 7]' ('unknown' for what is not known)."""
+    return f"{dtype if dtype is not None else 'unknown dtype'} {list(shape) if shape is not None else 'unknown shape'}"

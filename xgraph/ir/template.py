@@ -339,6 +339,9 @@ def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str,
 
 def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"]]:
     """Every match of `template` in `graph`, deterministic (anchors in graph insertion order)."""
+    if not isinstance(template, GraphTemplate):
+        raise GraphError(f"isomorphism: argument 'template' must be an xgraph.GraphTemplate, got "
+                         f"{type(template).__name__}")
     log = _ACTIVE.get()
     if log is None or not log.near_misses:
         matches = _find_matches(graph, template)

@@ -7,21 +7,17 @@ The standard ONNX ImageDecoder keeps the ONNX contract instead: every format ONN
 from __future__ import annotations
 
 import io
-import struct
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 from xgraph.errors import DvppError
+from xgraph.ir.image_reader import decode, open_image
 from xgraph.ops.dvpp import COLOR_CODES, DOMAIN, JPEGD, PNGD, VPC, align_up, check_image_rules, crop_box
 from xgraph.kernels.registry import builtin_kernel as kernel
 
 DEVICES = ("DVPP", "CPU")
 UINT8 = (np.uint8,)
-
-#: What Pillow raises on damaged or hostile bytes; each becomes a DvppError naming the op.
-_CODEC_ERRORS = (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
-                 Image.DecompressionBombError)
 
 
 def _uint8(op: str, x) -> np.ndarray:
@@ -50,7 +46,7 @@ def _to_stride(x: np.ndarray, aligned: int, rule=VPC) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- codecs
 
-#: Formats each decoder lets Pillow try: never plugins that shell out (EPS) or that ONNX does not list.
+#: Formats each decoder lets the one image reader try: never plugins that shell out (EPS) or that ONNX does not list.
 _DVPP_FORMATS = ("JPEG", "PNG")  # the rules then name a JPEG given to PngDecode, and the reverse
 _ONNX_FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "JPEG2000", "PPM")
 
@@ -59,23 +55,12 @@ def _open(op: str, encoded, formats) -> Image.Image:
     data = _uint8(op, encoded)
     if data.ndim != 1:
         raise DvppError(f"{op}: input rank {data.ndim} breaks the DVPP rule: encoded pictures are 1-D uint8 bytes")
-    try:
-        return Image.open(io.BytesIO(data.tobytes()), formats=formats)
-    except UnidentifiedImageError as exc:
-        raise DvppError(f"{op}: the {data.size} input bytes are not a {'/'.join(formats)} picture") from exc
-    except _CODEC_ERRORS as exc:
-        raise DvppError(f"{op}: cannot read the encoded picture ({data.size} bytes): {exc}") from exc
+    return open_image(data.tobytes(), op, formats=formats, error=DvppError)
 
 
 def _pixels(op: str, img: Image.Image, mode: str, exif: bool = False) -> np.ndarray:
     """Decode `img` fully and convert it to Pillow `mode` ('RGB' or 'L') as an HWC array."""
-    try:
-        img.load()
-        if exif:
-            img = ImageOps.exif_transpose(img)
-        pic = np.asarray(img.convert(mode), dtype=np.uint8)
-    except _CODEC_ERRORS as exc:
-        raise DvppError(f"{op}: the encoded picture is damaged: {exc}") from exc
+    pic = decode(img, op, mode, error=DvppError, transform=ImageOps.exif_transpose if exif else None)
     return pic[:, :, None] if pic.ndim == 2 else pic
 
 

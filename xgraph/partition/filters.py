@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from itertools import accumulate, chain
 
 from xgraph.errors import PartitionError
+from xgraph.ir.arguments import require_graph
 from xgraph.ir import Graph, GraphTemplate, Subgraph
 
 #: The attr that marks a subgraph as taken by a plugin or the device placer.
@@ -122,8 +123,7 @@ def _is_free(child: Subgraph) -> bool:
 
 def _root_with_children(graph: Graph, where: str) -> Subgraph:
     """The root of `graph`, once it is known to have children (or the graph has no ops at all)."""
-    if not isinstance(graph, Graph):
-        raise PartitionError(f"{where}: expected an xgraph.Graph, got {type(graph).__name__}")
+    require_graph(graph, where, error=PartitionError)
     root = graph.get_root_subgraph()
     if root.is_leaf and graph.get_op_num():
         raise PartitionError(f"{where}: the root subgraph of graph {graph.name!r} has no children yet; call "

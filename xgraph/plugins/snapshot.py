@@ -125,14 +125,15 @@ def _subtree_changes(diff: "StateDiff", sg: "Subgraph") -> list[str]:
 
 
 def _op_changes(before: "GraphState", diff: "StateDiff", free_ops: set["Op"]) -> list[str]:
-    """Changed ops and tensors, except the free ops and their output tensors (renames always count)."""
+    """Changed ops and tensors, except the free ops and the attrs of their output tensors (a rename, a new
+    dtype or shape, a new value type always count: the ops after them were placed for the old ones)."""
     found: list[str] = []
     for op, changes in diff.ops.items():
         if op not in free_ops:
             found += changes
     for t, change in diff.tensors.items():
         producer = before.tensor_state(t).producer
-        if producer is None or producer not in free_ops or change.startswith("the name"):
+        if producer is None or producer not in free_ops or not change.startswith("attrs"):
             found.append(change)
     return found[:_MAX_FINDINGS]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from xgraph.errors import RunnerError, XGraphError
+from xgraph.errors import ModelFileError, RunnerError, XGraphError
 from xgraph.ray.graph_runner import model_bytes
 from xgraph.ray.session import connect, require_ray
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 #: Columns that describe a row rather than feed the model (kept in the output by default).
 DESCRIPTIVE = ("path",)
+#: A column whose non-empty value says the row's input could not be read (`read_files`): the row fails
+#: with that message instead of running.
+READ_ERROR = "read_error"
 #: What a replica does with a row that fails: fail the batch, drop the row, or keep it with its error
 #: in an "error" column ("" for rows that ran) and None for its outputs.
 ON_ERROR = ("raise", "skip", "record")
@@ -104,7 +107,7 @@ class ModelReplica:
     def _sources(self, batch: Mapping[str, Any]) -> dict[str, str]:
         """The column feeding each input: named in `columns`, named like the input, or the only data column."""
         sources = {}
-        data = [c for c in batch if c not in self.keep_columns and c not in DESCRIPTIVE]
+        data = [c for c in batch if c not in self.keep_columns and c not in DESCRIPTIVE and c != READ_ERROR]
         for t in self.inputs:
             column = self.columns.get(t.name) or (t.name if t.name in batch else None)
             if column is None and len(self.inputs) == 1 and len(data) == 1:
@@ -122,8 +125,11 @@ class ModelReplica:
         rows = len(next(iter(batch.values()))) if batch else 0
         outcomes: list[tuple[list | None, str]] = [(None, "")] * rows
         window: deque = deque()  # (row, job, batch dim added) in flight, a few at a time
+        read_errors = batch.get(READ_ERROR)
         for i in range(rows):
             try:
+                if read_errors is not None and str(read_errors[i]):
+                    raise ModelFileError(str(read_errors[i]))
                 feeds, added = {}, False
                 for t in self.inputs:
                     feeds[t.name], grew = _cell(batch[sources[t.name]][i], t)

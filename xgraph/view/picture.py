@@ -2,6 +2,7 @@
 chosen by size. Sits above both, so the two drawings share primitives without importing each other."""
 from __future__ import annotations
 
+from xgraph.ir.arguments import require_graph, require_path
 from xgraph.ir import Graph
 from xgraph.view.collapsed import choose_view
 from xgraph.view.collapsed_svg import render_collapsed_svg
@@ -27,6 +28,8 @@ def render_svg(graph: Graph, layout: Layout | None = None, view: str = "auto") -
 def write_svg(graph: Graph, path: str, view: str = "auto") -> None:
     """Write the partition picture of `graph` to `path` (atomically); `view` as for `render_svg`."""
     from xgraph.view.files import write_text
+    require_graph(graph, "xgraph.write_svg")
+    require_path(path, "xgraph.write_svg")
     write_text(path, render_svg(graph, view=view))
 
 

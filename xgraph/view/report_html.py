@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xgraph.ir.arguments import require_graph, require_path
 from xgraph.ir import Graph
 from xgraph.view.describe import crossing_copies, device_subgraphs, estimated_time_us, placement, subgraph_device, \
     subgraph_runner
@@ -247,6 +248,8 @@ def render_html_report(compiled: Graph, model: str | None = None) -> str:
 def write_html_report(compiled: Graph, path: str, model: str | None = None) -> None:
     """Write the compile report of `compiled` as a self-contained HTML page to `path` (atomically)."""
     from xgraph.view.files import write_text
+    require_graph(compiled, "xgraph.write_html", "compiled", compiled=True)
+    require_path(path, "xgraph.write_html")
     write_text(path, render_html_report(compiled, model))
 
 

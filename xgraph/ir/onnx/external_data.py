@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.onnx.file_handles import open_regular, read_exactly
+from xgraph.ir.file_handles import open_regular, read_exactly
 from xgraph.ir.onnx.mapped import MappedFile, map_file, plain_dtype, tensors_to_map
 from xgraph.ir.onnx.tensor_inventory import declared_bytes, iter_tensors
 

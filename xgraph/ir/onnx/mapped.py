@@ -36,7 +36,7 @@ import onnx
 from onnx import TensorProto
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.onnx.file_handles import open_regular
+from xgraph.ir.file_handles import open_regular
 
 #: External tensors smaller than this are read into memory as before (shape inference and
 #: constant folding read small ones, and a page per tiny tensor would waste more than it saves).

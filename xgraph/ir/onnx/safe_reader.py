@@ -14,7 +14,7 @@ from onnx import TensorProto
 from xgraph.errors import ModelFileError
 from xgraph.ir.collector import collector_paused
 from xgraph.ir.onnx.external_data import load_external_data
-from xgraph.ir.onnx.file_handles import read_model_file
+from xgraph.ir.file_handles import read_model_file
 from xgraph.ir.onnx.nodes import Nodes
 from xgraph.ir.onnx.tensor_inventory import (MAX_RANK, MAX_SPARSE_DENSE_BYTES, Inventory,
                                              declared_bytes, element_bits, inventory, iter_sparse_tensors,

@@ -38,6 +38,7 @@ from xgraph.ir.onnx.exporter import graph_to_onnx
 from xgraph.ir.onnx.gears_file import add_gears, read_gears
 from xgraph.ir.onnx.importer import check_text, graph_from_model_proto
 from xgraph.ir.onnx.nodes import Nodes, is_text
+from xgraph.ir.arguments import require_graph, require_path
 from xgraph.ir.onnx.safe_reader import read_model_inventory
 from xgraph.ir.onnx.shape_inference import largest_declared_dim
 from xgraph.ir.onnx.side_file import (TOKEN_TENSOR, SideLayout, goes_external, read_consistently,
@@ -133,6 +134,8 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
     path. The rules of every file xgraph writes apply (`xgraph.ir.files`): a target that is a
     link, folder, device or FIFO is refused.
     """
+    require_graph(graph, "serialize")
+    require_path(path, "serialize")
     check_target(path)
     threshold = external_threshold(graph, external_data_threshold)
     weights = [t._data for t in graph._tensors.values() if t._data is not None] + blob_arrays(graph)

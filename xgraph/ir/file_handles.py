@@ -1,5 +1,5 @@
-"""Opening files that a model names: one no-follow, non-blocking handle whose type and size are
-checked with fstat before a byte is read (model files and their external data alike)."""
+"""Opening files xgraph reads: one no-follow, non-blocking handle whose type and size are checked
+with fstat before a byte is read (model files, their external data and input files alike)."""
 from __future__ import annotations
 
 import os
@@ -53,23 +53,23 @@ def read_exactly(fd: int, offset: int, length: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_model_file(path: Path, label: str) -> bytes:
-    """The bytes of a model file, after checking on one handle that it is a regular file of sane size.
+def read_checked_file(path: str | os.PathLike, label: str, limit: int, limit_reason: str) -> bytes:
+    """The bytes of the file at `path`, after checking on one handle that it is a regular file of at most `limit`
+    bytes (`limit_reason` says why, in the refusal).
 
-    A link the user gave as the model path is followed once (the path is resolved first), but
-    the file read is the one whose type and size were checked.
+    A link the user gave as the path is followed once (the path is resolved first), but the
+    file read is the one whose type and size were checked.
     """
     try:
-        real = path.resolve(strict=True)
+        real = Path(path).resolve(strict=True)
     except FileNotFoundError:
         raise ModelFileError(f"{label}: no such file") from None
     except (OSError, RuntimeError, ValueError) as e:  # link loop, NUL byte, name too long
         raise ModelFileError(f"{label}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     fd, st = open_regular(real, label + ":")
     try:
-        if st.st_size > MAX_MODEL_FILE_BYTES:
-            raise ModelFileError(f"{label}: is {st.st_size} bytes, over the {MAX_MODEL_FILE_BYTES}-byte limit of one "
-                                 "protobuf message; a large model keeps its weights in external data files")
+        if st.st_size > limit:
+            raise ModelFileError(f"{label}: is {st.st_size} bytes, over the {limit}-byte limit {limit_reason}")
         data = read_exactly(fd, 0, st.st_size)
     except OSError as e:
         raise ModelFileError(f"{label}: cannot read ({e.strerror or e})") from None
@@ -80,4 +80,10 @@ def read_model_file(path: Path, label: str) -> bytes:
     return data
 
 
-__all__ = ["MAX_MODEL_FILE_BYTES", "open_regular", "read_exactly", "read_model_file"]
+def read_model_file(path: Path, label: str) -> bytes:
+    """The bytes of a model file (`read_checked_file`), at most one protobuf message's 2 GiB."""
+    return read_checked_file(path, label, MAX_MODEL_FILE_BYTES, "of one protobuf message; a large model keeps its "
+                             "weights in external data files")
+
+
+__all__ = ["MAX_MODEL_FILE_BYTES", "open_regular", "read_checked_file", "read_exactly", "read_model_file"]
