@@ -22,6 +22,7 @@ knows nothing of the IR.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -162,7 +163,8 @@ def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
     for i, unit in enumerate(units):
         by_solver: dict[str, tuple[float, str]] = {}
         for spec in unit.allowed:
-            seconds = unit.estimate if unit.estimate is not None else sum(op_seconds(op, spec) for op in unit.ops)
+            # fsum: the same total whatever order a subgraph's op set comes in
+            seconds = unit.estimate if unit.estimate is not None else math.fsum(op_seconds(op, spec) for op in unit.ops)
             name = solver_device(spec)
             if name not in by_solver or seconds < by_solver[name][0]:
                 by_solver[name] = (seconds, spec.name)
