@@ -196,3 +196,26 @@ def test_past_length_gears_pass_the_cache_from_gear_to_gear(gen, session):
         stats = runner.get_stats()["copies"]
     assert got == expected
     assert stats["saved"] == 2 * len(PASTS) * steps - len(PASTS)
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "onnxruntime"])
+def test_a_one_device_model_keeping_an_output_runs_as_the_general_loop_does(make, kernels):
+    """A plan of one subgraph runs as straight-line code (`inline.Chain`), also when it reads a value
+    kept on the device beside its copied inputs and leaves a result uncopied; the oracle is the
+    general loop over the same steps (a runner with profile=True records spans, so it takes that loop)."""
+    graph = xgraph.compile(make.small_cnn(), {})
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    names = _names(graph)
+    with xgraph.create_graph_runner(graph, kernels=kernels) as fast, \
+            xgraph.create_graph_runner(graph, kernels=kernels, profile=True) as general:
+        plain = fast.run({"x": x})
+        for runner in (fast, general):
+            for _ in range(2):
+                got = dict(zip(names, runner.run({"x": x}, keep_on_device=["logits"])))
+                assert type(got["logits"]) is DeviceValue and type(got["prob"]) is np.ndarray
+                np.testing.assert_array_equal(got["logits"].numpy(), plain[names.index("logits")])
+                np.testing.assert_array_equal(got["prob"], plain[names.index("prob")])
+        fast_copies, general_copies = fast.get_stats()["copies"], general.get_stats()["copies"]
+        # fast: 3 copies in its plain run; then per kept run x in and prob out, plus logits' .numpy()
+        assert fast_copies["count"] - 3 == general_copies["count"] == 2 * (2 + 1)
+        assert fast_copies["saved"] == general_copies["saved"] == 2

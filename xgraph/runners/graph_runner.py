@@ -195,6 +195,8 @@ class GraphRunner:
         self._owns_memory = device_memory is None
         self.device_memory = DeviceMemory(self._owner) if device_memory is None else device_memory
         self._bindings: Bindings | None = None  # plans for DeviceValue inputs and kept outputs, made on first use
+        #: what a DeviceValue's `.numpy()` calls: it holds the counters, not the runner
+        self._count_host_copy = functools.partial(_count_copy, self._copies, self._stats_lock)
         self._job_counts = {s.name: 0 for s in JobStatus if s is not JobStatus.PENDING}
         self.profile = profile
         self._spans: list[tuple] = []
@@ -478,8 +480,7 @@ class GraphRunner:
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
-        results, saved_bytes = binding.wrap(results, self.device_memory,
-                                            functools.partial(_count_copy, self._copies, self._stats_lock), fed)
+        results, saved_bytes = binding.wrap(results, self.device_memory, self._count_host_copy, fed)
         with self._stats_lock:
             self._copies["saved"] += binding.saved
             self._copies["saved_bytes"] += saved_bytes
