@@ -108,12 +108,13 @@ def test_a_decoder_step_with_the_cache_on_the_device_copies_no_cache(compiled):
         assert runner.get_stats()["copies"]["count"] - before["count"] == 3 + 8
 
 
-@pytest.mark.parametrize("kernels", ["numpy", "auto"])
-def test_greedy_generation_with_the_cache_on_the_device_equals_onnxruntime(gen, compiled, session, kernels):
+@pytest.mark.parametrize("kernels, options", [("numpy", {}), ("auto", {}),
+                                              ("auto", {"job_timeout": 60.0})])  # through the streams
+def test_greedy_generation_with_the_cache_on_the_device_equals_onnxruntime(gen, compiled, session, kernels, options):
     names = _names(compiled)
     prompt = [3, 17, 42]
     expected = gen.greedy(lambda feeds: session.run(names, dict(feeds)), names, prompt, 12)
-    with xgraph.create_graph_runner(compiled, kernels=kernels) as runner:
+    with xgraph.create_graph_runner(compiled, kernels=kernels, **options) as runner:
         got = gen.greedy(gen.device_step(runner, names), names, prompt, 12)
         copies = runner.get_stats()["copies"]
     assert got == expected and len(set(got)) > 1
