@@ -19,7 +19,8 @@ that: input checks, job records, scheduling, host<->device copies, result checks
     python benchmarks/generate.py [--tokens 48] [--rounds 15] [--kernels auto] [--layers 4 --hidden 256] [--gears]
 
 With --gears the decoder is compiled with one gear per past length (`dynamic_dims`), so every
-step is static and one AI Core subgraph.
+step is static and one AI Core subgraph. With --devices aicpu the whole step is one AI CPU
+subgraph with the past dynamic: what a step costs when no AI Core / AI CPU alternation splits it.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _execute_seconds(runner) -> float:
 
 
 def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4,
-            gears: bool = False, vocab: int = 0) -> dict:
+            gears: bool = False, vocab: int = 0, devices: str = "") -> dict:
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
 
     layers/hidden/vocab 0: the sample's checked-in decoder; else a decoder of that size made by the
@@ -67,6 +68,8 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
     steps = len(PROMPT) + tokens - 1
     options = gen.gear_options(range(max(steps, FLOOR_PAST + 1)), layers, heads, hidden // heads) if gears \
         else gen.cache_shape_option(layers, heads)
+    if devices:
+        options["devices"] = devices
     graph = xgraph.compile(model, options)
     names = [t.name for t in graph.get_output_tensors()]
     so = ort.SessionOptions()
@@ -115,6 +118,7 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
             subgraphs = f"{subgraphs - len(runner.shared.runners)} (+{len(runner.shared.runners)} shared by the gears)"
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
     past = f", {len(graph.get_gears())} past-length gears" if gears else ", past length dynamic"
+    past += f", devices {devices}" if devices else ""
     return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected, "copies": copies,
             "steps": len(PROMPT) + tokens - 1, "tokens": tokens, "subgraphs": subgraphs, "backends": backends,
             "model": f"{layers} layers, hidden {hidden}, vocabulary {vocab}{past}", "floor": floor}
@@ -189,10 +193,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layers", type=int, default=0, help="a decoder of this many layers instead of the sample's")
     parser.add_argument("--hidden", type=int, default=0, help="... and of this width (a multiple of 4)")
     parser.add_argument("--vocab", type=int, default=0, help="... and of this vocabulary (default 64)")
+    parser.add_argument("--devices", default="", help="the compile option 'devices' (e.g. aicpu: the whole step on "
+                        "AI CPU, one subgraph with the past dynamic, as if nothing alternated)")
     parser.add_argument("--gears", action="store_true", help="compile one gear per past length (all on AI Core) "
                         "instead of leaving the past length dynamic (its attention on AI CPU)")
     args = parser.parse_args(argv)
-    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab)
+    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab,
+                devices=args.devices)
     print(report(r))
     return 0 if r["equal"] else 1
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
     from xgraph.runners.scheduler import Plan
 
+_NOTHING: frozenset = frozenset()
+
 #: bindings remembered per runner (a loop uses one; a cap keeps a caller that varies them bounded)
 BINDINGS_KEPT = 64
 
@@ -70,6 +72,7 @@ class Bindings:
         self.device_memory = device_memory
         self._base_copies = copy_count(base)
         self._found: dict[tuple, Binding] = {}
+        self._kept_sets: dict[tuple, frozenset] = {}  # keep_on_device given as a list or tuple -> checked set
 
     def bind(self, feeds: "dict | Sequence", keep_on_device: "Collection[str] | None"
              ) -> "tuple[dict | list, Binding, int]":
@@ -117,8 +120,22 @@ class Bindings:
         return found
 
     def _kept(self, keep_on_device: "Collection[str] | None") -> frozenset:
+        """`keep_on_device` as a set of output names, checked (a loop's list: one lookup after the first step)."""
         if keep_on_device is None:
-            return frozenset()
+            return _NOTHING
+        kind = type(keep_on_device)
+        if kind is list or kind is tuple:
+            key = tuple(keep_on_device)
+            found = self._kept_sets.get(key)
+            if found is None:
+                found = self._checked(keep_on_device)
+                if len(self._kept_sets) >= BINDINGS_KEPT:
+                    self._kept_sets.clear()
+                self._kept_sets[key] = found
+            return found
+        return self._checked(keep_on_device)
+
+    def _checked(self, keep_on_device: "Collection[str]") -> frozenset:
         if isinstance(keep_on_device, str) or not isinstance(keep_on_device, Collection):
             raise RunnerError(f"{self.owner}: keep_on_device must be a list of output names, got "
                               f"{keep_on_device!r}; the outputs are: {', '.join(self.output_names)}")
