@@ -175,6 +175,8 @@ def test_keep_on_device_names_only_outputs(compiled):
             runner.run(_feeds(1), keep_on_device=["past_l0_k"])
         with pytest.raises(RunnerError, match="keep_on_device must be a list of output names"):
             runner.run(_feeds(1), keep_on_device="present_l0_k")
+        with pytest.raises(RunnerError, match=r"keep_on_device names \['present_l0_k'\], which is not an output"):
+            runner.run(_feeds(1), keep_on_device=[["present_l0_k"]])
         assert runner.get_stats()["jobs"]["OK"] == 0
 
 

@@ -126,7 +126,10 @@ class Bindings:
         kind = type(keep_on_device)
         if kind is list or kind is tuple:
             key = tuple(keep_on_device)
-            found = self._kept_sets.get(key)
+            try:
+                found = self._kept_sets.get(key)
+            except TypeError:  # an unhashable name: the check says what is wrong
+                return self._checked(keep_on_device)
             if found is None:
                 found = self._checked(keep_on_device)
                 if len(self._kept_sets) >= BINDINGS_KEPT:
