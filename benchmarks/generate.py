@@ -6,7 +6,8 @@ length dynamic: 5 device subgraphs, AI Core and AI CPU alternating per layer). B
 the same prompt, feeding each step's presents back as the next step's pasts:
 
   onnxruntime   one InferenceSession on the original model (default options), `session.run` per step
-  xgraph        `create_graph_runner(compiled, kernels=...)` and `runner.run` per step
+  xgraph        `create_graph_runner(compiled, kernels=...)` and `runner.run` per step, the presents
+                kept on the device (`keep_on_device`) and fed back as they are
 
 The two take turns in blocks (a slow spell of a shared machine hits both alike); the table shows
 the median and the best loop of each in tokens/s, the process CPU time per step (steadier than
@@ -18,7 +19,8 @@ that: input checks, job records, scheduling, host<->device copies, result checks
     python benchmarks/generate.py [--tokens 48] [--rounds 15] [--kernels auto] [--layers 4 --hidden 256] [--gears]
 
 With --gears the decoder is compiled with one gear per past length (`dynamic_dims`), so every
-step is static and one AI Core subgraph.
+step is static and one AI Core subgraph. With --devices aicpu the whole step is one AI CPU
+subgraph with the past dynamic: what a step costs when no AI Core / AI CPU alternation splits it.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def _execute_seconds(runner) -> float:
 
 
 def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int = 0, heads: int = 4,
-            gears: bool = False, vocab: int = 0) -> dict:
+            gears: bool = False, vocab: int = 0, devices: str = "") -> dict:
     """Per contender: loop times (s); for xgraph also the time in `runner.run` and inside subgraph runners.
 
     layers/hidden/vocab 0: the sample's checked-in decoder; else a decoder of that size made by the
@@ -66,6 +68,8 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
     steps = len(PROMPT) + tokens - 1
     options = gen.gear_options(range(max(steps, FLOOR_PAST + 1)), layers, heads, hidden // heads) if gears \
         else gen.cache_shape_option(layers, heads)
+    if devices:
+        options["devices"] = devices
     graph = xgraph.compile(model, options)
     names = [t.name for t in graph.get_output_tensors()]
     so = ort.SessionOptions()
@@ -82,9 +86,11 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
     with xgraph.create_graph_runner(graph, kernels=kernels) as runner:
         spent = [0.0]
 
+        run = gen.device_step(runner, names)
+
         def xgraph_step(feeds):
             start = time.perf_counter()
-            out = runner.run(feeds)
+            out = run(feeds)
             spent[0] += time.perf_counter() - start
             return out
         expected = gen.greedy(ort_step, names, PROMPT, tokens, **shape)
@@ -103,18 +109,22 @@ def measure(tokens: int, rounds: int, kernels: str, layers: int = 0, hidden: int
             cpu["xgraph"].append(time.process_time() - start_cpu)
             inside.append(_execute_seconds(runner) - before)
             in_run.append(spent[0])
-        floor = step_floor(runner, ort_step, gen, shape, rounds)
+        copies = runner.get_stats()["copies"]["count"]
+        gen.greedy(xgraph_step, names, PROMPT, tokens, **shape)
+        copies = (runner.get_stats()["copies"]["count"] - copies) / steps
+        floor = step_floor(runner, run, ort_step, shape, rounds)
         subgraphs = len(runner.runners)
         if getattr(runner, "shared", None) is not None:  # one runner serving every gear's run
             subgraphs = f"{subgraphs - len(runner.shared.runners)} (+{len(runner.shared.runners)} shared by the gears)"
         backends = sorted({getattr(r, "backend", "?") for r in runner.runners.values()})
     past = f", {len(graph.get_gears())} past-length gears" if gears else ", past length dynamic"
-    return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected,
+    past += f", devices {devices}" if devices else ""
+    return {"times": times, "cpu": cpu, "inside": inside, "in_run": in_run, "equal": got == expected, "copies": copies,
             "steps": len(PROMPT) + tokens - 1, "tokens": tokens, "subgraphs": subgraphs, "backends": backends,
             "model": f"{layers} layers, hidden {hidden}, vocabulary {vocab}{past}", "floor": floor}
 
 
-def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = FLOOR_PAST, block: int = 10) -> dict:
+def step_floor(runner, run, ort_step, shape: dict, rounds: int, past: int = FLOOR_PAST, block: int = 10) -> dict:
     """One decoding step at a fixed past length, each contender's fastest block of `block` steps (us).
 
     On a shared machine the loops above wander with the load; the fastest of many short blocks
@@ -123,6 +133,12 @@ def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = FLOO
     feeds = {"input_ids": np.array([[5]], np.int64), "position_ids": np.array([[past]], np.int64)}
     feeds.update({f"past_l{i}_{kv}": np.zeros((1, shape["heads"], past, shape["head"]), np.float32)
                   for i in range(shape["layers"]) for kv in "kv"})
+    # xgraph's pasts as the loop has them: left on the device by the step before (`keep_on_device`)
+    names = [t.name for t in runner.get_output_tensors()]
+    ahead = dict(feeds, position_ids=np.array([[past - 1]], np.int64))
+    ahead.update({name: value[:, :, 1:] for name, value in feeds.items() if name.startswith("past_")})
+    on_device = dict(feeds, **{name.replace("present_", "past_", 1): value
+                               for name, value in zip(names, run(ahead)) if name.startswith("present_")})
     best = {"onnxruntime": float("inf"), "xgraph": float("inf"), "inside": float("inf")}
     for _ in range(rounds * 4):
         time.sleep(SETTLE_S / 5)
@@ -134,7 +150,7 @@ def step_floor(runner, ort_step, gen, shape: dict, rounds: int, past: int = FLOO
         before = _execute_seconds(runner)
         start = time.perf_counter()
         for _ in range(block):
-            runner.run(feeds)
+            run(on_device)
         elapsed = (time.perf_counter() - start) / block * 1e6
         if elapsed < best["xgraph"]:
             best["xgraph"], best["inside"] = elapsed, (_execute_seconds(runner) - before) / block * 1e6
@@ -160,7 +176,8 @@ def report(r: dict) -> str:
     run = statistics.median(i / steps for i in r["in_run"]) * 1e3
     lines.append(f"xgraph per step: {run:.3f} ms in runner.run = {inside:.3f} ms inside subgraph runners + "
                  f"{run - inside:.3f} ms dispatch overhead (onnxruntime's whole step, loop included: "
-                 f"{statistics.median(ort_t) / steps * 1e3:.3f} ms)")
+                 f"{statistics.median(ort_t) / steps * 1e3:.3f} ms); host<->device copies per step: "
+                 f"{r['copies']:.2f} (presents kept on the device)")
     f = r["floor"]
     lines.append(f"one step at past length 32, fastest block of 10: onnxruntime {f['onnxruntime']:.0f} us, "
                  f"xgraph {f['xgraph']:.0f} us ({f['onnxruntime'] / f['xgraph']:.2f}x) = {f['inside']:.0f} us "
@@ -176,10 +193,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layers", type=int, default=0, help="a decoder of this many layers instead of the sample's")
     parser.add_argument("--hidden", type=int, default=0, help="... and of this width (a multiple of 4)")
     parser.add_argument("--vocab", type=int, default=0, help="... and of this vocabulary (default 64)")
+    parser.add_argument("--devices", default="", help="the compile option 'devices' (e.g. aicpu: the whole step on "
+                        "AI CPU, one subgraph with the past dynamic, as if nothing alternated)")
     parser.add_argument("--gears", action="store_true", help="compile one gear per past length (all on AI Core) "
                         "instead of leaving the past length dynamic (its attention on AI CPU)")
     args = parser.parse_args(argv)
-    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab)
+    r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab,
+                devices=args.devices)
     print(report(r))
     return 0 if r["equal"] else 1
 

@@ -23,6 +23,7 @@ _LAZY: dict[str, "str | tuple[str, str]"] = {
     "Registries": "xgraph.registries",
     "create_graph_runner": "xgraph.runners.graph_runner",
     "GraphRunner": "xgraph.runners.graph_runner",
+    "DeviceValue": "xgraph.runners.device_values",
     "explain": "xgraph.compiler.explain",
     "bisect": "xgraph.runners.bisect",
     "quantize": "xgraph.compiler.quantize",

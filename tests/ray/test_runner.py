@@ -247,3 +247,11 @@ def test_chrome_trace_has_spans_of_every_device_and_copy_engine(classifier_runne
     complete = [names for names in by_job.values() if len(names) == 7]  # 4 subgraphs and 3 copies per image
     assert len(complete) >= len(models.jpegs)
     assert all(e["dur"] >= 0 for e in spans)
+
+
+def test_values_kept_on_the_device_are_refused_naming_why(encoder_runner, models, expected):
+    names = [t.name for t in encoder_runner.get_output_tensors()]
+    before = encoder_runner.get_stats()["jobs"]
+    with pytest.raises(RunnerError, match="executes its subgraphs elsewhere.*keeps no values on the device"):
+        encoder_runner.run(models.encoder_feeds(3), keep_on_device=names[:1])
+    assert encoder_runner.get_stats()["jobs"] == before

@@ -124,7 +124,9 @@ def _generate(args: argparse.Namespace, graph: "Graph") -> int:
     r = bench_generate(graph, reference, tokens, args.mode, args.kernels)
     print(f"bench {args.model} --generate {tokens}: mode {args.mode}, kernels {args.kernels}")
     print(f"  xgraph graph runner: {r['xgraph_tokens_per_s']:.1f} tokens/s  "
-          f"(per step: {r['execute_ms_per_step']:.3f} ms in subgraphs, {r['dispatch_ms_per_step']:.3f} ms dispatch)")
+          f"(per step: {r['execute_ms_per_step']:.3f} ms in subgraphs, {r['dispatch_ms_per_step']:.3f} ms dispatch, "
+          f"{r['copies_per_step']:.1f} host<->device copies, {r['saved_copies_per_step']:.1f} saved by keeping "
+          f"the cache on the device)")
     print(f"  onnxruntime        : {r['onnxruntime_tokens_per_s']:.1f} tokens/s")
     print(f"  xgraph/onnxruntime : {r['ratio']:.2f}x; tokens {'equal' if r['equal'] else 'DIFFER'}")
     return 0 if r["equal"] else 1

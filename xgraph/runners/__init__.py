@@ -11,6 +11,7 @@ from xgraph.lazy import lazy_names
 _LAZY = {
     "GraphRunner": "xgraph.runners.graph_runner",
     "create_graph_runner": "xgraph.runners.graph_runner",
+    "DeviceValue": "xgraph.runners.device_values",
     "Runner": "xgraph.runners.runner",
     "register_runner": "xgraph.runners.runner",
 }
@@ -19,4 +20,4 @@ _LAZY = {
 __getattr__ = lazy_names(__name__, _LAZY)
 
 
-__all__ = ["GraphRunner", "Runner", "create_graph_runner", "register_runner"]
+__all__ = ["DeviceValue", "GraphRunner", "Runner", "create_graph_runner", "register_runner"]

@@ -26,6 +26,7 @@ import numpy as np
 from xgraph.errors import KernelError, RunnerError
 from xgraph.ir.files import write_text
 from xgraph.ir.gears import describe_gears
+from xgraph.runners.device_values import DeviceMemory, DeviceValue
 from xgraph.runners.gear_family import one_session_runners, serve_gears
 from xgraph.runners.io_checks import check_inputs
 from xgraph.runners.lifetime import close_all
@@ -44,7 +45,7 @@ MAX_TRACKED_JOBS = 10_000
 
 def _shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape an input value has (arrays, nested lists, scalars), None when it has none (a ragged sequence)."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, DeviceValue)):
         return value.shape
     try:
         return tuple(np.shape(value))
@@ -69,6 +70,9 @@ class GearRunner:
         #: runs every gear's `run` when the gears are one onnxruntime session (xgraph/runners/gear_family.py)
         self.shared: "GraphRunner | None" = None
         self._retired: "GraphRunner | None" = None  # a shared runner given up on: its stats still count
+        #: one memory for every gear's DeviceValues: a decoding loop's cache goes from gear to gear
+        self.device_memory = DeviceMemory(self._owner)
+        options = {**options, "device_memory": self.device_memory}
         try:
             whole = [g.graph.get_root_subgraph() for g in self.gears]
             whole = [r.toposort_child_subgraph()[0] if r.get_children_num() == 1 else None for r in whole]
@@ -167,10 +171,11 @@ class GearRunner:
         return self.gear_runners[self.gears[0].name].kernel_choices()
 
     # -- jobs -----------------------------------------------------------------------------------
-    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
-        """Start a job on the gear matching the inputs; returns (job_id, 0) at once."""
+    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None,
+                      keep_on_device: "Sequence[str] | None" = None) -> tuple[int, int]:
+        """Start a job on the gear matching the inputs; returns (job_id, 0) at once (see GraphRunner.execute_async)."""
         runner = self.runner_for(inputs)
-        inner, status = runner.execute_async(inputs, outputs)
+        inner, status = runner.execute_async(inputs, outputs, keep_on_device)
         with self._lock:
             job_id = next(self._ids)
             self._jobs[job_id] = (runner, inner)
@@ -205,8 +210,10 @@ class GearRunner:
                 self._jobs.pop(job[0] if isinstance(job, tuple) else job, None)
         return results
 
-    def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
-        """Run once on the matching gear and return the outputs in graph output order.
+    def run(self, feeds: "dict[str, np.ndarray] | Sequence", keep_on_device: "Sequence[str] | None" = None
+            ) -> list[np.ndarray]:
+        """Run once on the matching gear and return the outputs in graph output order (`keep_on_device`:
+        outputs returned as DeviceValues, valid in every gear, as in GraphRunner.run).
 
         With a shared runner (gears that are one session) every gear runs there; when onnxruntime
         fails a run there, the gears run on their own runners from then on (which may fall back
@@ -214,14 +221,14 @@ class GearRunner:
         shared = self.shared
         if shared is not None:
             try:
-                return shared.run(feeds)
+                return shared.run(feeds, keep_on_device)
             except KernelError:
                 self._retire(shared)
             except RunnerError:
                 if self.shared is shared:
                     raise  # refused inputs or results: what the gear's own runner would say
                 # another run's onnxruntime failure retired the shared runner meanwhile: run on the gear's own
-        return self.runner_for(feeds).run(feeds)
+        return self.runner_for(feeds).run(feeds, keep_on_device)
 
     def _retire(self, shared: "GraphRunner") -> None:
         """The gears run on their own runners from now on; the shared runner is closed, its stats kept."""
@@ -239,7 +246,7 @@ class GearRunner:
         shared = self.shared or self._retired
         every = {**per_gear, **({"shared": shared.get_stats()} if shared is not None else {})}
         jobs: dict[str, int] = {}
-        copies = {"count": 0, "bytes": 0, "seconds": 0.0}
+        copies = {"count": 0, "bytes": 0, "seconds": 0.0, "saved": 0, "saved_bytes": 0}
         subgraphs: dict[str, Any] = {}
         for name, stats in every.items():
             for k, v in stats["jobs"].items():
@@ -267,6 +274,7 @@ class GearRunner:
         """Close every gear's runner and the shared one (jobs in flight are cancelled), within `timeout`
         seconds in all (a stuck kernel in every gear does not make it a timeout per gear)."""
         shared = [self.shared] if self.shared is not None else []
+        self.device_memory.close()
         close_all([*self.gear_runners.values(), *shared], deadline=time.perf_counter() + timeout)
 
     def __enter__(self) -> "GearRunner":

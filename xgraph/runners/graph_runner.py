@@ -7,13 +7,16 @@ its device's queues (`max_concurrency`). A tensor crossing between "host" memory
 card's memory (AICORE, AICPU, DVPP of one card share it), or between two cards, is really
 copied, once per memory domain that reads it, on a copy-engine stream ("H2D" / "D2H", per
 card with several, "D2D:0>1" between cards); copies are counted and timed. Graph inputs
-arrive in host memory and graph outputs are returned from host memory.
+arrive in host memory and graph outputs are returned from host memory, except values kept on
+the device between runs (`keep_on_device`, `DeviceValue`: xgraph/runners/device_values.py,
+docs/runtime.md), which skip those copies.
 
     runner = create_graph_runner(xgraph.compile("net.onnx"))
     (logits,) = runner.run({"input": x})
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -22,7 +25,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +36,8 @@ from xgraph.devices.settings import compiled_devices
 from xgraph.ir.files import write_text
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
+from xgraph.runners.binding import Binding, Bindings
+from xgraph.runners.device_values import DeviceMemory, has_device_values
 from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
                                  interrupted, nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
@@ -89,19 +94,23 @@ def _subgraph_task(runner: Runner, where: str, overlap: bool = False):
     return call
 
 
-def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None
-               ) -> Plan:
+def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None,
+               *, input_memory: "Mapping[str, str] | None" = None, keep: "Collection[str]" = ()) -> Plan:
     """Tasks for every device subgraph plus the copies its inputs and the graph outputs need.
 
     Each device instance is its own stream, served by its device's `max_concurrency` queues,
     and each card its own memory domain (`xgraph.devices.instances`), with the instance counts
     and queues the graph was compiled for (its recorded "devices" settings over `devices`).
+    Graph inputs arrive in host memory, or in the memory domain `input_memory` names for them;
+    graph outputs leave from host memory, except those in `keep`, which stay where they are made.
     """
     devices = compiled_devices(graph, get_devices() if devices is None else devices)
     where_runs = residences(runners, devices)
     tasks: list[Task] = []
-    location: dict[str, str] = {t.name: HOST for t in graph.get_input_tensors()}
-    have: set[tuple[str, str]] = {(name, HOST) for name in location}
+    arriving = input_memory or {}
+    location: dict[str, str] = {t.name: arriving.get(t.name, HOST) for t in graph.get_input_tensors()}
+    feeds = list(location.items())
+    have: set[tuple[str, str]] = set(feeds)
     constants = {(t.name, HOST): t.data for t in graph.get_output_tensors() if t.is_const}
     queues: dict[str, int] = {}
 
@@ -131,9 +140,9 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapp
         tasks.append(Task(len(tasks), subgraph.name, runs.stream, "subgraph", _subgraph_task(runner, where, runs.queues > 1),
                           inputs, tuple(outputs), device=runs.device,
                           any_thread=bool(getattr(runner, "any_thread", False))))
-    results = [need(t.name, HOST) for t in graph.get_output_tensors()]
-    plan = Plan(tasks, [(t.name, HOST) for t in graph.get_input_tensors()], results, constants,
-                queues={s: n for s, n in queues.items() if n > 1})
+    results = [(t.name, location[t.name]) if t.name in keep and t.name in location else need(t.name, HOST)
+               for t in graph.get_output_tensors()]
+    plan = Plan(tasks, feeds, results, constants, queues={s: n for s, n in queues.items() if n > 1})
     plan.link()
     return plan
 
@@ -148,13 +157,16 @@ class GraphRunner:
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
                  max_jobs_in_flight: int = 4, block_when_full: bool = True, job_timeout: float | None = None,
                  profile: bool = False, registries: "Registries | None" = None,
-                 plugin_path: "list[str] | None" = None, job_slots: JobSlots | None = None) -> None:
+                 plugin_path: "list[str] | None" = None, job_slots: JobSlots | None = None,
+                 device_memory: DeviceMemory | None = None) -> None:
         """Create a runner per device subgraph and start one stream per device and copy engine.
 
         Subgraphs with a compiled blob are checked by their plugin first (`plugin_path`: where to find
         it besides the installed ones); `blob_checks` lists the verdicts, recompiled blobs included.
         `job_slots`: the pool of `max_jobs_in_flight` slots to take jobs' slots from, when runners
-        share one (a GearRunner's gears); a pool of this runner's own otherwise."""
+        share one (a GearRunner's gears); a pool of this runner's own otherwise. `device_memory`:
+        the memory its DeviceValues live in, when runners share one (a GearRunner's gears, which
+        closes it); its own otherwise, freed by `close`."""
         from xgraph.ir import Graph
         if not isinstance(graph, Graph):
             hint = ("; load it first: xgraph.create_graph_runner(xgraph.load(path))"
@@ -178,7 +190,13 @@ class GraphRunner:
         self._jobs = JobTable(self._owner, slots=self._slots)
         self._closed = False
         self._stats_lock = threading.Lock()
-        self._copies = {"count": 0, "bytes": 0, "seconds": 0.0}
+        #: copies made (count, bytes, seconds) and not made because values stayed on the device (saved)
+        self._copies = {"count": 0, "bytes": 0, "seconds": 0.0, "saved": 0, "saved_bytes": 0}
+        self._owns_memory = device_memory is None
+        self.device_memory = DeviceMemory(self._owner) if device_memory is None else device_memory
+        self._bindings: Bindings | None = None  # plans for DeviceValue inputs and kept outputs, made on first use
+        #: what a DeviceValue's `.numpy()` calls: it holds the counters, not the runner
+        self._count_host_copy = functools.partial(_count_copy, self._copies, self._stats_lock)
         self._job_counts = {s.name: 0 for s in JobStatus if s is not JobStatus.PENDING}
         self.profile = profile
         self._spans: list[tuple] = []
@@ -248,19 +266,30 @@ class GraphRunner:
         return choices
 
     # -- jobs -----------------------------------------------------------------------------------
-    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
-        """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place."""
+    def execute_async(self, inputs: "Sequence | dict", outputs: Sequence[np.ndarray] | None = None,
+                      keep_on_device: "Collection[str] | None" = None) -> tuple[int, int]:
+        """Start a job; returns (job_id, 0) at once. Preallocated `outputs` are filled in place.
+
+        `inputs` may hold DeviceValues of this runner; the outputs named in `keep_on_device` (then
+        without preallocated `outputs`) come back from `get_outputs` as DeviceValues (see `run`)."""
         self._refuse_if_closed()
+        binding = fed = None
+        if keep_on_device is not None or has_device_values(inputs):
+            inputs, binding, fed = self._bind(inputs, keep_on_device)
+            if outputs is not None and binding.kept:
+                raise RunnerError(f"{self._owner}: output {binding.kept[0][1]!r} cannot both stay on the device "
+                                  f"(keep_on_device) and fill a preallocated output buffer; drop one of the two")
         feeds = self._check_inputs(inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
-        return self._submit(feeds, buffers, collect=False).id, 0
+        return self._submit(feeds, buffers, collect=False, binding=binding, fed=fed).id, 0
 
     def _refuse_if_closed(self) -> None:
         if self._closed:
             raise RunnerError(f"{self._owner}: the runner is closed; create a new one")
 
-    def _submit(self, feeds: list, buffers: list | None, collect: bool) -> Job:
-        """Take a job slot and hand the checked job to the scheduler's streams."""
+    def _submit(self, feeds: list, buffers: list | None, collect: bool, binding: Binding | None = None,
+                fed: int = 0) -> Job:
+        """Take a job slot and hand the checked job to the scheduler's streams (on `binding`'s plan)."""
         held: list = []  # the job slot, once taken (`JobSlots.take_into`)
         job = None
         try:  # whatever cuts the hand-over short (Ctrl-C, no thread to start) gives the slot back
@@ -268,7 +297,10 @@ class GraphRunner:
                          is_closed=self._is_closed, owner=self._owner)
             job = self._jobs.new(feeds, buffers, self.job_timeout, collect=collect)
             job.started = time.perf_counter()
-            self._scheduler.submit(job, feeds, self._job_done)
+            if binding is None:
+                self._scheduler.submit(job, feeds, self._job_done)
+            else:
+                self._scheduler.submit(job, feeds, functools.partial(self._bound_job_done, binding, fed), binding.plan)
         except BaseException as e:
             raised = undo_submission(self._undo_submit, job, held, e, self._owner)
             if raised is e:
@@ -286,7 +318,7 @@ class GraphRunner:
         else:
             self._finish(job, JobStatus.CANCELLED, interrupted(self._owner, job, error))
 
-    def _run_inline(self, feeds: list) -> list | None:
+    def _run_inline(self, feeds: list, binding: Binding | None = None) -> list | None:
         """Run a checked job to the end on this thread, when a job slot is free, nothing else is in
         flight and every task may run on any thread (`ThreadScheduler.claim_inline`); its results,
         or None (nothing done) otherwise.
@@ -303,6 +335,8 @@ class GraphRunner:
             schedule = self._claim_inline()
             if schedule is None:
                 return None
+            if binding is not None:
+                schedule = binding.schedule
             try:
                 job_id = self._jobs.next_id()
                 if self.profile:
@@ -356,6 +390,13 @@ class GraphRunner:
         with self._stats_lock:
             self._job_counts[status] += 1
 
+    def _bound_job_done(self, binding: Binding, fed: int, job: Job, results: list | None,
+                        error: BaseException | None) -> None:
+        """`_job_done` for a job run on `binding`'s plan: its kept outputs handed over as DeviceValues."""
+        if error is None:
+            results = self._keep(binding, results, fed)
+        self._job_done(job, results, error)
+
     def _job_done(self, job: Job, results: list | None, error: BaseException | None) -> None:
         """Scheduler callback (on a stream thread): hand over results or record the failure."""
         if error is not None:
@@ -395,22 +436,55 @@ class GraphRunner:
         """
         return self._jobs.take_results(job)
 
-    def run(self, feeds: "dict[str, np.ndarray] | Sequence") -> list[np.ndarray]:
+    def run(self, feeds: "dict[str, np.ndarray] | Sequence", keep_on_device: "Collection[str] | None" = None
+            ) -> list[np.ndarray]:
         """Run once and return the outputs in graph output order; raises the job's error on failure.
 
         With nothing else in flight (and no job_timeout, under which a stuck kernel must not hold
-        the caller) the tasks run on this thread; otherwise the job goes through the streams."""
+        the caller) the tasks run on this thread; otherwise the job goes through the streams.
+        `feeds` may hold DeviceValues this runner returned, read where they live (no copy); the
+        outputs named in `keep_on_device` are returned as DeviceValues, left where their subgraph
+        made them (no copy to the host)."""
         self._refuse_if_closed()
+        binding = fed = None
+        if keep_on_device is not None or has_device_values(feeds):
+            feeds, binding, fed = self._bind(feeds, keep_on_device)
         checked = self._check_inputs(feeds)
-        if self.job_timeout is None and self._claim_inline is not None:
-            results = self._run_inline(checked)
+        if self.job_timeout is None and self._claim_inline is not None and (binding is None or binding.schedule):
+            results = self._run_inline(checked, binding)
             if results is not None:
-                return results
-        job = self._submit(checked, None, collect=True)
+                return results if binding is None else self._keep(binding, results, fed)
+        job = self._submit(checked, None, collect=True, binding=binding, fed=fed)
         self._jobs.wait(job)
         if job.status is not JobStatus.OK:
             raise job.error if job.error is not None else RunnerError(f"{self._owner}: job {job.id} {job.status.name}")
         return job.results
+
+    # -- values kept on the device ---------------------------------------------------------------
+    def _bind(self, feeds: "dict | Sequence", keep_on_device: "Collection[str] | None") -> "tuple[Any, Binding, int]":
+        """The feeds with DeviceValues unwrapped (checked to be this runner's, still open), their binding
+        and the bytes of those in device memory (`xgraph.runners.binding`)."""
+        if self._bindings is None:
+            if not isinstance(self._scheduler, ThreadScheduler):
+                raise RunnerError(f"{self._owner}: this runner executes its subgraphs elsewhere "
+                                  f"({type(self._scheduler).__name__}), so it keeps no values on the device; "
+                                  f"feed arrays and leave keep_on_device out")
+            by_subgraph = {r.subgraph: r for r in self.runners.values()}
+            devices = self.registries.devices
+            self._bindings = Bindings(
+                self._owner, self.plan,
+                lambda placed, kept: build_plan(self.graph, by_subgraph, devices, input_memory=placed, keep=kept),
+                [t.name for t in self._inputs], [t.name for t in self._outputs], self.device_memory,
+                self._scheduler.inline_schedule)
+        return self._bindings.bind(feeds, keep_on_device)
+
+    def _keep(self, binding: Binding, results: list, fed: int) -> list:
+        """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
+        results, saved_bytes = binding.wrap(results, self.device_memory, self._count_host_copy, fed)
+        with self._stats_lock:
+            self._copies["saved"] += binding.saved
+            self._copies["saved_bytes"] += saved_bytes
+        return results
 
     # -- stats and profiling --------------------------------------------------------------------
     def _observe(self, job: Job, task: Task, start: float, end: float, outs: list) -> None:
@@ -463,6 +537,8 @@ class GraphRunner:
         if self._closed:
             return
         self._closed = True
+        if self._owns_memory:
+            self.device_memory.close()
         for job in self._jobs.pending():
             self._finish(job, JobStatus.CANCELLED,
                          RunnerError(f"{self._owner}: job {job.id} cancelled: the runner was closed"))
@@ -478,6 +554,14 @@ class GraphRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _count_copy(copies: dict, lock: threading.Lock, nbytes: int, seconds: float) -> None:
+    """A DeviceValue copied to the host (`.numpy()`): one copy in its runner's stats (no reference to the runner)."""
+    with lock:
+        copies["count"] += 1
+        copies["bytes"] += nbytes
+        copies["seconds"] += seconds
 
 
 def _watch(runner: "weakref.ref[GraphRunner]", stop: threading.Event) -> None:

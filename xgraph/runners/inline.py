@@ -173,10 +173,13 @@ class Chain:
 
     Either copy step may be absent (a subgraph in host memory reads the inputs as they are). It
     applies when the subgraph reads only the (copied) inputs and the results are only its (copied)
-    outputs; `of` returns None for any other plan."""
+    outputs; `of` returns None for any other plan. Values kept in device memory between runs
+    (`xgraph.runners.binding`) make the subgraph read some inputs as they are, beside the copied
+    ones (`with_feeds`: it reads from the copies followed by the feeds), and leave some results
+    uncopied (`with_outputs`: the results come from the copies followed by its outputs)."""
 
-    __slots__ = ("copy_in", "lock_in", "feed_order", "task", "lock", "reads", "copy_out", "lock_out", "picks",
-                 "results")
+    __slots__ = ("copy_in", "lock_in", "feed_order", "with_feeds", "task", "lock", "reads", "copy_out", "lock_out",
+                 "picks", "with_outputs", "results")
 
     @classmethod
     def of(cls, schedule: "InlineSchedule") -> "Chain | None":
@@ -188,16 +191,22 @@ class Chain:
         chain = cls()
         task, chain.lock, reads, writes, _ = steps[0]
         chain.task = task
+        chain.with_feeds = chain.with_outputs = False
         if copy_in is not None:
             chain.copy_in, chain.lock_in, in_reads, before, _ = copy_in
             if not set(in_reads) <= set(schedule.feeds):
                 return None
             feed_at = {s: i for i, s in enumerate(schedule.feeds)}
             chain.feed_order = _unless_identity(tuple(feed_at[s] for s in in_reads), len(schedule.feeds))
+            if not set(reads) <= set(before):
+                chain.with_feeds = True
+                before = tuple(before) + tuple(schedule.feeds)
         else:
             chain.copy_in = chain.lock_in = chain.feed_order = None
             before = schedule.feeds
-        at = {s: i for i, s in enumerate(before)}
+        at: dict = {}
+        for i, s in enumerate(before):
+            at.setdefault(s, i)
         if not set(reads) <= set(at):
             return None
         chain.reads = _unless_identity(tuple(at[s] for s in reads), len(before))
@@ -207,7 +216,12 @@ class Chain:
             if not set(out_reads) <= set(made):
                 return None
             chain.picks = _unless_identity(tuple(made[s] for s in out_reads), len(writes))
-            made = {s: i for i, s in enumerate(after)}
+            if not set(schedule.results) <= set(after):
+                chain.with_outputs = True
+                after = tuple(after) + tuple(writes)
+            made = {}
+            for i, s in enumerate(after):
+                made.setdefault(s, i)
         else:
             chain.copy_out = chain.lock_out = chain.picks = None
         if not set(schedule.results) <= set(made):
@@ -229,6 +243,8 @@ class Chain:
                     values = copy_values(self.copy_in, values)
                     seconds = clock() - start
                 copied = values
+                if self.with_feeds:
+                    values = values + feeds
             else:
                 values = feeds
             with self.lock:
@@ -237,6 +253,7 @@ class Chain:
                     return None
                 values = self.task.fn(values if self.reads is None else list(map(values.__getitem__, self.reads)))
             if self.copy_out is not None:
+                outputs = values
                 with self.lock_out:
                     start = clock()
                     if self.picks is not None:
@@ -244,6 +261,8 @@ class Chain:
                     values = copy_values(self.copy_out, values)
                     seconds += clock() - start
                 copied = copied + values
+                if self.with_outputs:
+                    values = values + outputs
             results = values if self.results is None else list(map(values.__getitem__, self.results))
         except BaseException:
             on_end(copied, seconds, "FAILED")

@@ -121,10 +121,10 @@ class Plan:
 class _JobRun:
     """Per-job scheduling state: values produced so far and what each task still waits for."""
 
-    __slots__ = ("job", "values", "waiting", "readers", "left", "lock", "done")
+    __slots__ = ("job", "plan", "values", "waiting", "readers", "left", "lock", "done")
 
     def __init__(self, job: Job, plan: Plan, feeds: list[np.ndarray], done: Callable) -> None:
-        self.job = job
+        self.job, self.plan = job, plan
         self.values: dict[Key, Any] = dict(plan.constants)
         self.values.update(zip(plan.feeds, feeds))
         self.waiting = [t.num_deps for t in plan.tasks]
@@ -183,17 +183,21 @@ class ThreadScheduler:
             self._started = True  # only once every thread runs: a Ctrl-C above leaves it for the next job
 
     def submit(self, job: Job, feeds: list[np.ndarray],
-               done: Callable[[Job, list | None, BaseException | None], None]) -> None:
-        """Start `job` with `feeds` (in plan.feeds order); `done` is called once with its results or error."""
-        run = _JobRun(job, self.plan, feeds, done)
+               done: Callable[[Job, list | None, BaseException | None], None], plan: Plan | None = None) -> None:
+        """Start `job` with `feeds` (in plan.feeds order); `done` is called once with its results or error.
+
+        `plan`: another plan over the same runners and streams for this job (a run whose inputs or
+        outputs stay in device memory, `xgraph.runners.binding`); the scheduler's own by default."""
+        plan = self.plan if plan is None else plan
+        run = _JobRun(job, plan, feeds, done)
         if run.left == 0:
-            done(job, [run.values[k] for k in self.plan.results], None)
+            done(job, [run.values[k] for k in plan.results], None)
             return
         if not self._started:
             self._start_streams()  # before the job is recorded: a failure here leaves nothing behind
         with self._runs_lock:
             self._runs[job.id] = run
-        for task in self._roots:
+        for task in (self._roots if plan is self.plan else [t for t in plan.tasks if t.num_deps == 0]):
             self._queues[task.stream].put((run, task))
 
     def claim_inline(self) -> InlineSchedule | None:
@@ -209,6 +213,11 @@ class ThreadScheduler:
             self._inline_claim.release()
             return None
         return self._inline
+
+    def inline_schedule(self, plan: Plan) -> InlineSchedule | None:
+        """`plan` (another plan over the same streams) as an `InlineSchedule` on this scheduler's stream
+        locks, for `claim_inline`'s runs; None when this scheduler runs nothing on the caller's thread."""
+        return None if self._inline is None else InlineSchedule(plan, self._busy)
 
     def abandon(self, job: Job) -> None:
         """Free what a job that ended early (timed out, cancelled) still holds; its queued tasks are skipped.
@@ -232,7 +241,7 @@ class ThreadScheduler:
         inbox = self._queues[stream]
         run, task = item
         local: deque = deque(((run, task, False),))  # (run, task, holds its stream) to run on this thread
-        tasks = self.plan.tasks
+        tasks = run.plan.tasks  # every task taken on below is of this job
         while local:
             run, task, held = local.popleft()
             busy = self._busy[task.stream]
@@ -286,7 +295,7 @@ class ThreadScheduler:
             if finished:
                 self._forget(run)
                 try:
-                    results = [run.values[k] for k in self.plan.results]
+                    results = [run.values[k] for k in run.plan.results]
                 except KeyError as e:
                     run.done(run.job, None, e)
                 else:

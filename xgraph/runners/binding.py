@@ -1,0 +1,152 @@
+"""Where a run's inputs come from and where its outputs stay: the graph runner's plan per binding.
+
+The graph runner's plan (`build_plan`) assumes graph inputs arrive in host memory and graph
+outputs leave from it. A run given `DeviceValue`s as inputs, or asked to keep outputs on the
+device (`keep_on_device`), takes another way through the same subgraphs: the inputs start in
+the memory their handles live in, the kept outputs stay in the memory their subgraph wrote,
+and only the copies that way still needs are made. `Bindings` builds that plan once per
+combination (which inputs are handles, in which memory; which outputs are kept) and reuses it:
+a decoding loop has one, the same every step.
+
+    bindings = Bindings(owner, base_plan, build, output_names, memory, schedule_for)
+    arrays, binding = bindings.bind(feeds, keep_on_device)    # handles unwrapped, checked
+    results = ... run binding.plan (binding.schedule on the caller's thread) ...
+    results, saved_bytes = binding.wrap(results, count_copy)  # kept outputs as DeviceValues
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
+
+from xgraph.errors import RunnerError
+from xgraph.devices.instances import HOST
+from xgraph.runners.device_values import DeviceMemory, DeviceValue
+
+if TYPE_CHECKING:
+    from xgraph.runners.inline import InlineSchedule
+    from xgraph.runners.scheduler import Plan
+
+_NOTHING: frozenset = frozenset()
+
+#: bindings remembered per runner (a loop uses one; a cap keeps a caller that varies them bounded)
+BINDINGS_KEPT = 64
+
+
+def copy_count(plan: "Plan") -> int:
+    """Host<->device copy tasks in `plan` (one per value copied per run)."""
+    return sum(1 for t in plan.tasks if t.kind == "copy")
+
+
+class Binding:
+    """One combination of handle inputs and kept outputs: its plan and what it saves per run."""
+
+    __slots__ = ("plan", "schedule", "kept", "saved")
+
+    def __init__(self, plan: "Plan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int) -> None:
+        self.plan, self.schedule, self.saved = plan, schedule, saved
+        #: (result index, output name, memory) of each kept output
+        self.kept = tuple((i, name, memory) for i, (name, memory) in enumerate(plan.results) if name in kept)
+
+    def wrap(self, results: list, device_memory: DeviceMemory, count_copy: "Callable[[int, float], None]",
+             fed_bytes: int) -> "tuple[list, int]":
+        """`results` with each kept output as a DeviceValue, and the bytes this run did not copy
+        (`fed_bytes`: those of the handles fed in device memory)."""
+        saved = fed_bytes
+        for i, name, memory in self.kept:
+            value = results[i]
+            if memory != HOST:
+                saved += value.nbytes
+            results[i] = DeviceValue(value, name, memory, device_memory, count_copy)
+        return results, saved
+
+
+class Bindings:
+    """A graph runner's plans per binding, built on first use (`bind`)."""
+
+    def __init__(self, owner: str, base: "Plan", build: "Callable[[Mapping[str, str], Collection[str]], Plan]",
+                 input_names: Sequence[str], output_names: Sequence[str], device_memory: DeviceMemory,
+                 schedule_for: "Callable[[Plan], InlineSchedule | None]") -> None:
+        """`build(input memory by name, kept output names)`: the plan for a binding (`build_plan`);
+        `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none."""
+        self.owner, self.base, self.build, self.schedule_for = owner, base, build, schedule_for
+        self.input_names, self.output_names = tuple(input_names), tuple(output_names)
+        self.device_memory = device_memory
+        self._base_copies = copy_count(base)
+        self._found: dict[tuple, Binding] = {}
+        self._kept_sets: dict[tuple, frozenset] = {}  # keep_on_device given as a list or tuple -> checked set
+
+    def bind(self, feeds: "dict | Sequence", keep_on_device: "Collection[str] | None"
+             ) -> "tuple[dict | list, Binding, int]":
+        """The feeds with every DeviceValue replaced by its array (checked to live in this runner's
+        open memory), the binding for them and `keep_on_device`, and the bytes of the handles fed
+        in device memory."""
+        kept = self._kept(keep_on_device)
+        if type(feeds) is dict:
+            pairs = feeds.items()
+        elif isinstance(feeds, (list, tuple)):
+            pairs = zip(self.input_names, feeds)
+        else:
+            return feeds, self.binding((), kept), 0  # the input check names what is wrong with them
+        arrays: dict = {}
+        placed = []
+        fed = 0
+        for name, value in pairs:
+            if type(value) is DeviceValue:
+                array = value.array_in(self.device_memory, f"input {name!r}")
+                placed.append((name, value.memory))
+                if value.memory != HOST:
+                    fed += array.nbytes
+                value = array
+            arrays[name] = value
+        if type(feeds) is not dict:
+            arrays = list(arrays.values()) + list(feeds[len(arrays):])  # too many values: the check says so
+        return arrays, self.binding(tuple(placed), kept), fed
+
+    def binding(self, placed: tuple, kept: frozenset) -> Binding:
+        """The binding with inputs `placed` ((name, memory) pairs) and outputs `kept` (made on first use)."""
+        key = (placed, kept)
+        found = self._found.get(key)
+        if found is None:
+            plan = self.build(dict(placed), kept)
+            missing = set(plan.streams()) - set(self.base.streams())
+            if missing:
+                raise RunnerError(f"{self.owner}: these device inputs would need a copy on stream "
+                                  f"{', '.join(sorted(missing))}, which this runner does not have; feed them "
+                                  f"as arrays (.numpy())")
+            saved = max(0, self._base_copies - copy_count(plan))
+            found = Binding(plan, self.schedule_for(plan), kept, saved)
+            if len(self._found) >= BINDINGS_KEPT:
+                self._found.clear()
+            self._found[key] = found
+        return found
+
+    def _kept(self, keep_on_device: "Collection[str] | None") -> frozenset:
+        """`keep_on_device` as a set of output names, checked (a loop's list: one lookup after the first step)."""
+        if keep_on_device is None:
+            return _NOTHING
+        kind = type(keep_on_device)
+        if kind is list or kind is tuple:
+            key = tuple(keep_on_device)
+            try:
+                found = self._kept_sets.get(key)
+            except TypeError:  # an unhashable name: the check says what is wrong
+                return self._checked(keep_on_device)
+            if found is None:
+                found = self._checked(keep_on_device)
+                if len(self._kept_sets) >= BINDINGS_KEPT:
+                    self._kept_sets.clear()
+                self._kept_sets[key] = found
+            return found
+        return self._checked(keep_on_device)
+
+    def _checked(self, keep_on_device: "Collection[str]") -> frozenset:
+        if isinstance(keep_on_device, str) or not isinstance(keep_on_device, Collection):
+            raise RunnerError(f"{self.owner}: keep_on_device must be a list of output names, got "
+                              f"{keep_on_device!r}; the outputs are: {', '.join(self.output_names)}")
+        unknown = [n for n in keep_on_device if n not in self.output_names]
+        if unknown:
+            raise RunnerError(f"{self.owner}: keep_on_device names {unknown[0]!r}, which is not an output; "
+                              f"the outputs are: {', '.join(self.output_names)}")
+        return frozenset(keep_on_device)
+
+
+__all__ = ["BINDINGS_KEPT", "Binding", "Bindings", "copy_count"]

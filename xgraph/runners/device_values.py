@@ -1,0 +1,115 @@
+"""Values kept in device memory between runs: `DeviceValue` handles and the memory they live in.
+
+A graph runner returns graph inputs from and takes graph outputs to host memory, so a value that
+goes from one run straight into the next (a decoder's present key/values, fed back as the next
+step's pasts) would be copied device -> host and host -> device every step. Naming it in
+`keep_on_device` leaves it where its subgraph made it: the run returns a `DeviceValue`, and a run
+of the same runner that is given that handle as an input reads it in place. As onnxruntime's
+OrtValue on a device, the handle says its shape and dtype, never turns into an array behind the
+caller's back (`np.asarray(handle)` raises) and is copied to the host only by `.numpy()`, which
+counts in the runner's copies.
+
+A handle is valid in the `DeviceMemory` of the runner that made it (a model's gear runners share
+one) while that memory is open: closing the runner frees it, and any later use of the handle,
+or its use by another runner, raises a RunnerError.
+
+    runner = xgraph.create_graph_runner(compiled)
+    logits, present = runner.run({"x": x, "past": past}, keep_on_device=["present"])
+    logits, present = runner.run({"x": x, "past": present}, keep_on_device=["present"])  # no cache copies
+    host = present.numpy()   # one device -> host copy, counted in runner.get_stats()["copies"]
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from xgraph.devices.instances import HOST
+from xgraph.errors import RunnerError
+
+
+class DeviceMemory:
+    """The memory of one runner (or of the gear runners of one model) that its `DeviceValue`s live in."""
+
+    __slots__ = ("owner", "closed")
+
+    def __init__(self, owner: str) -> None:
+        """`owner`: the runner, as errors name it."""
+        self.owner = owner
+        self.closed = False
+
+    def close(self) -> None:
+        """Free the memory: every handle in it is refused from now on."""
+        self.closed = True
+
+    def check(self, value: "DeviceValue", use: str) -> None:
+        """RunnerError unless `value` lives in this memory and it is open; `use` says what was asked."""
+        if value.device_memory is not self:
+            raise RunnerError(f"{self.owner}: {use}: DeviceValue {value.name!r} belongs to another runner "
+                              f"({value.device_memory.owner}); a value kept on the device is valid only in the "
+                              f"runner that made it: pass a host copy (.numpy()) instead")
+        if self.closed:
+            raise RunnerError(f"{self.owner}: {use}: DeviceValue {value.name!r} was freed when its runner closed; "
+                              f"copy values to the host with .numpy() before closing the runner")
+
+
+class DeviceValue:
+    """A graph output left in a runner's memory (`run(..., keep_on_device=[name])`), fed to later runs as is."""
+
+    __slots__ = ("name", "memory", "device_memory", "_array", "_count_copy")
+
+    def __init__(self, array: np.ndarray, name: str, memory: str, device_memory: DeviceMemory,
+                 count_copy: "Callable[[int, float], None]") -> None:
+        """`array`: the value (never handed out); `memory`: the memory domain it lives in ("host",
+        "device", "device:1": `xgraph.devices.instances`);
+        `count_copy(nbytes, seconds)`: records a copy to the host in the making runner's stats."""
+        self.name, self.memory, self.device_memory = name, memory, device_memory
+        self._array, self._count_copy = array, count_copy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The value's shape."""
+        return self._array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The value's element type."""
+        return self._array.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it takes in its memory."""
+        return self._array.nbytes
+
+    def numpy(self) -> np.ndarray:
+        """A copy in host memory (counted in the making runner's copies when it lives in device memory)."""
+        self.device_memory.check(self, ".numpy()")
+        start = time.perf_counter()
+        array = self._array.copy()
+        if self.memory != HOST:
+            self._count_copy(array.nbytes, time.perf_counter() - start)
+        return array
+
+    def array_in(self, device_memory: DeviceMemory, use: str) -> np.ndarray:
+        """The value itself, for a run in `device_memory` (RunnerError when it lives elsewhere or was freed)."""
+        device_memory.check(self, use)
+        return self._array
+
+    def __array__(self, *args, **kwargs):
+        raise RunnerError(f"DeviceValue {self.name!r} lives in {self.memory} memory of {self.device_memory.owner}; "
+                          f"it is never copied implicitly: call .numpy() for a host copy, or feed it to that runner")
+
+    def __repr__(self) -> str:
+        return (f"DeviceValue({self.name!r}, shape={self.shape}, dtype={self.dtype}, memory={self.memory!r}"
+                f"{', freed' if self.device_memory.closed else ''})")
+
+
+def has_device_values(values: "dict | list | tuple") -> bool:
+    """True when a feed (a dict by name, or a list in input order) holds a DeviceValue."""
+    if type(values) is dict:
+        return DeviceValue in set(map(type, values.values()))
+    return isinstance(values, (list, tuple)) and DeviceValue in set(map(type, values))
+
+
+__all__ = ["DeviceMemory", "DeviceValue", "has_device_values"]
