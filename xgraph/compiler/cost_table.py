@@ -2,7 +2,7 @@
 
 The format (JSON, docs/devices.md "Measured costs")::
 
-    {"version": 1, "model": "net", "repeat": 20,
+    {"version": 1, "model": "net", "repeat": 20, "kernels": "auto",
      "ops": {"conv1": {"signature": "Conv||float32[1,3,224,224];float32[64,3,7,7]",
                        "seconds": {"AICORE": 0.0031, "CPU": 0.0030}}},
      "signatures": {"Conv||float32[1,3,224,224];float32[64,3,7,7]": {"AICORE": 0.0031, "CPU": 0.0030}},
@@ -97,10 +97,10 @@ def parse_cost_table(doc: Any, path: str, devices: "Iterable[str] | None" = None
         raise _fail(path, "the document", "is not a JSON object")
     if doc.get("version") != COST_TABLE_VERSION:
         raise _fail(path, "version", f"is {doc.get('version')!r}; this xgraph reads version {COST_TABLE_VERSION}")
-    unknown = sorted(set(doc) - {"version", "model", "repeat", "ops", "signatures", "candidates"})
+    unknown = sorted(set(doc) - {"version", "model", "repeat", "kernels", "ops", "signatures", "candidates"})
     if unknown:
-        raise _fail(path, unknown[0], "is not a key of a cost table (version, model, repeat, ops, signatures, "
-                                      "candidates)")
+        raise _fail(path, unknown[0], "is not a key of a cost table (version, model, repeat, kernels, ops, "
+                                      "signatures, candidates)")
     ops_doc, signatures_doc = doc.get("ops", {}), doc.get("signatures", {})
     for key, value in (("ops", ops_doc), ("signatures", signatures_doc)):
         if not isinstance(value, Mapping):
