@@ -84,9 +84,12 @@ def _why(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int
 def _why_not(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int, first: str, objective: str) -> str:
     chosen = assignment[index]
     costs = model.choices[index]
-    solver_first = next((name for name, (_, real) in costs.items() if real == first), None)
-    if solver_first is None or solver_first == chosen[0]:
+    solver_first = next((solver_device(s) for s in model.units[index].allowed if s.name == first), None)
+    if solver_first is None:
         return ""
+    if solver_first == chosen[0]:  # the same card, whose cheapest device for the unit may not be first fit's
+        real = model.device_of(index, chosen[0])
+        return "" if real == first else f"by {objective}: {real}, not {first}: the card's cheaper device for it"
     here, there = chosen, (solver_first, 0 if solver_first != chosen[0] else chosen[1])
     saving = costs[chosen[0]][0] - costs[solver_first][0]
     copies_here = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, here))
@@ -238,7 +241,9 @@ def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSp
 
 
 def _first_place(model: CostModel, index: int, device: str) -> tuple[str, int]:
-    return next((name, 0) for name, (_, real) in model.choices[index].items() if real == device)
+    """Where first fit's `device` sits for the solver (a card device: the card, which runs the unit on its cheapest
+    device that accepts it, measured or not)."""
+    return next((solver_device(spec), 0) for spec in model.units[index].allowed if spec.name == device)
 
 
 #: First fit's share of time lost to copies above which the summary suggests a cost placement.
