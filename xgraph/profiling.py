@@ -7,7 +7,7 @@ The way MNN and Collage pick backends: instead of trusting a roofline, run every
 2. One reference run (onnxruntime over the prepared graph, every tensor an output) gives each
    op its real inputs; where onnxruntime cannot run the graph, each op gets seeded random
    inputs of its input's dtype and shape (unknown dims as 1).
-3. Each op, as a one-op model (`onnx.utils.Extractor`), is compiled for each device with an
+3. Each op, as a one-op model (its node, the weights it reads), is compiled for each device with an
    op-info library (``{"devices": d, "fallback": "error"}``: a device that refuses it is
    skipped) and its device runner timed in run mode: the median of `repeat` runs after one
    warm-up.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import onnx
-import onnx.utils
+import onnx.numpy_helper
 
 from xgraph.compiler.cost_table import COST_TABLE_VERSION, op_signature
 from xgraph.compiler.options import parse_options
@@ -89,9 +89,21 @@ def _device_subgraph(compiled: "Graph", op_name: str) -> "Subgraph | None":
     return compiled.get_root_subgraph().find_child_subgraph_by_op(op_name) if compiled.has_op(op_name) else None
 
 
-def _op_model(extractor: Any, op: "Op") -> onnx.ModelProto:
-    inputs = [t.name for t in op.get_input_tensors() if t is not None and not t.is_const]
-    return extractor.extract_model(inputs, [t.name for t in op.get_output_tensors()])
+def _value_info(tensor: "Tensor") -> onnx.ValueInfoProto:
+    shape = None if tensor.shape is None else [d if isinstance(d, (int, str)) else None for d in tensor.shape]
+    dtype = onnx.helper.np_dtype_to_tensor_dtype(tensor.dtype) if tensor.dtype is not None else onnx.TensorProto.FLOAT
+    return onnx.helper.make_tensor_value_info(tensor.name, dtype, shape)
+
+
+def _op_model(full: onnx.ModelProto, nodes: Mapping[str, onnx.NodeProto], op: "Op") -> onnx.ModelProto:
+    """`op` alone as a model: its node, the weights it reads, its other inputs as graph inputs."""
+    inputs = [t for t in op.get_input_tensors() if t is not None]
+    weights = [onnx.numpy_helper.from_array(np.asarray(t.data), t.name) for t in dict.fromkeys(inputs) if t.is_const]
+    graph = onnx.helper.make_graph([nodes[op.name]], op.name,
+                                   [_value_info(t) for t in dict.fromkeys(inputs) if not t.is_const],
+                                   [_value_info(t) for t in op.get_output_tensors()], weights)
+    return onnx.helper.make_model(graph, opset_imports=full.opset_import, ir_version=full.ir_version,
+                                  functions=full.functions)
 
 
 def profile_costs(model: Any, options: "Mapping[str, Any] | str | None" = None,
@@ -108,13 +120,14 @@ def profile_costs(model: Any, options: "Mapping[str, Any] | str | None" = None,
     values = reference_values(compiled)
     rng = np.random.default_rng(1)
     devices = [s.name for s in registries.devices.values() if s.ops.rules or s.ops.any_op is not None]
-    extractor = onnx.utils.Extractor(compiled.to_onnx())
+    full = compiled.to_onnx()
+    nodes = {node.name: node for node in full.graph.node}
     base = {"precision_mode": opts["precision_mode"]}  # the graph's shapes are static by now
     ops: dict[str, dict[str, Any]] = {}
     for op in compiled.toposort():
         if progress is not None:
             progress(op.name)
-        one = _op_model(extractor, op)
+        one = _op_model(full, nodes, op)
         seconds: dict[str, float] = {}
         for device in devices:
             try:
