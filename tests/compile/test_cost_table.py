@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph.compiler.cost_table import load_cost_table, op_signature
@@ -14,17 +12,9 @@ from xgraph.compiler.options import parse_options
 from xgraph.errors import OptionError
 
 
-def _chain(path, n: int = 3, size: int = 256):
-    """n MatMuls, one after another: roofline puts them all on AI Core."""
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(n):
-        inits.append(numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32) / size, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
-        prev = f"m{i}"
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, size])],
-                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [64, size])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+def _saved(models, path) -> str:
+    """Three MatMuls mm0..mm2 saved at `path`: roofline puts them all on AI Core."""
+    onnx.save(models.matmul_chain(3), path)
     return str(path)
 
 
@@ -39,8 +29,8 @@ def _devices(compiled):
             for op in ("mm0", "mm1", "mm2")}
 
 
-def test_a_measured_table_moves_ops_the_roofline_would_keep(tmp_path):
-    model = _chain(tmp_path / "m.onnx")
+def test_a_measured_table_moves_ops_the_roofline_would_keep(tmp_path, models):
+    model = _saved(models, tmp_path / "m.onnx")
     roofline = xgraph.compile(model, {"placement": "latency"})
     assert set(_devices(roofline).values()) == {"AICORE"}
     assert xgraph.report(roofline)["cost"]["sources"] == {"roofline": 3}
@@ -56,8 +46,8 @@ def test_a_measured_table_moves_ops_the_roofline_would_keep(tmp_path):
     assert reason.startswith("by latency: CPU, not AICORE: CPU is "), reason
 
 
-def test_signatures_cover_ops_the_table_does_not_name_and_roofline_fills_the_rest(tmp_path):
-    model = _chain(tmp_path / "m.onnx")
+def test_signatures_cover_ops_the_table_does_not_name_and_roofline_fills_the_rest(tmp_path, models):
+    model = _saved(models, tmp_path / "m.onnx")
     graph = xgraph.Graph.from_onnx(model)
     signature = op_signature(graph.get_op("mm0"))  # mm0 alone reads x [64, 256]; mm1 and mm2 read the same shape
     assert signature == "MatMul||float32[64,256];float32[256,256]"
@@ -70,8 +60,8 @@ def test_signatures_cover_ops_the_table_does_not_name_and_roofline_fills_the_res
     assert cost["sources"] == {"measured": 2, "roofline": 1}
 
 
-def test_first_fit_records_the_table_but_places_as_before(tmp_path):
-    model = _chain(tmp_path / "m.onnx")
+def test_first_fit_records_the_table_but_places_as_before(tmp_path, models):
+    model = _saved(models, tmp_path / "m.onnx")
     table = _table(tmp_path / "t.json", ops={"mm0": {"seconds": {"AICORE": 9.0}}})
     compiled = xgraph.compile(model, {"costs": table})
     assert set(_devices(compiled).values()) == {"AICORE"}
@@ -97,9 +87,9 @@ def test_bad_tables_are_one_line_option_errors_naming_file_and_key(tmp_path, con
     assert "\n" not in message and str(path) in message and key in message, message
 
 
-def test_a_missing_table_names_the_file(tmp_path):
+def test_a_missing_table_names_the_file(tmp_path, models):
     with pytest.raises(OptionError, match="cannot read .*nope.json"):
-        xgraph.compile(_chain(tmp_path / "m.onnx"), {"costs": str(tmp_path / "nope.json")})
+        xgraph.compile(_saved(models, tmp_path / "m.onnx"), {"costs": str(tmp_path / "nope.json")})
 
 
 def test_a_candidate_time_costs_a_plugin_preference(tmp_path):

@@ -6,23 +6,9 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph.errors import PluginError
-
-
-def _matmul_chain(path, n: int = 4, size: int = 128):
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(n):
-        inits.append(numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32) / size, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
-        prev = f"m{i}"
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, size])],
-                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [64, size])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
 
 
 def _plugin(directory, name: str = "pref", claims: str = "prefer", estimate: str = "None", spec: str = "None",
@@ -59,18 +45,24 @@ def _plugin(directory, name: str = "pref", claims: str = "prefer", estimate: str
     return name
 
 
-def _compile(tmp_path, options, **plugin):
-    model = _matmul_chain(tmp_path / "m.onnx")
-    name = _plugin(tmp_path, **plugin)
-    return xgraph.compile(str(model), {"plugins": name, **options}, plugin_path=[str(tmp_path)])
+@pytest.fixture
+def compile_with(tmp_path, models):
+    """compile_with(options, **plugin): four MatMuls mm0..mm3 (128 x 128) compiled with `_plugin(**plugin)`."""
+    path = tmp_path / "m.onnx"
+    onnx.save(models.matmul_chain(4, 128), path)
+
+    def run(options, **plugin):
+        name = _plugin(tmp_path, **plugin)
+        return xgraph.compile(str(path), {"plugins": name, **options}, plugin_path=[str(tmp_path)])
+    return run
 
 
 def _device(compiled, op):
     return str(compiled.get_root_subgraph().find_child_subgraph_by_op(op).get_attr("device"))
 
 
-def test_the_chain_stores_the_estimate_and_records_the_claim_mode(tmp_path):
-    compiled = _compile(tmp_path, {}, estimate="0.25")
+def test_the_chain_stores_the_estimate_and_records_the_claim_mode(compile_with):
+    compiled = compile_with({}, estimate="0.25")
     sg = compiled.get_root_subgraph().find_child_subgraph_by_op("mm1")
     assert sg.get_attr("estimated_seconds") == 0.25 and sg.get_attr("plugin_preference") is True
     run = compiled.get_attr("plugin_runs")[0]
@@ -78,8 +70,8 @@ def test_the_chain_stores_the_estimate_and_records_the_claim_mode(tmp_path):
 
 
 @pytest.mark.parametrize("seconds, device", [("1e-9", "PREF"), ("10.0", "AICORE")])
-def test_a_plugin_estimate_decides_a_preference_under_latency(tmp_path, seconds, device):
-    compiled = _compile(tmp_path, {"placement": "latency"}, estimate=seconds)
+def test_a_plugin_estimate_decides_a_preference_under_latency(compile_with, seconds, device):
+    compiled = compile_with({"placement": "latency"}, estimate=seconds)
     assert _device(compiled, "mm1") == _device(compiled, "mm2") == device
     report = xgraph.report(compiled)
     reason = next(op["reason"] for op in report["ops"] if op["name"] == "mm1")
@@ -93,20 +85,20 @@ def test_a_plugin_estimate_decides_a_preference_under_latency(tmp_path, seconds,
         assert outputs[0].shape == (64, 128)
 
 
-def test_first_fit_takes_a_preference_as_a_claim(tmp_path):
-    compiled = _compile(tmp_path, {}, estimate="10.0")
+def test_first_fit_takes_a_preference_as_a_claim(compile_with):
+    compiled = compile_with({}, estimate="10.0")
     assert _device(compiled, "mm1") == "PREF"
 
 
-def test_a_claim_stays_whatever_its_estimate(tmp_path):
-    compiled = _compile(tmp_path, {"placement": "latency"}, claims="claim", estimate="10.0")
+def test_a_claim_stays_whatever_its_estimate(compile_with):
+    compiled = compile_with({"placement": "latency"}, claims="claim", estimate="10.0")
     assert _device(compiled, "mm1") == "PREF"
     assert xgraph.report(compiled)["cost"]["chosen"]["latency_seconds"] >= 10.0
 
 
-def test_the_device_spec_costs_a_preference_without_an_estimate(tmp_path):
+def test_the_device_spec_costs_a_preference_without_an_estimate(compile_with):
     slow = '{"cost": {"peak_gflops": {"float32": 0.001}, "bandwidth_gbps": 0.001}}'
-    compiled = _compile(tmp_path, {"placement": "latency"}, spec=slow)
+    compiled = compile_with({"placement": "latency"}, spec=slow)
     assert _device(compiled, "mm1") == "AICORE"  # its roofline on a 1 MFLOP/s device loses
     run = compiled.get_attr("plugin_runs")[0]
     assert run["device_spec"]["cost"]["peak_gflops"] == {"float32": 0.001}
@@ -124,7 +116,7 @@ def test_the_device_spec_costs_a_preference_without_an_estimate(tmp_path):
     ({"spec": "42"}, "get_device_spec()"),
     ({"claims": "maybe"}, "claims = 'maybe'"),
 ])
-def test_bad_hooks_are_plugin_errors_naming_plugin_and_method(tmp_path, plugin, message):
+def test_bad_hooks_are_plugin_errors_naming_plugin_and_method(compile_with, plugin, message):
     with pytest.raises(PluginError, match="plugin 'pref'") as info:
-        _compile(tmp_path, {"placement": "latency"}, **plugin)
+        compile_with({"placement": "latency"}, **plugin)
     assert message in str(info.value)

@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from xgraph.cli.cmd_run import add_compile_arguments, plugin_path_of
 from xgraph.cli.common import check_output_path, model_path, positive_int
 
 
@@ -23,8 +24,7 @@ def add_parser(subparsers) -> None:
                               "mode on the values a reference run gives, and write the median times as the cost "
                               'table the compile option {"costs": TABLE} reads.')
     p.add_argument("model", metavar="MODEL", type=model_path, help="the .onnx model")
-    p.add_argument("--options", metavar="JSON", help="compile options as for xcompile --options (plugins, ...)")
-    p.add_argument("--plugin-path", action="append", default=[], metavar="DIR", help="folder to find plugins in")
+    add_compile_arguments(p)
     p.add_argument("-o", "--output", metavar="TABLE", help="the table (default: MODEL.costs.json)")
     p.add_argument("--repeat", type=positive_int, default=10, metavar="N", help="timed runs per measurement (median)")
     p.add_argument("--kernels", default="auto", choices=("auto", "numpy", "onnxruntime"),
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from xgraph.profiling import profile_costs
     output = args.output or str(Path(args.model).with_suffix(".costs.json"))
     check_output_path("-o", output)
-    table = profile_costs(args.model, args.options, args.plugin_path or None, repeat=args.repeat,
+    table = profile_costs(args.model, args.options, plugin_path_of(args), repeat=args.repeat,
                           kernels=args.kernels)
     write_text(output, json.dumps(table, indent=1, sort_keys=True) + "\n", "cost table")
     measured = sum(len(entry["seconds"]) for entry in table["ops"].values())
