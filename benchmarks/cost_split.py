@@ -2,7 +2,9 @@
 
 Two real backends on this host: xgraph's numpy kernels (the built-in devices, AI Core / AI CPU /
 CPU, run mode) and OpenVINO (the reference plugin, `plugins/openvino`). One model, run-mode
-latency of each configuration, median of --runs runs, configurations taking turns:
+latency of each configuration, median of --runs runs after 3 warm-up runs, one configuration
+after the other (OpenVINO's worker threads spin for a while after a call, so configurations
+taking turns would charge that to each other):
 
   A: built-ins      no plugin: every op on xgraph's numpy kernels (first fit)
   B: openvino       the plugin claims every op it supports, merged (first fit)
@@ -85,10 +87,10 @@ def main() -> int:
         x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in graph_input.shape])
         feeds = {graph_input.name: x.astype(graph_input.dtype)}
         times: dict[str, list[float]] = {name: [] for name in runners}
-        for runner in runners.values():
-            runner.run(feeds)  # warm-up
-        for _ in range(args.runs):
-            for name, runner in runners.items():
+        for name, runner in runners.items():  # in blocks: OpenVINO's worker threads stay busy for a while after
+            for _ in range(3):                 # a call, which taking turns would charge to the next configuration
+                runner.run(feeds)
+            for _ in range(args.runs):
                 started = time.perf_counter()
                 runner.run(feeds)
                 times[name].append(time.perf_counter() - started)
