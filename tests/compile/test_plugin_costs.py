@@ -12,8 +12,8 @@ from xgraph.errors import PluginError
 
 
 def _plugin(directory, name: str = "pref", claims: str = "prefer", estimate: str = "None", spec: str = "None",
-            ops: tuple[str, ...] = ("mm1", "mm2")) -> str:
-    """A plugin offering (or claiming) ops `ops` merged, on device NAME in host memory."""
+            ops: tuple[str, ...] = ("mm1", "mm2"), merge: bool = True) -> str:
+    """A plugin offering (or claiming) ops `ops` (merged when `merge`), on device NAME in host memory."""
     (directory / f"{name}.py").write_text(textwrap.dedent(f'''
         from xgraph.partition import filter_by_name, merge_subgraph
         from xgraph.plugins import Plugin
@@ -28,7 +28,8 @@ def _plugin(directory, name: str = "pref", claims: str = "prefer", estimate: str
                 return "host"
 
             def partition(self, graph):
-                return merge_subgraph({{filter_by_name(graph, n) for n in {list(ops)!r}}})
+                taken = {{filter_by_name(graph, n) for n in {list(ops)!r}}}
+                return merge_subgraph(taken) if {merge!r} else taken
 
             def compile(self, subgraph):
                 subgraph.set_attr("vendor_blob", "compiled")
@@ -120,3 +121,18 @@ def test_bad_hooks_are_plugin_errors_naming_plugin_and_method(compile_with, plug
     with pytest.raises(PluginError, match="plugin 'pref'") as info:
         compile_with({"placement": "latency"}, **plugin)
     assert message in str(info.value)
+
+
+def test_a_plugin_device_with_two_instances_shares_the_load_under_throughput(compile_with):
+    compiled = compile_with({"placement": "throughput"}, claims="claim", estimate="1.0",
+                            spec='{"device": {"instances": 2, "max_concurrency": 2}}', ops=("mm0", "mm2"), merge=False)
+    root = compiled.get_root_subgraph()
+    assert {root.find_child_subgraph_by_op(op).get_attr("instance") for op in ("mm0", "mm2")} == {0, 1}
+    cost = xgraph.report(compiled)["cost"]
+    assert {"PREF:0", "PREF:1"} <= set(cost["chosen"]["instances"])
+    assert cost["sources"]["estimate"] == 2
+    from xgraph.devices import get_devices
+    from xgraph.devices.settings import compiled_devices
+    assert compiled_devices(compiled, get_devices())["PREF"].max_concurrency == 2  # what the runtime's queues read
+    outputs = xgraph.create_graph_runner(compiled, "run").run({"x": np.ones((64, 128), np.float32)})
+    assert outputs[0].shape == (64, 128)

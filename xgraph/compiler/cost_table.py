@@ -140,4 +140,16 @@ def load_cost_table(path: "str | Path", devices: "Iterable[str] | None" = None) 
     return parse_cost_table(doc, name, devices)
 
 
-__all__ = ["COST_TABLE_VERSION", "CostTable", "load_cost_table", "op_signature", "parse_cost_table"]
+def parse_costs_option(value: Any, devices: "Iterable[str] | None" = None) -> tuple[str, CostTable]:
+    """(path, table) of the compile option "costs"; `devices`: the registered device names (default: the table)."""
+    if not isinstance(value, str) or not value:
+        raise OptionError(f"option 'costs' has invalid value {value!r}: expected the path of a cost table written "
+                          "by `xgraph profile-costs`")
+    if devices is None:
+        from xgraph.devices import get_devices
+        devices = get_devices()
+    return value, load_cost_table(value, list(devices))
+
+
+__all__ = ["COST_TABLE_VERSION", "CostTable", "load_cost_table", "op_signature", "parse_cost_table",
+           "parse_costs_option"]

@@ -345,13 +345,8 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
                        (f" (did you mean {hint[0]!r}?)" if hint else ""))
         kwargs["placement"] = raw["placement"]
     if "costs" in raw:
-        if not isinstance(raw["costs"], str) or not raw["costs"]:
-            raise _bad("costs", raw["costs"], "the path of a cost table written by `xgraph profile-costs`")
-        if known_devices is None:
-            from xgraph.devices import get_devices
-            known_devices = get_devices()
-        from xgraph.compiler.cost_table import load_cost_table
-        kwargs["costs"], kwargs["cost_table"] = raw["costs"], load_cost_table(raw["costs"], list(known_devices))
+        from xgraph.compiler.cost_table import parse_costs_option
+        kwargs["costs"], kwargs["cost_table"] = parse_costs_option(raw["costs"], known_devices)
     if "fallback" in raw:
         if raw["fallback"] not in FALLBACKS:
             raise _bad("fallback", raw["fallback"], " or ".join(f'"{f}"' for f in FALLBACKS))

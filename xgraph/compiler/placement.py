@@ -329,7 +329,9 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
     labels, ops, placed, reasons = {}, [], [], []
     for u, (device, instance), why in zip(every, places, cost_reasons):
         if u.fixed or (u.key not in own and device == u.allowed[0].name):
-            continue  # a plugin's claim, or a preference the solver took
+            if u.allowed[0].instances > 1:  # a plugin's claim, or a preference the solver took: its instance
+                u.key.set_attr("instance", instance)
+            continue
         if u.key not in own:  # a declined preference: the plugin's attrs (blob included) go with it
             for key in list(u.key.get_attrs()):
                 u.key.del_attr(key)
