@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 from xgraph.cli.main import main
+from xgraph.cli.xcompile import main as xcompile
 
 OPENVINO_PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 #: The devices whose op-info libraries take each op of `_small` (docs/devices.md's tables), checked independently.
@@ -45,6 +46,9 @@ def test_the_table_covers_every_op_on_every_accepting_device_and_a_compile_reads
     assert doc["signatures"]["TopK||float32[4,32];int64[1]"].keys() == {"AICPU", "CPU"}
     compiled = xgraph.compile(model, {"placement": "latency", "costs": str(table)})
     assert xgraph.report(compiled)["cost"]["sources"] == {"measured": 5}
+    options = json.dumps({"placement": "latency", "costs": str(table)})
+    assert xcompile(["--options", options, "-o", str(tmp_path / "small.xmodel"), model]) == 0
+    assert f"unit costs: measured 5 (table {table})" in capsys.readouterr().out
 
 
 def test_plugin_subgraphs_are_timed_on_their_runner(tmp_path):

@@ -87,6 +87,11 @@ def test_bad_tables_are_one_line_option_errors_naming_file_and_key(tmp_path, con
     assert "\n" not in message and str(path) in message and key in message, message
 
 
+def test_the_option_must_be_a_path():
+    with pytest.raises(OptionError, match="option 'costs' has invalid value 3"):
+        parse_options({"costs": 3})
+
+
 def test_a_missing_table_names_the_file(tmp_path, models):
     with pytest.raises(OptionError, match="cannot read .*nope.json"):
         xgraph.compile(_saved(models, tmp_path / "m.onnx"), {"costs": str(tmp_path / "nope.json")})
