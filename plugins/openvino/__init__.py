@@ -17,7 +17,9 @@ compiled again from the graph), "unsupported" when the blob's device is not on t
 Options (``{"plugin_options": {"openvino": {...}}}``): ``device`` ("CPU"), ``precision``
 ("f32", pinned with ``INFERENCE_PRECISION_HINT``; "bf16" or "f16" let the device compute in
 lower precision, which ``xgraph verify`` then flags with the error it measures), ``weights``
-("shared" | "embedded"). Needs ``pip install 'xgraph[openvino]'``.
+("shared" | "embedded"), ``claims`` ("claim" | "prefer": offer the subgraphs to a cost placement,
+which may leave them to the built-in devices), ``merge`` (true; false: one subgraph per op, the
+finest candidates for a cost placement). Needs ``pip install 'xgraph[openvino]'``.
 
 Use it:  xcompile model.onnx --plugin-path plugins --options '{"plugins": "openvino"}'
 """
@@ -66,14 +68,18 @@ def sdk_version() -> str:
 class OpenVinoPlugin(Plugin):
     """Ops OpenVINO supports on `device`, compiled by OpenVINO."""
 
-    def __init__(self, device: str = "CPU", precision: str = "f32", weights: str = "shared") -> None:
+    def __init__(self, device: str = "CPU", precision: str = "f32", weights: str = "shared",
+                 claims: str = "claim", merge: bool = True) -> None:
         if precision not in PRECISIONS:
             raise XGraphError(f"plugin 'openvino': precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         if weights not in WEIGHTS:
             raise XGraphError(f"plugin 'openvino': weights {weights!r} is not one of {', '.join(WEIGHTS)}")
         if not isinstance(device, str) or not device:
             raise XGraphError(f"plugin 'openvino': device {device!r}; name an OpenVINO device such as 'CPU'")
-        self.device, self.precision, self.weights = device, precision, weights
+        if claims not in ("claim", "prefer"):
+            raise XGraphError(f"plugin 'openvino': claims {claims!r} is not 'claim' or 'prefer'")
+        self.device, self.precision, self.weights, self.claims = device, precision, weights, claims
+        self.merge = bool(merge)
         self._core = None
 
     @property
@@ -114,7 +120,8 @@ class OpenVinoPlugin(Plugin):
             # an output OpenVINO folded away has no producer left: its op converted, so it is taken too
             return all(producer.get(t.name) in supported for t in op.get_output_tensors() if t.name in producer)
 
-        return merge_subgraph(filter_subgraphs(graph, lambda free: {sg for sg in free if all(map(takes, sg.get_ops()))}))
+        taken = filter_subgraphs(graph, lambda free: {sg for sg in free if all(map(takes, sg.get_ops()))})
+        return merge_subgraph(taken) if self.merge else taken
 
     def blob_compat(self) -> str:
         """What this plugin writes: OpenVINO version, device and precision."""

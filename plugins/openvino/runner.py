@@ -48,5 +48,7 @@ class OpenVinoRunner(xgraph.Runner):
 
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         with self._lock:
-            results = self._request.infer(dict(zip(self._inputs, inputs)), share_inputs=True)
+            # by position (the model's parameters are the subgraph's inputs, in order): a lone identity op
+            # (Dropout) leaves OpenVINO a parameter named after its output, not its input
+            results = self._request.infer(dict(enumerate(inputs)), share_inputs=True)
             return [np.array(results[port]) for port in self._outputs]

@@ -212,9 +212,23 @@ def check_compiled(graph: xgraph.Graph) -> None:
     assert set(seen) == set(graph.get_ops())
 
 
+def matmul_chain(n: int = 6, size: int = 256, rows: int = 64) -> onnx.ModelProto:
+    """n MatMuls mm0..mm{n-1} with their own weights, one after another (heavy enough for AI Core)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(n):
+        inits.append(_const(f"w{i}", rng.standard_normal((size, size)).astype(np.float32) / size))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
+        prev = f"m{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, size])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [rows, size])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+
+
 @pytest.fixture
 def models():
     """The builders above, as a namespace."""
     return types.SimpleNamespace(one_op=one_op, chain=chain, sandwich=sandwich, cnn_with_lstm=cnn_with_lstm,
                                  bert_like_encoder=bert_like_encoder, BERT_SHAPE_CHAIN=BERT_SHAPE_CHAIN,
-                                 BERT_STATIC=BERT_STATIC, check_compiled=check_compiled, LIGHT=LIGHT)
+                                 BERT_STATIC=BERT_STATIC, check_compiled=check_compiled, LIGHT=LIGHT,
+                                 matmul_chain=matmul_chain)

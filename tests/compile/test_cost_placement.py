@@ -53,18 +53,6 @@ def _sandwich() -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
 
 
-def _matmul_chain(n: int = 6, size: int = 256) -> onnx.ModelProto:
-    """n MatMuls with their own weights, one after another (heavy enough for AI Core)."""
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(n):
-        inits.append(numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32) / size, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
-        prev = f"m{i}"
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, size])],
-                  [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [64, size])], inits)
-
-
 def _device_of(compiled, op: str) -> str:
     return str(compiled.get_root_subgraph().find_child_subgraph_by_op(op).get_attr("device"))
 
@@ -122,7 +110,7 @@ def test_bad_device_settings_and_placements_are_refused(options, message):
 
 
 # -- compile ---------------------------------------------------------------------------------------------
-def test_first_fit_stays_the_default_and_only_reports_its_estimate(tmp_path):
+def test_first_fit_stays_the_default_and_only_reports_its_estimate(tmp_path, models):
     compiled = xgraph.compile(_sandwich(), {"plugins": _host_plugin(tmp_path, ["pinned0", "pinned1"])},
                               plugin_path=[str(tmp_path)])
     assert _device_of(compiled, "middle") == "AICORE"
@@ -132,7 +120,7 @@ def test_first_fit_stays_the_default_and_only_reports_its_estimate(tmp_path):
     assert cost["placement"] == "first_fit" and "first_fit" not in cost
     # 4 MiB each way over a 3 GB/s link against a Relu on either side: most of the time is copies
     assert cost["chosen"]["crossing_share"] > 0.2 and '"placement": "latency"' in cost["note"]
-    alone = xgraph.report(xgraph.compile(_matmul_chain()))["cost"]  # one subgraph: only its input and output cross
+    alone = xgraph.report(xgraph.compile(models.matmul_chain()))["cost"]  # one subgraph: only its input and output cross
     assert alone["chosen"]["crossing_share"] == 0 < alone["chosen"]["copy_share"] and "note" not in alone
 
 
@@ -154,9 +142,9 @@ def test_latency_keeps_an_island_between_host_ops_on_the_host(tmp_path):
     np.testing.assert_array_equal(y, np.maximum(-x, 0) * -1)
 
 
-def test_throughput_uses_both_cards_and_balances_them():
+def test_throughput_uses_both_cards_and_balances_them(models):
     options = {"devices": {"AICORE": {"instances": 2}}, "placement": "throughput"}
-    compiled = xgraph.compile(_matmul_chain(), options)
+    compiled = xgraph.compile(models.matmul_chain(), options)
     children = compiled.get_root_subgraph().get_children()
     instances = {c.get_attr("instance") for c in children if c.get_attr("device") == "AICORE"}
     assert instances == {0, 1}
@@ -166,13 +154,13 @@ def test_throughput_uses_both_cards_and_balances_them():
     assert cost["chosen"]["throughput_seconds"] < 0.75 * cost["first_fit"]["throughput_seconds"]
     x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
     with xgraph.create_graph_runner(compiled, kernels="numpy") as runner, \
-            xgraph.create_graph_runner(xgraph.compile(_matmul_chain()), kernels="numpy") as plain:
+            xgraph.create_graph_runner(xgraph.compile(models.matmul_chain()), kernels="numpy") as plain:
         np.testing.assert_allclose(runner.run({"x": x})[0], plain.run({"x": x})[0], rtol=1e-6)
 
 
-def test_device_memory_capacity_sends_what_does_not_fit_elsewhere():
+def test_device_memory_capacity_sends_what_does_not_fit_elsewhere(models):
     weights = 6 * 256 * 256 * 4  # 1.5 MiB
-    compiled = xgraph.compile(_matmul_chain(), {"devices": {"AICORE": {"memory": weights // 2}},
+    compiled = xgraph.compile(models.matmul_chain(), {"devices": {"AICORE": {"memory": weights // 2}},
                                                 "placement": "latency"})
     cost = xgraph.report(compiled)["cost"]
     card = cost["chosen"]["instances"]["AICORE:0"]
@@ -180,10 +168,10 @@ def test_device_memory_capacity_sends_what_does_not_fit_elsewhere():
     assert any(_device_of(compiled, f"mm{i}") == "CPU" for i in range(6))
 
 
-def test_xcompile_prints_the_estimate_beside_first_fit(tmp_path, capsys):
+def test_xcompile_prints_the_estimate_beside_first_fit(tmp_path, capsys, models):
     from xgraph.cli.xcompile import main
     path = tmp_path / "chain.onnx"
-    onnx.save(_matmul_chain(), path)
+    onnx.save(models.matmul_chain(), path)
     options = json.dumps({"devices": {"AICORE": {"instances": 2}}, "placement": "throughput"})
     assert main([str(path), "--options", options, "-o", str(tmp_path / "chain.xmodel")]) == 0
     out = capsys.readouterr().out
@@ -221,9 +209,9 @@ def test_a_cost_placement_is_never_estimated_worse_than_first_fit(tmp_path):
         assert cost["chosen"][key] <= cost["first_fit"][key] * (1 + 1e-9)
 
 
-def test_the_report_estimates_a_graph_whose_instances_its_options_do_not_record():
+def test_the_report_estimates_a_graph_whose_instances_its_options_do_not_record(models):
     """A subgraph put on instance 1 by hand (no recorded device settings) is estimated on that instance."""
-    compiled = xgraph.compile(_matmul_chain(2))
+    compiled = xgraph.compile(models.matmul_chain(2))
     (child,) = [c for c in compiled.get_root_subgraph().get_children() if c.get_attr("device") == "AICORE"]
     child.set_attr("instance", 1)
     instances = xgraph.report(compiled)["cost"]["chosen"]["instances"]

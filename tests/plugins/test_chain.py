@@ -107,7 +107,7 @@ def test_call_order_partition_then_compile_once_per_subgraph(tmp_path, call_log)
                         ("compile", "subgraph_b", False), ("compile", "subgraph_d", False)]
     assert records[0].pop("seconds") >= 0
     assert records == [{"name": "order", "device": "ORDER", "runner": {"run": "cpu"}, "memory": "device",
-                        "subgraphs": ["subgraph_b", "subgraph_d"], "source": str(tmp_path / "order.py"),
+                        "claims": "claim", "device_spec": None, "subgraphs": ["subgraph_b", "subgraph_d"], "source": str(tmp_path / "order.py"),
                         "options": {}, "ops": 2, "templates": [], "declined": [], "warnings": []}]
     for name in ("subgraph_b", "subgraph_d"):
         sg = g.get_subgraph(name)

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from xgraph.registries import Registries
 
 #: Sub-command modules, in the order `xgraph --help` lists them.
-COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins", "explain", "quantize")
+COMMANDS = ("inspect", "dump", "svg", "html", "run", "verify", "bench", "plugins", "explain", "quantize",
+            "profile_costs")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,8 @@ plugin subgraph, which stays where its plugin put it) into an `xgraph.partition.
 
 - **nodes**: a unit's cost on each device that may run it is the roofline time of its ops
   (`xgraph.devices.cost`: max(FLOPs / peak, bytes / bandwidth) + launch, from the graph's
-  static shapes; an unknown dim counts as 1). AICORE, AICPU and DVPP of one card share its
+  static shapes; an unknown dim counts as 1), or its measured time where a cost table (the
+  "costs" option) has one; on a plugin's device, the plugin's estimate or measured time. AICORE, AICPU and DVPP of one card share its
   memory, so the solver sees the card as one device, ``card``, costing what the cheapest of
   its devices that accept the unit costs; that device takes the unit when the card does. A
   unit's memory is the bytes of the weights its ops read.
@@ -32,6 +33,7 @@ from xgraph.devices import DeviceSpec, LinkProfile
 from xgraph.devices.cost import Roofline, op_flops
 
 if TYPE_CHECKING:
+    from xgraph.compiler.cost_table import CostTable
     from xgraph.ir import Op, Subgraph, Tensor
 
 #: The solver's name for one card (the devices of memory kind "device", sharing its memory).
@@ -71,7 +73,8 @@ class Unit:
     ops: "list[Op]"
     allowed: "list[DeviceSpec]"  # cheapest first; for a plugin unit, its one device
     fixed: bool = False
-    estimate: float | None = None  # the plugin's own estimate (seconds), for a plugin unit
+    estimate: float | None = None  # the plugin's own estimate (seconds) on its device, for a plugin unit
+    plugin: str | None = None  # the plugin that took or offered the unit (its device is `allowed[0]`)
 
 
 @dataclass
@@ -88,6 +91,8 @@ class CostModel:
     io_nodes: tuple[int, ...] = ()
     nodes: list[dict[str, Any]] = field(default_factory=list)  # the problem's nodes and edges as plain data
     edges: list[dict[str, Any]] = field(default_factory=list)
+    #: per unit: {solver device: where its seconds come from} (see `unit_seconds`)
+    sources: list[dict[str, str]] = field(default_factory=list)
 
     def device_of(self, index: int, solver_device: str) -> str:
         """The real device that runs unit `index` when the solver puts it on `solver_device`."""
@@ -152,23 +157,46 @@ def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]",
     return [{"src": i, "dst": j, "transfer": seconds} for (i, j), seconds in sorted(flows.items())]
 
 
+def unit_seconds(unit: Unit, spec: DeviceSpec, table: "CostTable | None" = None) -> tuple[float, str]:
+    """(seconds of `unit` on one instance of `spec`, the source: "estimate", "measured", "roofline" or "mixed").
+
+    On a plugin's device: the plugin's estimate, else the table's time for that candidate subgraph.
+    Else per op: the table's time for the op on `spec` where it has one, the roofline elsewhere
+    ("mixed" when both count)."""
+    if unit.plugin is not None and spec is unit.allowed[0]:
+        if unit.estimate is not None:
+            return unit.estimate, "estimate"
+        measured = table.candidate_seconds(unit.plugin, (op.name for op in unit.ops)) if table else None
+        if measured is not None:
+            return measured, "measured"
+    times, kinds = [], set()
+    for op in unit.ops:
+        seconds = table.op_seconds(op, spec.name) if table is not None else None
+        kinds.add("roofline" if seconds is None else "measured")
+        times.append(op_seconds(op, spec) if seconds is None else seconds)
+    # fsum: the same total whatever order a subgraph's op set comes in
+    return math.fsum(times), kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "roofline")
+
+
 def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
                   inputs: "Sequence[Tensor]" = (), outputs: "Sequence[Tensor]" = (),
-                  min_instances: "Mapping[str, int] | None" = None) -> CostModel:
+                  min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None) -> CostModel:
     """The `PlacementProblem` of `units` (in dependency order) with copies over `link`, the graph's `inputs`
     and `outputs` in `host`'s memory; see the module doc. `min_instances` raises a solver device's instance
-    count (a compiled graph may name instances its device table no longer has)."""
+    count (a compiled graph may name instances its device table no longer has); `table`: measured costs."""
     from xgraph.partition import PlacementProblem
-    nodes, choices = [], []
+    nodes, choices, sources = [], [], []
     for i, unit in enumerate(units):
         by_solver: dict[str, tuple[float, str]] = {}
+        source: dict[str, str] = {}
         for spec in unit.allowed:
-            # fsum: the same total whatever order a subgraph's op set comes in
-            seconds = unit.estimate if unit.estimate is not None else math.fsum(op_seconds(op, spec) for op in unit.ops)
+            seconds, kind = unit_seconds(unit, spec, table)
             name = solver_device(spec)
             if name not in by_solver or seconds < by_solver[name][0]:
                 by_solver[name] = (seconds, spec.name)
+                source[name] = kind
         choices.append(by_solver)
+        sources.append(source)
         nodes.append({"id": i, "cost": {name: seconds for name, (seconds, _) in by_solver.items()},
                       "memory": _weights(unit.ops)})
     io_nodes = (len(units), len(units) + 1)
@@ -181,7 +209,7 @@ def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
             devices[name]["instances"] = max(devices[name]["instances"], count)
     edges = _edges(units, link, inputs, outputs)
     problem = PlacementProblem(nodes=nodes, edges=edges, devices=list(devices.values()))
-    return CostModel(problem, list(units), choices, link, devices, io_nodes, nodes, edges)
+    return CostModel(problem, list(units), choices, link, devices, io_nodes, nodes, edges, sources)
 
 
 def card_link(devices: Mapping[str, DeviceSpec]) -> LinkProfile:
@@ -192,4 +220,5 @@ def card_link(devices: Mapping[str, DeviceSpec]) -> LinkProfile:
     return min(links, key=lambda link: (link.bandwidth_gbps or float("inf"), -link.latency_us))
 
 
-__all__ = ["CARD", "CostModel", "Unit", "build_problem", "card_link", "op_seconds", "solver_device", "tensor_bytes"]
+__all__ = ["CARD", "CostModel", "Unit", "build_problem", "card_link", "op_seconds", "solver_device", "tensor_bytes",
+           "unit_seconds"]

@@ -3,7 +3,9 @@
 First fit asks which device *can* run an op; this asks what a split *costs*. The units are
 those first fit works on, with the same op-info verdicts: a device that refuses a unit is
 not offered to the solver, and its reason is kept. Plugin subgraphs stay where their plugin
-put them (their copies still count). `xgraph.compiler.cost_model` states the problem,
+put them (their copies still count), except a plugin's preferences (``claims = "prefer"``):
+each is one unit, kept whole, that the solver may leave on the plugin's device or give to a
+built-in device that accepts all its ops. `xgraph.compiler.cost_model` states the problem,
 `xgraph.partition.solve_placement` solves it, and this module reads the answer back:
 
 - each unit's device and instance (a card device's instance is its card: ``AICORE:1``);
@@ -14,12 +16,14 @@ put them (their copies still count). `xgraph.compiler.cost_model` states the pro
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from xgraph.compiler.cost_model import CostModel, Unit, build_problem, card_link, solver_device
 from xgraph.devices import DeviceSpec, memory_of
+from xgraph.plugins.costs import ESTIMATE_ATTR, PREFERENCE_ATTR
 
 if TYPE_CHECKING:
+    from xgraph.compiler.cost_table import CostTable
     from xgraph.ir import Graph, Subgraph
 
 #: Seconds the solver may take in a compile before it returns its best split with a bound.
@@ -30,8 +34,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def plugin_units(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[Unit]:
-    """A fixed unit per plugin subgraph: its one device (the registered spec, else one without a library)."""
+def plugin_units(graph: "Graph", devices: Mapping[str, DeviceSpec],
+                 offer: "Callable[[Subgraph], list[DeviceSpec] | None] | None" = None) -> list[Unit]:
+    """A unit per plugin subgraph on its device (the registered spec, else one without a library): fixed, or,
+    for a preference (attr "plugin_preference") when `offer` gives the built-in devices that may take it
+    instead, free to go there whole."""
     units = []
     for child in graph.get_root_subgraph().get_children():
         if not child.has_attr("device"):
@@ -40,9 +47,12 @@ def plugin_units(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> list[Unit
         spec = devices.get(name) or DeviceSpec(name, memory=memory_of(child, devices), source="<plugin device>")
         if spec.ops.rules:  # a built-in device named by the plugin: its memory, but no choice
             spec = DeviceSpec(name, memory=spec.memory, instances=1, source=spec.source, cost=spec.cost)
-        estimate = child.get_attr("estimated_seconds") if child.has_attr("estimated_seconds") else None
-        units.append(Unit(child, sorted(child.get_ops(), key=lambda op: op.name), [spec], fixed=True,
-                          estimate=float(estimate) if isinstance(estimate, (int, float)) else None))
+        estimate = child.get_attr(ESTIMATE_ATTR) if child.has_attr(ESTIMATE_ATTR) else None
+        plugin = str(child.get_attr("plugin")) if child.has_attr("plugin") else None
+        others = offer(child) if offer is not None and child.has_attr(PREFERENCE_ATTR) else None
+        units.append(Unit(child, sorted(child.get_ops(), key=lambda op: op.name), [spec, *(others or ())],
+                          fixed=others is None,
+                          estimate=float(estimate) if isinstance(estimate, (int, float)) else None, plugin=plugin))
     return units
 
 
@@ -62,12 +72,24 @@ def _memory(model: CostModel, place: tuple[str, int]) -> Any:
 
 
 def _why(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int, first: str, objective: str) -> str:
-    """Why unit `index` left the device first fit gave it, in compute and copy time."""
+    """Why unit `index` left the device first fit gave it (a declined plugin preference: the plugin's device), in
+    compute and copy time."""
+    unit = model.units[index]
+    why = _why_not(model, assignment, index, first, objective)
+    if unit.plugin is not None and not unit.fixed and why:  # "not OPENVINO" reads "not plugin 'openvino'"
+        why = why.replace(f", not {first}:", f", not plugin {unit.plugin!r}:", 1)
+    return why
+
+
+def _why_not(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int, first: str, objective: str) -> str:
     chosen = assignment[index]
     costs = model.choices[index]
-    solver_first = next((name for name, (_, real) in costs.items() if real == first), None)
-    if solver_first is None or solver_first == chosen[0]:
+    solver_first = next((solver_device(s) for s in model.units[index].allowed if s.name == first), None)
+    if solver_first is None:
         return ""
+    if solver_first == chosen[0]:  # the same card, whose cheapest device for the unit may not be first fit's
+        real = model.device_of(index, chosen[0])
+        return "" if real == first else f"by {objective}: {real}, not {first}: the card's cheaper device for it"
     here, there = chosen, (solver_first, 0 if solver_first != chosen[0] else chosen[1])
     saving = costs[chosen[0]][0] - costs[solver_first][0]
     copies_here = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, here))
@@ -142,15 +164,16 @@ def estimate(model: CostModel, assignment: Mapping[int, tuple[str, int]]) -> dic
 
 
 def place_by_cost(graph: "Graph", units: Sequence[Unit], first_fit: Sequence[str], objective: str,
-                  devices: Mapping[str, DeviceSpec], time_limit: float = TIME_LIMIT
+                  devices: Mapping[str, DeviceSpec], time_limit: float = TIME_LIMIT, table: "CostTable | None" = None
                   ) -> tuple[list[tuple[str, int]], list[str], dict[str, Any]]:
     """(device and instance per unit, a cost reason per unit ("" where first fit agrees), the estimate).
 
-    `units` are in dependency order, plugin units included (fixed); `first_fit` is first fit's
-    device per unit, for the reasons and the comparison the report shows.
+    `units` are in dependency order, plugin units included (fixed, or free for a preference);
+    `first_fit` is first fit's device per unit, for the reasons and the comparison the report
+    shows; `table`: measured costs (the "costs" option), roofline where it has none.
     """
     from xgraph.partition import solve_placement
-    model = _model(graph, units, devices)
+    model = _model(graph, units, devices, table=table)
     solution = solve_placement(model.problem, objective=objective, time_limit=time_limit)
     chosen = dict(solution.assignment)
     first = {i: _first_place(model, i, device) for i, device in enumerate(first_fit)}
@@ -164,8 +187,21 @@ def place_by_cost(graph: "Graph", units: Sequence[Unit], first_fit: Sequence[str
     report = {"objective": objective, "solver": {"objective": solution.objective, "bound": solution.bound,
                                                  "optimal": solution.optimal, "seconds": solution.seconds,
                                                  "kept_first_fit": kept_first_fit},
-              "chosen": estimate(model, chosen), "first_fit": estimate(model, first)}
+              "chosen": estimate(model, chosen), "first_fit": estimate(model, first),
+              **_sources(model, chosen, table)}
     return places, reasons, report
+
+
+def _sources(model: CostModel, chosen: Mapping[int, tuple[str, int]], table: "CostTable | None") -> dict[str, Any]:
+    """Where each unit's cost on its chosen device came from, and how many units per source."""
+    units = [{"unit": unit.ops[0].name if unit.ops else str(i), "ops": len(unit.ops),
+              "device": model.device_of(i, chosen[i][0]), "source": model.sources[i][chosen[i][0]]}
+             for i, unit in enumerate(model.units)]
+    counts: dict[str, int] = {}
+    for entry in units:
+        counts[entry["source"]] = counts.get(entry["source"], 0) + 1
+    return {"costs": table.path if table is not None else None, "sources": dict(sorted(counts.items())),
+            "unit_sources": units}
 
 
 def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict[str, Any]:
@@ -174,9 +210,10 @@ def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict
     for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph()):
         name = str(child.get_attr("device")) if child.has_attr("device") else "CPU"
         spec = devices.get(name) or DeviceSpec(name, memory=memory_of(child, devices), source="<plugin device>")
-        estimate_attr = child.get_attr("estimated_seconds") if child.has_attr("estimated_seconds") else None
+        estimate_attr = child.get_attr(ESTIMATE_ATTR) if child.has_attr(ESTIMATE_ATTR) else None
         units.append(Unit(child, list(child.get_ops()), [spec], fixed=True,
-                          estimate=float(estimate_attr) if isinstance(estimate_attr, (int, float)) else None))
+                          estimate=float(estimate_attr) if isinstance(estimate_attr, (int, float)) else None,
+                          plugin=str(child.get_attr("plugin")) if child.has_attr("plugin") else None))
         instance = child.get_attr("instance") if child.has_attr("instance") else 0
         valid = isinstance(instance, int) and not isinstance(instance, bool) and 0 <= instance < 4096
         assignment[i] = (solver_device(spec), instance if valid else 0)
@@ -198,13 +235,15 @@ def host_spec(devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
 
 
 def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSpec],
-           min_instances: "Mapping[str, int] | None" = None) -> CostModel:
+           min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None) -> CostModel:
     return build_problem(units, card_link(devices), host_spec(devices), graph.get_input_tensors(),
-                         graph.get_output_tensors(), min_instances)
+                         graph.get_output_tensors(), min_instances, table)
 
 
 def _first_place(model: CostModel, index: int, device: str) -> tuple[str, int]:
-    return next((name, 0) for name, (_, real) in model.choices[index].items() if real == device)
+    """Where first fit's `device` sits for the solver (a card device: the card, which runs the unit on its cheapest
+    device that accepts it, measured or not)."""
+    return next((solver_device(spec), 0) for spec in model.units[index].allowed if spec.name == device)
 
 
 #: First fit's share of time lost to copies above which the summary suggests a cost placement.

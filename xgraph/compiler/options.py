@@ -22,7 +22,7 @@ PRECISION_MODES = ("must_keep_origin_dtype", "allow_fp32_to_fp16", "force_fp16")
 #: What happens to an op no accelerator accepts: the host runs it, or compilation fails.
 FALLBACKS = ("cpu", "error")
 OPTION_KEYS = ("plugins", "devices", "fallback", "output_ops", "min_subgraph_ops", "precision_mode", "input_shape",
-               "plugin_options", "strict_plugins", "external_data_threshold", "placement") + GEAR_OPTIONS
+               "plugin_options", "strict_plugins", "external_data_threshold", "placement", "costs") + GEAR_OPTIONS
 #: How placement decides: first fit by op-info (cheapest device that accepts), or by cost for one objective.
 PLACEMENTS = ("first_fit", "latency", "throughput")
 _EXAMPLE = '{"plugins": "a,b", "devices": "aicore,aicpu,cpu", "input_shape": "input_ids:1,16"}'
@@ -53,6 +53,9 @@ class CompileOptions:
     #: "devices" in its object form: {device: {setting: value}} (xgraph.devices.settings)
     device_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     placement: str = "first_fit"
+    #: the measured cost table's path ("" = none) and the table, read and checked when the options are parsed
+    costs: str = ""
+    cost_table: Any = field(default=None, compare=False, repr=False)
 
     def gear_shapes(self) -> list[dict[str, tuple[int, ...]]]:
         """Each gear's fully static input_shape (empty without a gear option)."""
@@ -70,6 +73,8 @@ class CompileOptions:
             out["devices"] = {name: dict(entry) for name, entry in self.device_settings.items()}
         if self.placement != "first_fit":
             out["placement"] = self.placement
+        if self.costs:
+            out["costs"] = self.costs
         if self.output_ops:
             out["output_ops"] = ",".join(self.output_ops)
         if self.input_shape:
@@ -339,6 +344,9 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
             raise _bad("placement", raw["placement"], " or ".join(map(repr, PLACEMENTS)) +
                        (f" (did you mean {hint[0]!r}?)" if hint else ""))
         kwargs["placement"] = raw["placement"]
+    if "costs" in raw:
+        from xgraph.compiler.cost_table import parse_costs_option
+        kwargs["costs"], kwargs["cost_table"] = parse_costs_option(raw["costs"], known_devices)
     if "fallback" in raw:
         if raw["fallback"] not in FALLBACKS:
             raise _bad("fallback", raw["fallback"], " or ".join(f'"{f}"' for f in FALLBACKS))

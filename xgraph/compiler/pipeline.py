@@ -27,6 +27,7 @@ from xgraph.ir import Graph
 from xgraph.devices.settings import apply_device_settings
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
+from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.ir.child_ops import attr_column, ops_of
@@ -223,6 +224,7 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
         runs = run_plugin_chain(graph, list(opts.plugins), plugin_path, opts.plugin_options,
                                 strict=opts.strict_plugins)
         _annotate_plugin_ops(graph, runs)
+        devices = with_plugin_devices(devices, runs)
     with collector_paused():
         _report_stage(progress, "placement")
         bind_nested_graph_inputs(graph)

@@ -123,12 +123,17 @@ def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
     return join_refusals(refusals)
 
 
+def _memo(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions, signatures: Signatures | None) -> VerdictMemo:
+    """One verdict memo over `specs`' op-info checks (one check per op signature and device)."""
+    checks = {s.name: op_info(s, options.precision_mode) for s in specs}
+    return VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
+
+
 def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
            signatures: Signatures | None, ordered: bool = True) -> list[_Unit]:
     """The unassigned children in dependency order (`ordered`), else in the order of their first ops (which
     costs no walk over the links); verdicts come from one memo (one check per op signature)."""
-    checks = {s.name: op_info(s, options.precision_mode) for s in specs}
-    memo = VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
+    memo = _memo(graph, specs, options, signatures)
     root = graph.get_root_subgraph()
     children = children_in_op_order(root, graph.get_ops()) if not ordered else []
     if len(children) != root.get_children_num():  # ordered, or a child without ops
@@ -301,22 +306,38 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
     from xgraph.compiler.cost_placement import place_by_cost, plugin_units
     candidates, host = candidate_devices(devices, options)
     order = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
-    free = []
-    for unit in units:
-        allowed = [spec for spec in candidates if unit.accepts(spec.name)]
-        if host is not None and host not in allowed:
-            allowed.append(host)
-        free.append(Unit(unit.child, unit.ops, allowed))
-    every = sorted(free + plugin_units(graph, devices), key=lambda u: order[u.key])
+
+    def allowed(unit: _Unit) -> list[DeviceSpec]:
+        specs = [spec for spec in candidates if unit.accepts(spec.name)]
+        return specs + ([host] if host is not None and host not in specs else [])
+
+    def offer(child: "Subgraph") -> list[DeviceSpec] | None:
+        """The built-in devices that may take a plugin's preference whole (None: it stays a claim)."""
+        if not child.is_leaf:  # the plugin built deeper children for its device
+            return None
+        memo = units[0].memo if units else _memo(graph, candidates + ([host] if host else []), options, None)
+        unit = _Unit(child, sorted(child.get_ops(), key=lambda op: op.name), memo)
+        memo.sign(unit.ops)
+        return allowed(unit)
+
+    free = [Unit(unit.child, unit.ops, allowed(unit)) for unit in units]
+    every = sorted(free + plugin_units(graph, devices, offer), key=lambda u: order[u.key])
     own = {unit.child: unit for unit in units}
     first_fit = [choice[own[u.key]][0] if u.key in own else u.allowed[0].name for u in every]
-    places, cost_reasons, estimate = place_by_cost(graph, every, first_fit, options.placement, devices)
+    places, cost_reasons, estimate = place_by_cost(graph, every, first_fit, options.placement, devices,
+                                                   table=options.cost_table)
     labels, ops, placed, reasons = {}, [], [], []
     for u, (device, instance), why in zip(every, places, cost_reasons):
-        if u.fixed:
+        if u.fixed or (u.key not in own and device == u.allowed[0].name):
+            if u.allowed[0].instances > 1:  # a plugin's claim, or a preference the solver took: its instance
+                u.key.set_attr("instance", instance)
             continue
+        if u.key not in own:  # a declined preference: the plugin's attrs (blob included) go with it
+            for key in list(u.key.get_attrs()):
+                u.key.del_attr(key)
         labels[u.key] = (device, instance)
-        for op, first_reason in zip(u.ops, choice[own[u.key]][1]):
+        first_reasons = choice[own[u.key]][1] if u.key in own else repeat("")
+        for op, first_reason in zip(u.ops, first_reasons):
             ops.append(op)
             placed.append(device)
             reasons.append("; ".join(r for r in (why, first_reason) if r))

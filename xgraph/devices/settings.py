@@ -23,7 +23,7 @@ import difflib
 import json
 from typing import Any, Mapping
 
-from xgraph.devices import DeviceSpec, LinkProfile, parse_bytes
+from xgraph.devices import DeviceSpec, LinkProfile, device_from_dict, parse_bytes
 from xgraph.errors import GraphError, OptionError
 
 #: The settings a device may be given, with what each expects.
@@ -131,9 +131,22 @@ def recorded_options(graph: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def with_plugin_devices(devices: Mapping[str, DeviceSpec], runs: Any) -> dict[str, DeviceSpec]:
+    """`devices` plus the device each plugin run described (`Plugin.get_device_spec`, recorded in the run's
+    "device_spec" in the device TOML schema); a plugin device named like a registered one keeps the registered spec."""
+    table = dict(devices)
+    for run in runs if isinstance(runs, list) else []:
+        document = run.get("device_spec") if isinstance(run, Mapping) else None
+        if isinstance(document, Mapping) and run.get("device") not in table:
+            table[str(run["device"])] = device_from_dict(document, f"plugin {run.get('name')!r}'s get_device_spec()")
+    return table
+
+
 def compiled_devices(graph: Any, devices: Mapping[str, DeviceSpec]) -> dict[str, DeviceSpec]:
     """The device table `graph` was compiled for: `devices` with its recorded "devices" settings applied
-    (instances, memory, queues, links); `devices` itself when the compile changed none."""
+    (instances, memory, queues, links) and its plugins' device specs; `devices` itself when the compile changed none."""
+    runs = graph.get_attr("plugin_runs") if graph.has_attr("plugin_runs") else None
+    devices = with_plugin_devices(devices, runs)
     settings = recorded_options(graph).get("devices")
     if not isinstance(settings, Mapping) or not settings:
         return dict(devices)
@@ -145,4 +158,4 @@ def compiled_devices(graph: Any, devices: Mapping[str, DeviceSpec]) -> dict[str,
 
 
 __all__ = ["CARD_KEYS", "SETTING_KEYS", "apply_device_settings", "compiled_devices", "parse_device_settings",
-           "recorded_options"]
+           "recorded_options", "with_plugin_devices"]

@@ -83,8 +83,16 @@ class PluginOption:
     required: bool = False
 
 
+#: What a plugin's subgraphs are to placement (`Plugin.claims`): taken as they are, or offered to the cost model.
+CLAIMS = ("claim", "prefer")
+
+
 class Plugin:
     """Base class of partition plugins; override `partition` (and usually `compile`)."""
+
+    #: "claim": its subgraphs run on its device. "prefer": they are offers that a cost placement
+    #: ("placement": "latency" | "throughput") may decline for a built-in device; first fit takes them.
+    claims: str = "claim"
 
     def get_plugin_name(self) -> str:
         """The name the plugin was loaded by, else its module's name, else its class name."""
@@ -119,6 +127,16 @@ class Plugin:
 
     def compile(self, subgraph: "Subgraph") -> None:
         """Attach what the runner needs to one returned subgraph (attrs); by default nothing."""
+        return None
+
+    def estimate(self, subgraph: "Subgraph") -> "float | None":
+        """Seconds one run of a compiled subgraph takes on the plugin's device (stored as its attr
+        "estimated_seconds", which the cost model reads); None (the default): no estimate."""
+        return None
+
+    def get_device_spec(self) -> "Any":
+        """The plugin device's `xgraph.devices.DeviceSpec` (or a dict in the device TOML schema: instances,
+        memory_capacity, link, cost profile), registered for the compile; None (the default): a bare one."""
         return None
 
     def check_blob(self, compat: str) -> str:

@@ -4,7 +4,9 @@ Per plugin: ``get_plugin()`` -> ``get_plugin_name()``, ``get_device()``, ``get_r
 (checked before the graph is touched) -> ``partition(graph)`` -> checks on what it returned
 and on what it changed -> ``compile(sg)`` once per returned subgraph, in the order of their
 first op in ``graph.toposort()`` (deterministic) -> a check that compile only touched its
-own subgraphs -> "device" and "runner" attrs set.
+own subgraphs -> ``estimate(sg)`` per kept subgraph (attr "estimated_seconds") -> "device" and
+"runner" attrs set (and "plugin_preference" when the plugin's ``claims`` is "prefer"). The
+plugin's ``claims`` and ``get_device_spec()`` are read with its device (`xgraph.plugins.costs`).
 
 Plugins are user code. Whatever goes wrong in one (an exception, a bad return value, a
 change outside what it may touch) raises `PluginError` naming the plugin and the problem,
@@ -60,6 +62,7 @@ from xgraph.devices import get_devices
 from xgraph.ir import Graph, Subgraph
 from xgraph.ir.template import record_matches
 from xgraph.plugins.base import RUNNER_MODES, Decline, Plugin
+from xgraph.plugins.costs import PREFERENCE_ATTR, claim_mode, device_spec, record_estimates, spec_document
 from xgraph.plugins.loader import LoadedPlugin, load_plugin
 from xgraph.plugins.location import DEBUG_HINT, at, code_location, defined_at
 from xgraph.plugins.settings import apply_options, declared_options
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
 
 _GRAPH = attrgetter("graph")
 _METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile")
+_OPTIONAL = ("get_memory", "get_device_spec", "estimate", "claims")
 
 
 def run_plugin_chain(graph: Graph, names: "list[str] | str", plugin_path: list[str] | None = None,
@@ -147,7 +151,7 @@ class _Call:
         """A PluginError about this plugin, at the definition of the method the problem starts with (e.g.
         "partition() returned ...") when the plugin has it, else at its get_plugin."""
         method = problem.split("(", 1)[0]
-        target = getattr(self.plugin, method, None) if method in _METHODS + ("get_memory",) else None
+        target = getattr(self.plugin, method, None) if method in _METHODS + _OPTIONAL else None
         where = defined_at(target) if target is not None else None
         return PluginError(f"{self.label}: {problem}{at(where or defined_at(self.factory))}")
 
@@ -215,6 +219,8 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
         raise call.error(f"get_memory() returned {memory!r}; return 'device' (buffers shared with AI Core/AI CPU/DVPP) "
                          "or 'host' (every tensor in or out is copied)")
 
+    claims = claim_mode(call, plugin)
+    spec = device_spec(call, plugin, device, memory)
     held = op_types_of(templates_held(loaded.module, plugin))
     before = GraphSnapshot(graph)
     try:
@@ -249,8 +255,10 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
                                  "subgraph it is given (and of that subgraph's ops and children), and a subgraph "
                                  "it declines must keep its ops as they were")
             _return_declined(call, graph, before, gone)
+        record_estimates(call, plugin, subgraphs)
         graph.get_root_subgraph().set_children_attrs(
-            subgraphs, {"device": device, "runner": dict(runner), "memory": memory, "plugin": name})
+            subgraphs, {"device": device, "runner": dict(runner), "memory": memory, "plugin": name,
+                        **({PREFERENCE_ATTR: True} if claims == "prefer" else {})})
     except BaseException:
         before.restore()
         raise
@@ -258,7 +266,8 @@ def _run_one(graph: Graph, loaded: LoadedPlugin, options: dict[str, Any] | None 
                  for t, c in matching.templates.items()]
     held.update({t: c["op_types"] for t, c in matching.templates.items() if "op_types" in c})
     position = graph.topo_positions() if declined else {}
-    return {"name": name, "device": device, "runner": dict(runner), "memory": memory,
+    return {"name": name, "device": device, "runner": dict(runner), "memory": memory, "claims": claims,
+            "device_spec": spec_document(spec) if spec is not None else None,
             "subgraphs": [sg.name for sg in subgraphs], "source": loaded.source, "options": options,
             "ops": sum(sg.get_op_num() for sg in subgraphs), "seconds": round(time.perf_counter() - started, 6),
             "templates": templates, "warnings": unknown_type_warnings(name, held) if held else [],
