@@ -246,6 +246,9 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     import tracemalloc
 
     import xgraph
+    from xgraph.cli import common
+    if hasattr(common, "tune_collector"):  # the collector as `xcompile` runs it (a tree that predates it tunes its own)
+        common.tune_collector()
     if trace:
         tracemalloc.start()
     marks: list[tuple[str, float]] = []
@@ -305,9 +308,9 @@ def work_floor(path: str, trace: bool) -> dict:
       into groups (a partition with no support checks, reasons, plugins, merge checks or
       annotations).
 
-    The cyclic collector is off after onnx's part: xgraph freezes what its bulk passes leave alive, so
-    the collector does not walk those either (with it on, its collections over the new objects
-    double the objects step at 100k ops). Nothing here is part of xgraph; it says how much of a
+    The cyclic collector is off after onnx's part (with it on at its default thresholds, its collections
+    over the new objects double the objects step at 100k ops; the xgraph worker runs with the threshold
+    the command lines set). Nothing here is part of xgraph; it says how much of a
     ratio to the baseline is spent before any of xgraph's own work. `trace` is the workers' common
     signature; the floor is only timed."""
     import gc

@@ -30,7 +30,6 @@ import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
-from xgraph.ir.collector import collector_paused
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
@@ -231,70 +230,68 @@ def _tree(root: "Subgraph") -> "list[Subgraph]":
 
 def capture_state(g: "GraphCore") -> GraphState:
     """The state of `g` now (`Graph.snapshot`)."""
-    with collector_paused():
-        functions = tuple(g.functions)
-        ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), _tree(g._root)
-        op_columns = OpColumns(
-            ops, [op.name for op in ops], [op.type for op in ops], [op.domain for op in ops],
-            [op.doc_string for op in ops], _attrs_of(ops),
-            [op._attr_types.copy() if op._attr_types else EMPTY for op in ops],
-            [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
-        tensor_columns = TensorColumns(
-            tensors, [t.name for t in tensors], [t._shape for t in tensors], [t._dtype for t in tensors],
-            [t._producer for t in tensors], [t._consumers.copy() for t in tensors], [t._data for t in tensors],
-            _attrs_of(tensors), [None if t._type_proto is None else type_bytes(t._type_proto) for t in tensors])
-        subgraph_columns = SubgraphColumns(
-            subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
-            [tuple(sg._children) if sg._children else () for sg in subgraphs], _attrs_of(subgraphs))
-        # dict.copy, not dict(): a table with deleted entries (folded ops) is copied compacted in one pass,
-        # where dict() would insert the entries again one by one
-        return GraphState(
-            graph=g, version=g._version, name=g.name, attrs=copy_attrs(g._attrs),
-            ops=g._ops.copy(), tensors=g._tensors.copy(), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
-            op_columns=op_columns, tensor_columns=tensor_columns, root=g._root, subgraph_columns=subgraph_columns,
-            leaf_of=g._leaf_of.copy(),
-            model=ModelState(dict(g.opset_imports), g.ir_version, copy_value(g.model_info), functions,
-                             tuple(f.SerializeToString(deterministic=True) for f in functions)),
-            seq=g._seq, nested_ops=frozenset(g._nested_ops))
+    functions = tuple(g.functions)
+    ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), _tree(g._root)
+    op_columns = OpColumns(
+        ops, [op.name for op in ops], [op.type for op in ops], [op.domain for op in ops],
+        [op.doc_string for op in ops], _attrs_of(ops),
+        [op._attr_types.copy() if op._attr_types else EMPTY for op in ops],
+        [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
+    tensor_columns = TensorColumns(
+        tensors, [t.name for t in tensors], [t._shape for t in tensors], [t._dtype for t in tensors],
+        [t._producer for t in tensors], [t._consumers.copy() for t in tensors], [t._data for t in tensors],
+        _attrs_of(tensors), [None if t._type_proto is None else type_bytes(t._type_proto) for t in tensors])
+    subgraph_columns = SubgraphColumns(
+        subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
+        [tuple(sg._children) if sg._children else () for sg in subgraphs], _attrs_of(subgraphs))
+    # dict.copy, not dict(): a table with deleted entries (folded ops) is copied compacted in one pass,
+    # where dict() would insert the entries again one by one
+    return GraphState(
+        graph=g, version=g._version, name=g.name, attrs=copy_attrs(g._attrs),
+        ops=g._ops.copy(), tensors=g._tensors.copy(), inputs=tuple(g._inputs), outputs=tuple(g._outputs),
+        op_columns=op_columns, tensor_columns=tensor_columns, root=g._root, subgraph_columns=subgraph_columns,
+        leaf_of=g._leaf_of.copy(),
+        model=ModelState(dict(g.opset_imports), g.ir_version, copy_value(g.model_info), functions,
+                         tuple(f.SerializeToString(deterministic=True) for f in functions)),
+        seq=g._seq, nested_ops=frozenset(g._nested_ops))
 
 
 def restore_state(g: "GraphCore", state: GraphState) -> None:
     """Put `g` back exactly as `state` recorded it (`Graph.restore`)."""
     if state.graph is not g:
         raise GraphError(f"graph {g.name!r}: cannot restore a state captured from graph {state.graph.name!r}")
-    with collector_paused():
-        structural = (g._version != state.version or g._ops.keys() != state.ops.keys()
-                      or g._tensors.keys() != state.tensors.keys())
-        g.name = state.name
-        g._attrs = copy_attrs(state.attrs)
-        g._root = state.root
-        for sg, name, parent, children, attrs in zip(*state.subgraph_columns):
-            sg._name, sg._parent = name, parent
-            sg._children = dict.fromkeys(children)
-            sg._attrs = copy_attrs(attrs)
-        g._leaf_of = state.leaf_of.copy()
-        for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
-            op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
-            op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)
-            op._inputs, op._outputs = list(inputs), list(outputs)
-        for t, name, shape, dtype, producer, consumers, data, attrs, type_proto in zip(*state.tensor_columns):
-            t.name, t._shape, t._dtype, t._producer = name, shape, dtype, producer
-            t._consumers, t._data, t._attrs = consumers.copy(), data, copy_attrs(attrs)
-            if (t._type_proto is not None or type_proto is not None) and type_bytes(t._type_proto) != type_proto:
-                t._type_proto = None if type_proto is None else _parse_type(type_proto)
-        m = state.model
-        g.opset_imports, g.ir_version = dict(m.opset_imports), m.ir_version
-        g.model_info, g.functions = copy_value(m.model_info), list(m.functions)
-        for f, data in zip(m.functions, m.function_bytes):
-            if f.SerializeToString(deterministic=True) != data:
-                f.ParseFromString(data)
-        g._nested_ops = set(state.nested_ops)
-        if structural:
-            g._ops, g._tensors = state.ops.copy(), state.tensors.copy()
-            g._inputs, g._outputs, g._seq = list(state.inputs), list(state.outputs), state.seq
-            _rebuild_op_sets(state)
-        g._cache.clear()  # toposort, networkx view... computed from a changed structure
-        g._version = state.version
+    structural = (g._version != state.version or g._ops.keys() != state.ops.keys()
+                  or g._tensors.keys() != state.tensors.keys())
+    g.name = state.name
+    g._attrs = copy_attrs(state.attrs)
+    g._root = state.root
+    for sg, name, parent, children, attrs in zip(*state.subgraph_columns):
+        sg._name, sg._parent = name, parent
+        sg._children = dict.fromkeys(children)
+        sg._attrs = copy_attrs(attrs)
+    g._leaf_of = state.leaf_of.copy()
+    for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
+        op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
+        op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)
+        op._inputs, op._outputs = list(inputs), list(outputs)
+    for t, name, shape, dtype, producer, consumers, data, attrs, type_proto in zip(*state.tensor_columns):
+        t.name, t._shape, t._dtype, t._producer = name, shape, dtype, producer
+        t._consumers, t._data, t._attrs = consumers.copy(), data, copy_attrs(attrs)
+        if (t._type_proto is not None or type_proto is not None) and type_bytes(t._type_proto) != type_proto:
+            t._type_proto = None if type_proto is None else _parse_type(type_proto)
+    m = state.model
+    g.opset_imports, g.ir_version = dict(m.opset_imports), m.ir_version
+    g.model_info, g.functions = copy_value(m.model_info), list(m.functions)
+    for f, data in zip(m.functions, m.function_bytes):
+        if f.SerializeToString(deterministic=True) != data:
+            f.ParseFromString(data)
+    g._nested_ops = set(state.nested_ops)
+    if structural:
+        g._ops, g._tensors = state.ops.copy(), state.tensors.copy()
+        g._inputs, g._outputs, g._seq = list(state.inputs), list(state.outputs), state.seq
+        _rebuild_op_sets(state)
+    g._cache.clear()  # toposort, networkx view... computed from a changed structure
+    g._version = state.version
 
 
 def _parse_type(data: bytes) -> "onnx.TypeProto":

@@ -15,7 +15,6 @@ from onnx import numpy_helper
 from xgraph.errors import ModelFileError
 from xgraph.ir.attribute_values import attribute_to_python
 from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.onnx.safe_reader import read_model_inventory, sparse_to_dense
@@ -127,10 +126,9 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     mapped: dict[str, np.ndarray] = {}
-    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
-        model, _, label, inv = read_model_inventory(src, label, mapped)
-        return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
-                                      graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
+    model, _, label, inv = read_model_inventory(src, label, mapped)
+    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
+                                  graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
@@ -143,12 +141,11 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
     already mapped (the arrays become the weights as they are: no copy). `largest_dim`: the
     model's `largest_declared_dim`, when the caller read it from its inventory; `nodes`: the main
     graph's nodes as the safe reader read them into columns (unchecked), else they are read here."""
-    with collector_paused(keeps=True):
-        try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
-                                largest_dim, nodes)
-        except NotText as e:
-            raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
+    try:
+        return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
+                            largest_dim, nodes)
+    except NotText as e:
+        raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],

@@ -28,7 +28,6 @@ from google.protobuf.message import EncodeError
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.blob import blob_arrays
 from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.collector import collector_paused
 from xgraph.ir.files import all_or_nothing, check_target, on_commit, write_bytes, write_new
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_columns import MISSING, DecodedValues, ValueTable, op_annotation_columns
@@ -165,8 +164,7 @@ _NAME_TRIES = 8
 
 def _encode(graph: GraphCore, side: SideLayout | None, path: str | os.PathLike) -> bytes:
     try:
-        with collector_paused():  # one bulk build of 100k-op protos and JSON: the collector's passes would cost more
-            return to_model_proto(graph, side).SerializeToString()
+        return to_model_proto(graph, side).SerializeToString()
     except (ValueError, RuntimeError, EncodeError) as e:  # e.g. over protobuf's 2 GiB message limit
         raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e}); weights of "
                              "fixed-size types go to a side file above external_data_threshold, other data "
@@ -374,11 +372,10 @@ def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = G
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     def once() -> GraphCore:
         mapped: dict[str, np.ndarray] = {}
-        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
-            model, _, label, inv = read_model_inventory(src, mapped=mapped)
-            nodes = inv.nodes
-            del inv
-            return from_model_proto(model, label, graph_class, mapped, nodes)
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        nodes = inv.nodes
+        del inv
+        return from_model_proto(model, label, graph_class, mapped, nodes)
     return read_consistently(src, once)
 
 
@@ -389,18 +386,17 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     """
     def once() -> GraphCore:
         mapped: dict[str, np.ndarray] = {}
-        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
-            model, _, label, inv = read_model_inventory(src, mapped=mapped)
-            if any(p.key == META_KEY for p in model.metadata_props):
-                nodes = inv.nodes
-                del inv
-                return from_model_proto(model, label, graph_class, mapped, nodes)
-            # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
-            # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
-            largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        if any(p.key == META_KEY for p in model.metadata_props):
+            nodes = inv.nodes
             del inv
-            return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
-                                          nodes=nodes)
+            return from_model_proto(model, label, graph_class, mapped, nodes)
+        # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+        # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
+        largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        del inv
+        return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
+                                      nodes=nodes)
     return read_consistently(src, once)
 
 
