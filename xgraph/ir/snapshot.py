@@ -38,41 +38,6 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-class OpState(NamedTuple):
-    """One op as captured."""
-
-    name: str
-    type: str
-    domain: str
-    doc_string: str
-    attrs: dict[str, Any]
-    attr_kinds: dict[str, "int | None"]
-    inputs: "tuple[Tensor | None, ...]"
-    outputs: "tuple[Tensor, ...]"
-
-
-class TensorState(NamedTuple):
-    """One tensor as captured (`type_proto`: the serialized TypeProto of a non-tensor value, else None)."""
-
-    name: str
-    shape: "tuple | None"
-    dtype: "np.dtype | None"
-    producer: "Op | None"
-    consumers: "dict[Op, int]"
-    data: "np.ndarray | None"
-    attrs: dict[str, Any]
-    type_proto: "bytes | None"
-
-
-class SubgraphState(NamedTuple):
-    """One subgraph as captured (its op set follows from the ops' leaves)."""
-
-    name: str
-    parent: "Subgraph | None"
-    children: "tuple[Subgraph, ...]"
-    attrs: dict[str, Any]
-
-
 class ModelState(NamedTuple):
     """The ONNX model-level facts (`function_bytes`: each FunctionProto serialized, to catch in-place edits)."""
 
@@ -130,8 +95,7 @@ class GraphState:
     """A graph's state at one moment (see the module docstring); read its fields, never write them.
 
     Ops, tensors and subgraphs are captured column-wise (`op_columns`, `tensor_columns`,
-    `subgraph_columns`); `op_states`, `tensor_states` and `subgraphs` are the same facts per
-    object, built on first read.
+    `subgraph_columns`, the root first).
     """
 
     graph: "GraphCore"
@@ -154,40 +118,10 @@ class GraphState:
     nested_ops: "frozenset[Op]"
 
     @cached_property
-    def op_states(self) -> "dict[Op, OpState]":
-        """Op -> its captured state."""
-        c = self.op_columns
-        return {op: OpState(*row) for op, *row in zip(*c)}
-
-    @cached_property
-    def tensor_states(self) -> "dict[Tensor, TensorState]":
-        """Tensor -> its captured state."""
-        c = self.tensor_columns
-        return {t: TensorState(*row) for t, *row in zip(*c)}
-
-    @cached_property
-    def subgraphs(self) -> "dict[Subgraph, SubgraphState]":
-        """Subgraph -> its captured state (the subgraphs in the tree when captured)."""
-        c = self.subgraph_columns
-        return {sg: SubgraphState(*row) for sg, *row in zip(*c)}
-
-    @cached_property
     def subgraph_index(self) -> "dict[Subgraph, int]":
         """Subgraph -> its position in `subgraph_columns`."""
         subgraphs = self.subgraph_columns.subgraphs
         return dict(zip(subgraphs, range(len(subgraphs))))
-
-    def subgraph_state(self, sg: "Subgraph") -> "SubgraphState | None":
-        """The captured state of `sg`, or None when it was not in the tree (no per-subgraph table is built)."""
-        i = self.subgraph_index.get(sg)
-        if i is None:
-            return None
-        c = self.subgraph_columns
-        return SubgraphState(c.names[i], c.parents[i], c.children[i], c.attrs[i])
-
-    def tensor_state(self, t: "Tensor") -> "TensorState | None":
-        """The captured state of `t`, or None when it was not in the graph."""
-        return self.tensor_states.get(t)
 
 
 def copy_value(value: Any) -> Any:

@@ -70,7 +70,7 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
     if diff.root_replaced:
         return ["the root subgraph was replaced"]
     children = diff.root_children
-    reference = before.subgraph_state(before.root).children if expected is None else tuple(expected)
+    reference = before.subgraph_columns.children[0] if expected is None else tuple(expected)  # the root's
     found: list[str] = []
     reference_set, now_set = set(reference), set(children)
     gone = [c for c in reference if c not in now_set]
@@ -131,8 +131,10 @@ def _op_changes(before: "GraphState", diff: "StateDiff", free_ops: set["Op"]) ->
     for op, changes in diff.ops.items():
         if op not in free_ops:
             found += changes
+    captured = before.tensor_columns
+    producers = dict(zip(captured.tensors, captured.producers)) if diff.tensors else {}
     for t, change in diff.tensors.items():
-        producer = before.tensor_state(t).producer
+        producer = producers[t]
         if producer is None or producer not in free_ops or not change.startswith("attrs"):
             found.append(change)
     return found[:_MAX_FINDINGS]

@@ -7,7 +7,6 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
-from itertools import compress
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -18,7 +17,6 @@ from xgraph.errors import GraphError
 from xgraph.ir.attribute_values import array_to_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 from xgraph.ir.onnx.side_file import external_reference, goes_external
-from xgraph.ir.onnx.wire import nodes as wire_nodes, type_field, value_infos
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
@@ -101,39 +99,25 @@ def _normalised_tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypePr
     return hit
 
 
-#: value_infos encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
-_VALUE_INFO_BATCH = 4096
-
-
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
     return ":unused:" in t.name and not t._consumers and t not in outputs
 
 
 def _add_node(nodes, op: "Op", outputs: set) -> None:
-    """`op` as a NodeProto appended to `nodes` (a graph's repeated field: built in place, never copied)."""
-    (inputs, outs, name, op_type, domain), = _node_rows([op], outputs)
-    node = nodes.add(op_type=op_type, domain=domain, name=name, input=inputs, output=outs)
+    """`op` as a NodeProto appended to `nodes` (a graph's repeated field: built in place, never copied): "" for
+    an omitted input and for an omitted optional output's private placeholder (`outputs`: the graph outputs,
+    which are never omitted)."""
+    node = nodes.add(op_type=op.type, domain=op.domain, name=op.name,
+                     input=["" if t is None else t.name for t in op._inputs],
+                     output=[t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
+                             for t in op._outputs])
     _add_node_extras(node, op)
-
-
-def _node_rows(ops: "Iterable[Op]", outputs: set) -> list[tuple[list[str], list[str], str, str, str]]:
-    """Per op, (input names, output names, name, type, domain) of its node: "" for an omitted input and for an
-    omitted optional output's private placeholder (`outputs`: the graph outputs, which are never omitted). One
-    comprehension for many ops: the export's bulk path builds 100k rows at once."""
-    return [(["" if t is None else t.name for t in op._inputs],
-             [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else "" for t in op._outputs],
-             op.name, op.type, op.domain) for op in ops]
 
 
 def _has_onnx_attrs(op: "Op") -> bool:
     """True when `op` has an ONNX attribute (annotations, whose kind is None, are never exported)."""
     kinds = op._attr_types
     return bool(kinds) and list(kinds.values()).count(None) < len(kinds)
-
-
-def _has_extras(op: "Op") -> bool:
-    """True when `op`'s node needs more than its names, type and domain: a doc string or ONNX attributes."""
-    return bool(op.doc_string) or _has_onnx_attrs(op)
 
 
 def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
@@ -147,27 +131,11 @@ def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
             raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
 
 
-#: nodes encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
-_NODE_BATCH = 4096
-
-
 def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
-    """Every op as a NodeProto appended to `g.node`, in order: what `_add_node` builds per op, with the
-    names, types and domains encoded as bytes (`wire.nodes`) and merged in batches, then the doc strings and
-    attributes set on the few nodes that have them. A name that is not valid Unicode takes `_add_node`'s way."""
+    """Every op as a NodeProto appended to `g.node`, in order."""
     nodes = g.node
-    start = len(nodes)
-    for at in range(0, len(ops), _NODE_BATCH):
-        batch = ops[at:at + _NODE_BATCH]
-        try:
-            encoded = wire_nodes(_node_rows(batch, outputs))
-        except UnicodeEncodeError:
-            for op in batch:
-                _add_node(nodes, op, outputs)
-            continue
-        g.MergeFromString(encoded)
-        for i in compress(range(at, at + len(batch)), map(_has_extras, batch)):
-            _add_node_extras(nodes[start + i], ops[i])
+    for op in ops:
+        _add_node(nodes, op, outputs)
 
 
 def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"]:
@@ -203,34 +171,10 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
     _add_nodes(g, ops, out_set)
     io = set(inputs) | out_set
     add = g.value_info.add
-    if types:
-        for op in ops:
-            for t in op._outputs:
-                if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
-                    fill_value_info(add(), t, types)
-    else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        # the fields `fill_value_info` writes, encoded as bytes and merged in batches (`wire`); each distinct
-        # type encoded once, by the ids of a shape and dtype (the tensors hold both)
-        known: dict[tuple[int, int], bytes] = {}
-        entries: list[tuple[str, bytes]] = []
-        append = entries.append
-        for op in ops:
-            for t in op._outputs:
-                if (t._dtype is not None or t._type_proto is not None) and t not in io \
-                        and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set)):
-                    if t._type_proto is not None:
-                        append((t.name, type_field(t._type_proto.SerializeToString())))
-                        continue
-                    shape, dtype = t._shape, t._dtype
-                    typed = known.get((id(shape), id(dtype)))
-                    if typed is None:
-                        typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype)
-                                                                            .SerializeToString())
-                    append((t.name, typed))
-                    if len(entries) >= _VALUE_INFO_BATCH:  # merged in batches: the bytes never add up to a copy
-                        g.MergeFromString(value_infos(entries))
-                        entries.clear()
-        g.MergeFromString(value_infos(entries))
+    for op in ops:
+        for t in op._outputs:
+            if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
+                fill_value_info(add(), t, types)
     if external:  # weights stored elsewhere: their references, never their bytes
         for t in consts:
             g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t._data, t.name))

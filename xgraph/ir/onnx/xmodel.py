@@ -48,8 +48,6 @@ META_KEY = "xgraph.meta"
 FORMAT = "xgraph.xmodel"
 #: the format written: 2 stores attr values once in a table (`xgraph.ir.onnx.attr_columns`)
 VERSION = 2
-#: the formats read: 1 (a tagged record per op and subgraph) and 2
-READ_VERSIONS = (1, 2)
 #: Weights adding up to more than this many bytes go to a side file (the `external_data_threshold` default).
 DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 #: Past this many bytes of weights the side file is used whatever the threshold: one protobuf
@@ -97,7 +95,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph._attrs)},
         "op_order": [op.name for op in ops],
         "tensor_order": [t.name for t in graph._tensors.values() if ":unused:" not in t.name],
-        "op_annotations": {},  # format 1's per-op records; format 2 writes the columns
+        "op_annotations": {},  # always empty: kept so that xgraph releases which require the key read the file
         "op_annotation_columns": op_annotation_columns(ops, table),
         "tensor_attrs": {t.name: enc.encode_attrs(t._attrs) for t in graph._tensors.values() if t._attrs},
         "inputs": [t.name for t in graph._inputs],
@@ -209,13 +207,14 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ModelFileError(f"{label}: xgraph metadata does not declare format {FORMAT!r}")
     version = meta.get("version")
-    if type(version) is not int or version not in READ_VERSIONS:
-        raise ModelFileError(f"{label}: .xmodel version {version!r} is not supported (this xgraph reads versions "
-                             f"{', '.join(map(str, READ_VERSIONS))}); compile the model again with this xgraph")
-    required = (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
-                ("inputs", list), ("tree", dict))
-    if version >= 2:
-        required += (("op_annotation_columns", dict), ("values", list))
+    if type(version) is int and version < VERSION:
+        raise ModelFileError(f"{label}: .xmodel version {version} was written by an older xgraph, which this one "
+                             f"does not read (it reads version {VERSION}); compile the model again with this xgraph")
+    if version != VERSION or type(version) is not int:
+        raise ModelFileError(f"{label}: .xmodel version {repr(version)[:40]} is not supported (this xgraph reads "
+                             f"version {VERSION}); compile the model again with this xgraph")
+    required = (("graph", dict), ("op_order", list), ("tensor_attrs", dict), ("inputs", list), ("tree", dict),
+                ("op_annotation_columns", dict), ("values", list))
     for key, kind in required:
         if not isinstance(meta.get(key), kind):
             raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
@@ -232,8 +231,8 @@ def _check_side_file(side: Any, arrays: dict[str, np.ndarray], label: str) -> No
                              "(its token differs): the pair is mismatched; save or compile the model again")
 
 
-def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues") -> None:
-    """The subgraph tree; `dec` reads node attrs (format 1: a Decoder; format 2: the value table)."""
+def _restore_tree(build: GraphBuilder, node: dict, dec: DecodedValues) -> None:
+    """The subgraph tree; `dec` (the value table) reads node attrs."""
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
@@ -269,7 +268,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     _place_leaves(build, leaves, dec)
 
 
-def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: "Decoder | DecodedValues") -> None:
+def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: DecodedValues) -> None:
     """Put each op in the leaf that names it: every op of the graph in exactly one leaf. Checked for all the
     leaves at once (C passes over one list of every name); a problem is then named leaf by leaf, in order."""
     ops = build.graph._ops
@@ -346,22 +345,17 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
             or not graph._tensors.keys() >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
-    values = DecodedValues(meta["values"], dec) if meta["version"] >= 2 else None
-    if values is not None:
-        op_list = list(graph._ops.values())  # in op_order now
-        for key, column in meta["op_annotation_columns"].items():
-            build.set_op_annotation_column(key, op_list, values.column(key, column, len(op_list)), MISSING)
-    for name, attrs in meta["op_annotations"].items():
-        if name not in ops:
-            dec.fail(f"annotations for unknown op {name!r}")
-        build.set_annotations(ops[name], dec.attrs(attrs, f"op {name!r}"))
+    values = DecodedValues(meta["values"], dec)
+    op_list = list(graph._ops.values())  # in op_order now
+    for key, column in meta["op_annotation_columns"].items():
+        build.set_op_annotation_column(key, op_list, values.column(key, column, len(op_list)), MISSING)
     for name, attrs in meta["tensor_attrs"].items():
         if not isinstance(name, str) or not graph.has_tensor(name):
             dec.fail(f"attrs for unknown tensor {name!r}")
         build.set_annotations(graph.get_tensor(name), dec.attrs(attrs, f"tensor {name!r}"))
     if [t.name for t in graph.get_input_tensors()] != meta["inputs"]:
         dec.fail("graph inputs do not match the recorded inputs")
-    _restore_tree(build, meta["tree"], dec if values is None else values)
+    _restore_tree(build, meta["tree"], values)
     build.finish()
     check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
     read_gears(model, graph, label, lambda gear, where: from_model_proto(gear, where, graph_class))
