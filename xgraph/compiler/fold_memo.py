@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from xgraph.ir import Op
-from xgraph.ir.op_facts import fold_identity
+from xgraph.ir.index import GraphIndex
 
 #: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
 SMALL_VALUES = 4096
@@ -79,11 +79,12 @@ class FoldKeys:
     object, not per op.
 
     An array is numbered once by its contents (arrays folded once and read by many ops are the same
-    object); attributes once per distinct attribute identity (`xgraph.ir.op_facts.fold_identity`:
+    object); attributes once per distinct attribute identity (`xgraph.ir.index.GraphIndex.fold_identity`:
     ops decoded from equal ONNX attributes share the value objects). Everything numbered is kept
     alive by this object, so an id seen again is the same object."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: GraphIndex) -> None:
+        self._index = index  # the graph's index: each op's attribute identity
         self._arrays: dict[int, tuple] = {}  # id(array) -> (array, number or None, nbytes)
         self._contents: dict[tuple, int] = {}  # (dtype, shape, bytes) -> number
         self._attributes: dict[tuple, tuple] = {}  # attribute identity -> (values, number or None)
@@ -117,7 +118,7 @@ class FoldKeys:
             if total > SMALL_VALUES:
                 return None
             numbers.append(seen[1])
-        identity, attr_values, outputs = fold_identity(op)
+        identity, attr_values, outputs = self._index.fold_identity(op)
         seen = self._attributes.get(identity)
         if seen is None:
             static = _static_key(op)

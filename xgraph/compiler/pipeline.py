@@ -30,7 +30,6 @@ from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
-from xgraph.ir.child_ops import attr_column, ops_of
 from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
@@ -86,6 +85,8 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     by_device: dict[str, list[Any]] = {}  # the subgraphs on each device's own runner
     others: list[Any] = []  # the others (plugin subgraphs): their runner decides
     children = graph.get_root_subgraph().get_children()
+    index = graph.index()
+    attr_column, ops_of = index.attr_column, index.ops_of
     if placed:  # labelled per device with the same attrs: one check per device
         children -= set(placed)
         known: dict[Any, str | None] = {}

@@ -107,7 +107,7 @@ class Op(AttrsMixin):
             for c in t._consumers:
                 seen.setdefault(c, None)
         if self._graph._nested_ops:
-            readers = self._graph._implicit_index()[1]
+            readers = self._graph.index().implicit_reads()[1]
             for t in self._outputs:
                 for c in readers.get(t, ()):
                     seen.setdefault(c, None)
@@ -117,7 +117,7 @@ class Op(AttrsMixin):
         """Outer tensors this op's nested graphs (If/Loop/Scan bodies) read by name, sorted by name."""
         if self not in self._graph._nested_ops:
             return []
-        return list(self._graph._implicit_index()[0].get(self, ()))
+        return list(self._graph.index().implicit_reads()[0].get(self, ()))
 
     def set_input(self, index: int, tensor: "Tensor | None") -> None:
         """Point input slot `index` at `tensor` (None omits it); refuses a tensor of another graph or a cycle."""

@@ -38,7 +38,7 @@ def _child_of(parent: "Subgraph", op: "Op") -> "Subgraph | None":
 
 
 def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
-    index = parent._graph._topo_index()
+    index = parent._graph.index().positions()
     members = set(group)
     last = max(index[op] for c in group for op in c._ops)
     first_of: dict[Subgraph, int] = {}
@@ -84,7 +84,7 @@ def _many_groups_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> st
         if c not in node:
             node[c] = next_id
             next_id += 1
-    child_of = parent._child_map()
+    child_of = parent.child_map()
     succ: list[set[int]] = [set() for _ in range(next_id)]
     indeg = [0] * next_id
     for op, c in child_of.items():

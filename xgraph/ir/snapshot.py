@@ -224,7 +224,7 @@ def restore_state(g: "GraphCore", state: GraphState) -> None:
         g._ops, g._tensors = state.ops.copy(), state.tensors.copy()
         g._inputs, g._outputs, g._seq = list(state.inputs), list(state.outputs), state.seq
         _rebuild_op_sets(state)
-    g._cache.clear()  # toposort, networkx view... computed from a changed structure
+    g._index = None  # toposort, links, networkx view... derived from a changed structure
     g._version = state.version
 
 

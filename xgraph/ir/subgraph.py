@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Iterable
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
-from xgraph.ir.child_links import child_dependencies, children_in_op_order, edges_go_forward
 from xgraph.ir.quotient import merge_makes_cycle
 from xgraph.ir.snapshot import copy_value
 
@@ -247,13 +246,14 @@ class Subgraph(AttrsMixin):
 
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
-        by_first = children_in_op_order(self, self._graph.toposort())
+        index = self._graph.index()
+        by_first = index.children_in_op_order(self, index.toposort())
         if len(by_first) != len(self._children):  # a child without ops: numbered as before, by its first op
             by_first = sorted(self._children, key=self._first_in_topo_order().__getitem__)
         first = {c: i for i, c in enumerate(by_first)}  # ranks: the order of the first ops, as numbers
-        if edges_go_forward(self, first):
+        if index.edges_go_forward(self, first):
             return by_first  # what the heap below pops when the first-op order is already topological
-        child_of = self._child_map()
+        child_of = self.child_map()
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
         for c in self._children:
@@ -278,17 +278,17 @@ class Subgraph(AttrsMixin):
         return order
 
     def _first_in_topo_order(self) -> "dict[Subgraph, int]":
-        index = self._graph._topo_index()
+        index = self._graph.index().positions()
         return {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
                 for c in self._children}
 
     def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
         """(children, preds): the children numbered by their first op in graph insertion order, and per child
         the numbers of the children its ops read from (repeats possible, never its own). O(V+E).
-        See `xgraph.ir.child_links`."""
-        return child_dependencies(self)
+        See `xgraph.ir.index.GraphIndex.child_dependencies`."""
+        return self._graph.index().child_dependencies(self)
 
-    def _child_map(self) -> "dict[Op, Subgraph]":
+    def child_map(self) -> "dict[Op, Subgraph]":
         """op -> the child of this subgraph holding it (every op of this subgraph)."""
         child_of = {}
         for c in self._children:
@@ -325,10 +325,10 @@ class Subgraph(AttrsMixin):
         if self._parent is None:
             return self._graph.toposort()
         ops = self._ops
+        index = self._graph.index()
         if len(ops) * 8 > len(self._graph._ops):
-            return [op for op in self._graph.toposort() if op in ops]
-        index = self._graph._topo_index()
-        return sorted(ops, key=index.__getitem__)
+            return [op for op in index.toposort() if op in ops]
+        return sorted(ops, key=index.positions().__getitem__)
 
     def get_input_tensors(self) -> "list[Tensor]":
         """Tensors consumed inside and produced outside (graph inputs included; weights excluded)."""
@@ -345,8 +345,9 @@ class Subgraph(AttrsMixin):
 
     def get_output_tensors(self) -> "list[Tensor]":
         """Tensors produced inside and consumed outside, or graph outputs."""
-        ops, outputs, result = self._ops, self._graph._output_set(), []
-        readers = self._graph._implicit_index()[1] if self._graph._nested_ops else {}
+        index = self._graph.index()
+        ops, outputs, result = self._ops, index.output_set(), []
+        readers = index.implicit_reads()[1]
         for op in self.toposort():
             for t in op._outputs:
                 if t in outputs or any(c not in ops for c in t._consumers) \

@@ -30,46 +30,6 @@ if TYPE_CHECKING:
     from xgraph.ir.tensor import Tensor
 
 
-def nested_read_tensors(graph: "GraphCore") -> "set[Tensor]":
-    """The tensors some op's nested graph (If/Loop/Scan body) reads by name; empty (at no cost) without such ops."""
-    if not graph._nested_ops:
-        return set()
-    return set(graph._implicit_index()[1])
-
-
-def weight_fed_positions(ops: "Sequence[Op]") -> list[int]:
-    """Positions in `ops` of the ops whose inputs (omitted optionals aside) are all weights, in order;
-    an op without inputs counts. One pass over the input slots."""
-    found = []
-    for i, op in enumerate(ops):
-        for t in op._inputs:
-            if t is not None and t._data is None:
-                break
-        else:
-            found.append(i)
-    return found
-
-
-def fed_positions(ops: "Sequence[Op]", pending: "Container[Tensor]") -> list[int]:
-    """`weight_fed_positions`, an input in `pending` counting as a weight."""
-    found = []
-    for i, op in enumerate(ops):
-        for t in op._inputs:
-            if t is not None and t._data is None and t not in pending:
-                break
-        else:
-            found.append(i)
-    return found
-
-
-def reads_only_weights(op: "Op") -> bool:
-    """True when every input of `op` (omitted optionals aside) is a weight."""
-    for t in op._inputs:
-        if t is not None and t._data is None:
-            return False
-    return True
-
-
 def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.ndarray]") -> "list[Tensor]":
     """Remove `op` and make each of its outputs that has readers a weight of the same name holding
     `arrays[i]` (a read-only view, as `create_const` keeps it), read by the same ops in the same
@@ -85,8 +45,8 @@ def replace_op_by_weights(graph: "GraphCore", op: "Op", arrays: "Sequence[np.nda
     if len(arrays) != len(outputs):
         raise GraphError(f"op {op.name!r} has {len(outputs)} output(s) but {len(arrays)} array(s) were given "
                          "to replace them; give one array per output")
-    exposed = graph._output_set()
-    implicit = graph._implicit_index()[1] if graph._nested_ops else exposed
+    index = graph.index()
+    exposed, implicit = index.output_set(), index.implicit_reads()[1]
     for t in outputs:
         if t in exposed or t in implicit:
             kept = [t.name for t in outputs if t in exposed or t in implicit]
@@ -134,8 +94,8 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
             if len(arrays) != len(op._outputs):
                 raise GraphError(f"op {op.name!r} has {len(op._outputs)} output(s) but {len(arrays)} array(s) were "
                                  "given to replace them; give one array per output")
-    exposed = graph._output_set()
-    implicit = graph._implicit_index()[1].keys() if graph._nested_ops else exposed
+    index = graph.index()
+    exposed, implicit = index.output_set(), index.implicit_reads()[1].keys()
     every = list(chain.from_iterable(map(_OUTPUTS, ops)))
     if not (exposed.isdisjoint(every) and implicit.isdisjoint(every)):  # asked in C; the op named below
         for op in ops:
@@ -172,9 +132,8 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
 def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> int:
     """Remove every weight nobody reads (not consumed, not a graph output, not read by a nested graph,
     not in `keep`), in one step; returns how many went."""
-    keep = set(keep) | graph._output_set()
-    if graph._nested_ops:
-        keep |= set(graph._implicit_index()[1])
+    index = graph.index()
+    keep = set(keep) | index.output_set() | index.nested_read_tensors()
     unused = [t for t in graph._tensors.values() if t._data is not None and not t._consumers and t not in keep]
     if unused:
         builder = GraphBuilder(graph)
@@ -182,19 +141,6 @@ def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> 
             builder.remove_tensor(t)
         graph._touch(keeps_order=True)
     return len(unused)
-
-
-def unread_op_positions(ops: "Sequence[Op]", used: "set[Tensor]") -> list[int]:
-    """Positions in `ops` of the ops none of whose outputs has a reader or is in `used`, in order."""
-    found = []
-    for i, op in enumerate(ops):
-        for t in op._outputs:
-            if t._consumers or t in used:
-                break
-        else:
-            found.append(i)
-    return found
-
 
 
 def _rewire(readers: "Iterable[Op]", old: "Tensor", weight: "Tensor") -> None:
@@ -205,5 +151,4 @@ def _rewire(readers: "Iterable[Op]", old: "Tensor", weight: "Tensor") -> None:
                 unlink_input(c, i)
                 link_input(c, i, weight)
 
-__all__ = ["fed_positions", "nested_read_tensors", "reads_only_weights", "remove_unused_weights", "replace_op_by_weights",
-           "replace_ops_by_weights", "unread_op_positions", "weight_fed_positions"]
+__all__ = ["remove_unused_weights", "replace_op_by_weights", "replace_ops_by_weights"]
