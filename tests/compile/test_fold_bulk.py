@@ -18,7 +18,7 @@ from xgraph.errors import GraphError
 from xgraph.compiler import prepare as prep
 from xgraph.compiler.shape_fixpoint import fold_shape_queries
 from xgraph.ir.links import check_links
-from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights, replace_ops_by_weights
+from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights, replace_ops_by_weights
 
 
 @st.composite

@@ -129,7 +129,7 @@ def test_toposort_stays_kahns_order_through_edits_that_keep_and_break_the_table_
     """Edits that keep a topological table order so (weights added, ops and tensors removed, ops
     folded into weights) let `toposort` skip its check; every other edit makes it check again."""
     import numpy as np
-    from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
+    from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights
     rng = random.Random(seed + 7)
     g = _random_graph(seed, rewire=False)
     for step in range(30):

@@ -7,7 +7,7 @@ become so (a heap of numbers rising along the order: creation numbers when the o
 table's, else positions), so the ops no fold can reach are looked at once.
 A fold's results are not made weights at once: they are kept as the values of the tensors they
 replace (`pending`), which later folds read, and every fold of the pass is applied in one edit
-(`xgraph.ir.weight_edits.replace_ops_by_weights`), which leaves the graph as folding one op at a
+(`xgraph.ir.builder.replace_ops_by_weights`), which leaves the graph as folding one op at a
 time would. For the stage, which drops unread weights next, a transformer's shape arithmetic
 (`Shape -> Gather -> Unsqueeze -> Concat`) then costs one weight per `Concat` a `Reshape` reads
 instead of a weight per op of the chain.
@@ -23,7 +23,7 @@ import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
 from xgraph.ir.tensor import frozen
-from xgraph.ir.weight_edits import replace_ops_by_weights
+from xgraph.ir.builder import replace_ops_by_weights
 from xgraph.compiler.fold_eval import fold_values, foldable_reading_values, refused_type
 from xgraph.compiler.fold_memo import FoldKeys
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from xgraph.errors import OptionError
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
+from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights
 from xgraph.compiler.fold_pass import fold_pass
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
@@ -194,7 +194,7 @@ def _unused_placeholder(t: Tensor) -> bool:
 
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     """Turn `op`'s outputs into weights of the same names, one array per output (one IR edit:
-    `xgraph.ir.weight_edits.replace_op_by_weights`)."""
+    `xgraph.ir.builder.replace_op_by_weights`)."""
     replace_op_by_weights(graph, op, arrays)
 
 

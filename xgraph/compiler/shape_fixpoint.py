@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import replace_ops_by_weights
+from xgraph.ir.builder import replace_ops_by_weights
 from xgraph.compiler.symbolic_shapes import propagate
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.

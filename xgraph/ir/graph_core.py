@@ -15,15 +15,14 @@ import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
-from xgraph.ir.annotation_columns import write_columns
 from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
+from xgraph.ir.builder import GraphBuilder, link_input, unlink_input, write_op_annotations
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.op import Op
 from xgraph.ir.index import GraphIndex
-from xgraph.ir.snapshot import GraphState, capture_state, restore_state
-from xgraph.ir.state_diff import StateDiff, changes_since
+from xgraph.ir.state import GraphState, capture_state, restore_state
+from xgraph.ir.state import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.template import find_matches
 from xgraph.ir.tensor import Tensor
@@ -152,7 +151,7 @@ class GraphCore(AttrsMixin):
         exposed = [t.name for t in op._outputs if t in index.output_set()]
         if exposed:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
-        GraphBuilder(self).remove_op(op)
+        GraphBuilder(self).remove_ops([op])
         self._touch(keeps_order=True)
 
     def remove_tensor(self, tensor: "Tensor | str") -> None:
@@ -224,12 +223,12 @@ class GraphCore(AttrsMixin):
         An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
         Checks every op and value first, then writes: O(len(values)).
         """
-        write_columns(self, list(values), {key: list(values.values())})
+        write_op_annotations(self, list(values), {key: list(values.values())})
 
     def set_op_annotation_columns(self, ops: "Sequence[Op]", columns: "dict[str, Sequence[Any]]") -> None:
         """`set_op_annotations(key, dict(zip(ops, values)))` for each (key, values) of `columns`, in one bulk pass
-        (`xgraph.ir.annotation_columns`); all or nothing. Each column has one value per op of `ops`."""
-        write_columns(self, ops, columns)
+        (`xgraph.ir.builder.write_op_annotations`); all or nothing. Each column has one value per op of `ops`."""
+        write_op_annotations(self, ops, columns)
 
     def get_name(self) -> str:
         """The graph's name."""

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
+from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves
 from xgraph.ir.quotient import merge_makes_cycle
-from xgraph.ir.snapshot import copy_value
+from xgraph.ir.state import copy_value
 
 if TYPE_CHECKING:
     import onnx
@@ -24,12 +25,6 @@ if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
-
-
-_SEQ = attrgetter("_seq")
-_OPS = attrgetter("_ops")
-_NAME = attrgetter("name")
-_NEW = object.__new__
 
 
 def _copier(value: "dict | list") -> Any:
@@ -126,25 +121,13 @@ class Subgraph(AttrsMixin):
                 raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
-        containers = [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))]
-        for c in children:
-            c._attrs.update(attrs)
-            for k, copy in containers:
-                c._attrs[k] = copy(attrs[k])
+        set_subgraph_attrs(children, attrs, [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))])
 
     def create_child_subgraph(self) -> None:
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
         if self._children:
             raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
-        graph, ops = self._graph, sorted(self._ops, key=_SEQ)
-        children = []
-        append = children.append
-        for op in ops:  # what Subgraph(graph, "subgraph_<op>", self, (op,)) builds, without a call per op
-            sg = _NEW(Subgraph)
-            sg._graph, sg._name, sg._parent, sg._children, sg._ops, sg._attrs = graph, "subgraph_" + op.name, self, {}, {op}, {}
-            append(sg)
-        self._children.update(dict.fromkeys(children))
-        graph._leaf_of.update(zip(ops, children))
+        split_into_leaves(self)
 
     def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
         """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
@@ -216,22 +199,7 @@ class Subgraph(AttrsMixin):
             if cycle:
                 raise GraphError(f"merging {cycle} under {self._name!r} would create a cycle among its children; "
                                  "nothing was changed")
-        leaf_of = self._graph._leaf_of
-        result = []
-        for g in groups:
-            if len(g) == 1:
-                result.append(g[0])
-                continue
-            ops = set().union(*map(_OPS, g))
-            merged = _NEW(Subgraph)  # Subgraph(graph, name, self, ops) without copying the new set
-            merged._graph, merged._name, merged._parent, merged._children, merged._ops, merged._attrs = (
-                self._graph, f"subgraph_{min(map(_NAME, ops))}", self, {}, ops, {})
-            for c in g:
-                del self._children[c]
-            self._children[merged] = None
-            leaf_of.update(dict.fromkeys(ops, merged))
-            result.append(merged)
-        return result
+        return merge_children(self, groups)
 
     def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:
         group = list(dict.fromkeys(children))

@@ -3,7 +3,7 @@
 A plugin is user code run in the middle of compilation; when it raises or misbehaves the
 graph must be exactly as before it ran (CONVENTIONS: a failed operation changes nothing).
 The IR captures and restores the state (`Graph.snapshot()` / `Graph.restore(state)`,
-`xgraph.ir.snapshot.GraphState`, named fields) and says what differs since
+`xgraph.ir.state.GraphState`, named fields) and says what differs since
 (`Graph.changes_since(state)`, a `StateDiff`); this module holds the chain's policy:
 `changes` lists what differs outside what a plugin step may touch, which is how the chain catches a `partition` or `compile`
 that reaches beyond its own subgraphs. Every piece of graph state is compared: the ops and
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, GraphState, Op, Subgraph
-    from xgraph.ir.state_diff import StateDiff
+    from xgraph.ir.state import StateDiff
 
 #: at most this many op/tensor findings are listed (the rest are the same mistake, repeated)
 _MAX_FINDINGS = 6

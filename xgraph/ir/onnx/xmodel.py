@@ -27,7 +27,7 @@ from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.blob import blob_arrays
-from xgraph.ir.builder import GraphBuilder
+from xgraph.ir.builder import GraphBuilder, write_op_annotations
 from xgraph.ir.files import all_or_nothing, check_target, on_commit, write_bytes, write_new
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_columns import MISSING, DecodedValues, ValueTable, op_annotation_columns
@@ -295,7 +295,7 @@ def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec
             if n in claimed:
                 dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
             claimed.add(n)
-            build.place_op(sg, op)
+            build.place_ops(sg, [op])
     if len(claimed) != len(ops):  # claimed names are distinct ops of the graph
         missing = [name for name in ops if name not in claimed]
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
@@ -348,7 +348,7 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     values = DecodedValues(meta["values"], dec)
     op_list = list(graph._ops.values())  # in op_order now
     for key, column in meta["op_annotation_columns"].items():
-        build.set_op_annotation_column(key, op_list, values.column(key, column, len(op_list)), MISSING)
+        write_op_annotations(graph, op_list, {key: values.column(key, column, len(op_list))}, MISSING)
     for name, attrs in meta["tensor_attrs"].items():
         if not isinstance(name, str) or not graph.has_tensor(name):
             dec.fail(f"attrs for unknown tensor {name!r}")
