@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Container, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from xgraph.errors import GraphError
-from xgraph.ir.nested import implicit_reads
+from xgraph.ir.nested import outer_names
 from xgraph.ir.op import ANNOTATION
 
 if TYPE_CHECKING:
@@ -163,7 +163,16 @@ class GraphIndex:
         """(op -> the outer tensors its nested graphs read by name, tensor -> such readers); do not change them."""
         if self._implicit is None:
             g = self.graph
-            self._implicit = implicit_reads(sorted(g._nested_ops), g._tensors) if g._nested_ops else ({}, {})
+            reads: "dict[Op, list[Tensor]]" = {}
+            readers: "dict[Tensor, list[Op]]" = {}
+            tensors = g._tensors
+            for op in sorted(g._nested_ops):  # an op's own outputs are not reads
+                own = set(op._outputs)
+                reads[op] = found = [tensors[n] for n in outer_names(op._attrs.values())
+                                     if n in tensors and tensors[n] not in own]
+                for t in found:
+                    readers.setdefault(t, []).append(op)
+            self._implicit = reads, readers
         return self._implicit
 
     def nested_read_tensors(self) -> "set[Tensor]":
