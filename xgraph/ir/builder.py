@@ -265,6 +265,14 @@ class GraphBuilder:
         self.graph._touch()
 
 
+def mark_nested(graph: "GraphCore", op: Op, nested: bool) -> None:
+    """Record whether `op` holds a graph attribute (an If/Loop/Scan body): the graph's set of such ops."""
+    if nested:
+        graph._nested_ops.add(op)
+    else:
+        graph._nested_ops.discard(op)
+
+
 # -- annotations of many ops ---------------------------------------------------------------------
 _NOT_GIVEN = object()
 
@@ -436,6 +444,6 @@ def set_subgraph_attrs(subgraphs: "Iterable[Subgraph]", attrs: "Mapping[str, Any
             own[key] = copy(attrs[key])
 
 
-__all__ = ["GraphBuilder", "link_input", "merge_children", "remove_unused_weights", "replace_op_by_weights",
+__all__ = ["GraphBuilder", "link_input", "mark_nested", "merge_children", "remove_unused_weights", "replace_op_by_weights",
            "replace_ops_by_weights", "set_subgraph_attrs", "set_weights", "split_into_leaves", "unlink_input",
            "write_op_annotations"]

@@ -16,7 +16,7 @@ import onnx
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
 from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.builder import GraphBuilder, link_input, unlink_input, write_op_annotations
+from xgraph.ir.builder import GraphBuilder, link_input, mark_nested, unlink_input, write_op_annotations
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.op import Op
@@ -69,6 +69,11 @@ class GraphCore(AttrsMixin):
         keeps a table order known topological so."""
         self._version += 1
         self._index = self._index.after_order_keeping_edit() if keeps_order and self._index is not None else None
+
+    def _mark_nested(self, op: Op, nested: bool) -> None:
+        """`op` has (or no longer has) a graph attribute: a new version (`Op.set_attr`, `del_attr`)."""
+        mark_nested(self, op, nested)
+        self._touch()
 
     def index(self) -> GraphIndex:
         """The derived facts of this version of the graph (orders, links, children, op facts: `xgraph.ir.index`),

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 #: Attribute-type marker for xgraph annotations: kept in .xmodel metadata, never emitted as ONNX.
 ANNOTATION = None
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def _schema(op_type: str, domain: str, opset: int | None):
@@ -184,12 +185,9 @@ class Op(AttrsMixin):
         self._note_nested(attr_type)
 
     def _note_nested(self, kind: int | None) -> None:
-        if kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) or self in self._graph._nested_ops:
-            if any(t in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for t in self._attr_types.values()):
-                self._graph._nested_ops.add(self)
-            else:
-                self._graph._nested_ops.discard(self)
-            self._graph._touch()
+        graph = self._graph
+        if kind in _GRAPH_KINDS or graph.index().has_nested_graphs(self):
+            graph._mark_nested(self, any(t in _GRAPH_KINDS for t in self._attr_types.values()))
 
     def attribute_protos(self) -> list[onnx.AttributeProto]:
         """The ONNX attributes as AttributeProtos (annotations left out)."""
