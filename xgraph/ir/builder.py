@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import chain
+from types import MappingProxyType
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -66,6 +67,20 @@ def unlink_input(op: Op, index: int) -> None:
         t._consumers[op] = n
 
 
+def set_input(op: Op, index: int, tensor: "Tensor | None") -> None:
+    """Input slot `index` of `op` reads `tensor` (None: omitted) instead of what it read (`Op.set_input`, checked)."""
+    unlink_input(op, index)
+    link_input(op, index, tensor)
+
+
+def rewire(readers: "Iterable[Op]", old: Tensor, new: Tensor) -> None:
+    """Every input slot of `readers` that reads `old` reads `new` instead."""
+    for c in readers:
+        for i, t in enumerate(c._inputs):
+            if t is old:
+                set_input(c, i, new)
+
+
 def _leave_tree(leaf: "Subgraph | None", op: Op) -> None:
     """Take `op` out of `leaf` and its ancestors; a subgraph left without ops leaves its parent."""
     s = leaf
@@ -91,6 +106,11 @@ class GraphBuilder:
         self._leaf_of = graph._leaf_of
         #: once the root has children, every new op gets a leaf child of its own
         self._split_root = bool(graph._root._children)
+
+    @property
+    def tensors(self) -> "Mapping[str, Tensor]":
+        """The graph's tensors by name as they are now (read-only, live: it shows what the builder adds)."""
+        return MappingProxyType(self.graph._tensors)
 
     # -- tensors -------------------------------------------------------------------------------
     def add_input(self, name: str, shape=None, dtype=None) -> Tensor:
@@ -215,6 +235,13 @@ class GraphBuilder:
             t._type_proto = type_proto
         if t._data is None:
             t._shape, t._dtype = shape, dtype
+
+    @staticmethod
+    def set_plain_attr(op: Op, name: str, value: Any, kind: int) -> None:
+        """An ONNX attribute decoded from a file whose value is a number, a str or a flat list of them (nothing to
+        freeze, never a graph): written as it is."""
+        op._attrs[name] = value
+        op._attr_types[name] = kind
 
     @staticmethod
     def set_annotations(obj: "Tensor | Subgraph | GraphCore", attrs: dict[str, Any]) -> None:
@@ -368,11 +395,7 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
         else:
             readers = list(consumers)
         weight = add_const(old.name, asarray(array))
-        for c in readers:
-            for i, t in enumerate(c._inputs):
-                if t is old:
-                    unlink_input(c, i)
-                    link_input(c, i, weight)
+        rewire(readers, old, weight)
         made.append(weight)
     if ops:
         graph._touch(keeps_order=True)  # ops and their outputs gone, weights (no producer) added
@@ -444,6 +467,6 @@ def set_subgraph_attrs(subgraphs: "Iterable[Subgraph]", attrs: "Mapping[str, Any
             own[key] = copy(attrs[key])
 
 
-__all__ = ["GraphBuilder", "link_input", "mark_nested", "merge_children", "remove_unused_weights", "replace_op_by_weights",
+__all__ = ["GraphBuilder", "link_input", "mark_nested", "merge_children", "rewire", "set_input", "remove_unused_weights", "replace_op_by_weights",
            "replace_ops_by_weights", "set_subgraph_attrs", "set_weights", "split_into_leaves", "unlink_input",
            "write_op_annotations"]

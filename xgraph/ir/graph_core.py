@@ -16,7 +16,7 @@ import onnx
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
 from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.builder import GraphBuilder, link_input, mark_nested, unlink_input, write_op_annotations
+from xgraph.ir.builder import GraphBuilder, mark_nested, rewire, set_input, write_op_annotations
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
 from xgraph.ir.op import Op
@@ -150,10 +150,10 @@ class GraphCore(AttrsMixin):
         op = self._resolve_op(op)
         index = self.index()
         readers = index.implicit_reads()[1]
-        used = [t.name for t in op._outputs if t._consumers or t in readers]
+        used = [t.name for t in op.get_output_tensors() if t.consumers or t in readers]
         if used:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {used} still have consumers")
-        exposed = [t.name for t in op._outputs if t in index.output_set()]
+        exposed = [t.name for t in op.get_output_tensors() if t in index.output_set()]
         if exposed:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
         GraphBuilder(self).remove_ops([op])
@@ -163,7 +163,7 @@ class GraphCore(AttrsMixin):
         """Remove an unused weight or graph input."""
         t = self._check_own_tensor(tensor, "the tensor to remove")
         index = self.index()
-        if t._producer is not None or t._consumers or t in index.implicit_reads()[1] or t in index.output_set():
+        if t.producer is not None or t.consumers or t in index.implicit_reads()[1] or t in index.output_set():
             raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
         GraphBuilder(self).remove_tensor(t)
         self._touch(keeps_order=True)
@@ -178,29 +178,26 @@ class GraphCore(AttrsMixin):
         new = self._check_own_tensor(new, "the replacement tensor")
         if old is new:
             return
-        readers = [c for c in old._consumers if c is not new._producer]
-        if new._producer is not None:
+        producer = new.producer
+        readers = [c for c in old.consumers if c is not producer]
+        if producer is not None:
             for c in readers:
-                if self.index().reaches(c, new._producer):
+                if self.index().reaches(c, producer):
                     raise GraphError(f"replacing {old.name!r} by {new.name!r} would create a cycle through {c.name!r}")
-        for c in readers:
-            for i, t in enumerate(c._inputs):
-                if t is old:
-                    unlink_input(c, i)
-                    link_input(c, i, new)
+        rewire(readers, old, new)
         GraphBuilder(self).set_outputs([new if t is old else t for t in self._outputs])
         self._touch()
 
     def _set_input(self, op: Op, index: int, tensor: "Tensor | None") -> None:
         """`Op.set_input`: checked (slot exists, tensor of this graph, no cycle), then linked."""
-        if not 0 <= index < len(op._inputs):
-            raise GraphError(f"op {op.name!r} has no input slot {index} (it has {len(op._inputs)})")
+        slots = op.get_input_num()
+        if not 0 <= index < slots:
+            raise GraphError(f"op {op.name!r} has no input slot {index} (it has {slots})")
         if tensor is not None:
             self._check_own_tensor(tensor, f"input {index} of op {op.name!r}")
-            if tensor._producer is not None and self.index().reaches(op, tensor._producer):
+            if tensor.producer is not None and self.index().reaches(op, tensor.producer):
                 raise GraphError(f"connecting tensor {tensor.name!r} to op {op.name!r} would create a cycle")
-        unlink_input(op, index)
-        link_input(op, index, tensor)
+        set_input(op, index, tensor)
         self._touch()
 
     def set_outputs(self, tensors: Iterable["Tensor | str"]) -> None:
@@ -215,7 +212,7 @@ class GraphCore(AttrsMixin):
     def set_inputs(self, tensors: Iterable["Tensor | str"]) -> None:
         """Reorder the graph inputs (the same tensors, or a subset of producer-less non-const tensors)."""
         ts = [self._check_own_tensor(t, "a graph input") for t in tensors]
-        bad = [t.name for t in ts if t._producer is not None or t._data is not None]
+        bad = [t.name for t in ts if t.producer is not None or t.is_const]
         if bad:
             raise GraphError(f"graph {self.name!r}: {bad} cannot be graph inputs (produced by an op, or weights)")
         GraphBuilder(self).set_inputs(ts)
@@ -287,7 +284,7 @@ class GraphCore(AttrsMixin):
 
     def get_const_tensors(self) -> list[Tensor]:
         """The weights."""
-        return [t for t in self._tensors.values() if t._data is not None]
+        return [t for t in self._tensors.values() if t.is_const]
 
     def get_input_tensors(self) -> list[Tensor]:
         """Graph inputs (not weights), in model order."""
@@ -333,20 +330,22 @@ class GraphCore(AttrsMixin):
 
     def get_subgraph(self, name: str) -> Subgraph:
         """The shallowest subgraph called `name`; GraphError if there is none."""
+        index = self.index()
         level = [self._root]
         while level:
             for s in level:
-                if s._name == name:
+                if s.name == name:
                     return s
-            level = [c for s in level for c in s._children]
+            level = [c for s in level for c in index.children(s)]
         raise GraphError(f"graph {self.name!r} has no subgraph named {name!r}")
 
     def iter_subgraphs(self) -> Iterable[Subgraph]:
         """Every subgraph, breadth first from the root."""
+        index = self.index()
         level = [self._root]
         while level:
             yield from level
-            level = [c for s in level for c in s._children]
+            level = [c for s in level for c in index.children(s)]
 
     # -- whole-graph operations ---------------------------------------------------------------
     def get_gears(self) -> list[Gear]:

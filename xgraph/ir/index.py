@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Container, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -47,6 +48,7 @@ OpRow = tuple[str, str, Hashable, tuple[Hashable, ...], tuple[Hashable, ...]]
 NONE, MANY = -1, -2
 
 _EMPTY: Mapping = MappingProxyType({})
+_SEQ = attrgetter("_seq")
 
 
 class TensorFacts(NamedTuple):
@@ -92,16 +94,16 @@ class GraphIndex:
             return ops
         self._table_order = False
         indeg = {op: len(op.get_input_ops()) for op in ops}
-        heap = [op for op, n in indeg.items() if n == 0]
+        heap = [(op._seq, op) for op, n in indeg.items() if n == 0]  # creation numbers are unique: ties broken
         heapq.heapify(heap)
         order = []
         while heap:
-            op = heapq.heappop(heap)
+            op = heapq.heappop(heap)[1]
             order.append(op)
             for c in op.get_fanout_ops():
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(heap, c)
+                    heapq.heappush(heap, (c._seq, c))
         if len(order) != len(ops):
             stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
             raise GraphError(f"graph {g.name!r} has a cycle through ops {stuck}")
@@ -166,7 +168,7 @@ class GraphIndex:
             reads: "dict[Op, list[Tensor]]" = {}
             readers: "dict[Tensor, list[Op]]" = {}
             tensors = g._tensors
-            for op in sorted(g._nested_ops):  # an op's own outputs are not reads
+            for op in sorted(g._nested_ops, key=_SEQ):  # an op's own outputs are not reads
                 own = set(op._outputs)
                 reads[op] = found = [tensors[n] for n in outer_names(op._attrs.values())
                                      if n in tensors and tensors[n] not in own]
@@ -270,9 +272,36 @@ class GraphIndex:
         kept = [c for c in children if key not in c._attrs]
         return kept, [list(c._ops) if len(c._ops) == 1 else c.toposort() for c in kept]
 
-    def attr_column(self, subgraphs: "Iterable[Subgraph]", key: str, default: object = None) -> list:
-        """`[s.get_attrs().get(key, default) for s in subgraphs]`, without a copy of each subgraph's attrs."""
-        return [s._attrs.get(key, default) for s in subgraphs]
+    def attr_column(self, objects: "Iterable[Subgraph | Op]", key: str, default: object = None) -> list:
+        """`[x.get_attrs().get(key, default) for x in objects]` (subgraphs or ops), without a copy of each one's attrs."""
+        return [x._attrs.get(key, default) for x in objects]
+
+    def attr_kind_column(self, ops: "Iterable[Op]", key: str, default: object = None) -> list:
+        """Per op of `ops`, the kind of its attribute `key` (`Op.get_attr_kind`: None for an annotation), or `default`."""
+        return [op._attr_types.get(key, default) for op in ops]
+
+    def attr_dicts(self, objects: "Iterable[Tensor | Subgraph]") -> "list[dict[str, Any] | None]":
+        """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
+        return [dict(x._attrs) if x._attrs else None for x in objects]
+
+    def annotation_columns(self, ops: "Sequence[Op]", missing: object = None) -> "dict[str, list]":
+        """Annotation key -> per op of `ops` its value, or `missing` where the op has none; keys in first-seen
+        order. One pass over the ops."""
+        columns: dict[str, list] = {}
+        n = len(ops)
+        for i, op in enumerate(ops):
+            kinds = op._attr_types
+            for k, v in op._attrs.items():
+                if kinds.get(k) is ANNOTATION:
+                    column = columns.get(k)
+                    if column is None:
+                        column = columns[k] = [missing] * n
+                    column[i] = v
+        return columns
+
+    def children(self, sg: "Subgraph") -> "list[Subgraph]":
+        """The children of `sg` in the order they were made (`get_children` is a set)."""
+        return list(sg._children)
 
     def ops_of(self, subgraphs: "Iterable[Subgraph]") -> "list[Op]":
         """The ops of each of `subgraphs` in turn (`get_ops()` order within each), in one list."""

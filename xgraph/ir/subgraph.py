@@ -78,7 +78,7 @@ class Subgraph(AttrsMixin):
         """0 for the root, 1 for device-level subgraphs, and so on."""
         d, s = 0, self._parent
         while s is not None:
-            d, s = d + 1, s._parent
+            d, s = d + 1, s.get_parent()
         return d
 
     def get_name(self) -> str:
@@ -117,7 +117,7 @@ class Subgraph(AttrsMixin):
         checked once, then written (each child gets its own copy of dict and list values); all or nothing."""
         children = list(children)
         for c in children:
-            if not isinstance(c, Subgraph) or c._parent is not self:
+            if not isinstance(c, Subgraph) or c.get_parent() is not self:
                 raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
@@ -156,8 +156,8 @@ class Subgraph(AttrsMixin):
         groups = [list(dict.fromkeys(g)) for g in groups]
         members = list(chain.from_iterable(groups))
         if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
-                and [c._parent for c in members].count(self) == len(members)
-                and not any([c._children for c in members])):
+                and [c.get_parent() for c in members].count(self) == len(members)
+                and all([c.is_leaf for c in members])):
             groups = [self._check_merge_group(g) for g in groups]  # names the first offender
         return self._merge_groups(groups, check_cycles=check_cycles)
 
@@ -192,7 +192,7 @@ class Subgraph(AttrsMixin):
             for g in groups:
                 for c in g:
                     if c in seen:
-                        raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
+                        raise GraphError(f"subgraph {c.name!r} appears in two merge groups; nothing was changed")
                     seen.add(c)
         if check_cycles:
             cycle = merge_makes_cycle(self, groups)
@@ -206,10 +206,10 @@ class Subgraph(AttrsMixin):
         if not group:
             raise GraphError(f"merge_children on {self._name!r}: nothing to merge (empty set)")
         for c in group:
-            if not isinstance(c, Subgraph) or c._parent is not self:
+            if not isinstance(c, Subgraph) or c.get_parent() is not self:
                 raise GraphError(f"merge_children on {self._name!r}: {c!r} is not a child of it")
-            if c._children:
-                raise GraphError(f"merge_children on {self._name!r}: child {c._name!r} is not a leaf")
+            if not c.is_leaf:
+                raise GraphError(f"merge_children on {self._name!r}: child {c.name!r} is not a leaf")
         return group
 
     def toposort_child_subgraph(self) -> "list[Subgraph]":
@@ -225,7 +225,7 @@ class Subgraph(AttrsMixin):
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
         for c in self._children:
-            for op in c._ops:
+            for op in c.get_ops():
                 for consumer in op.get_fanout_ops():
                     d = child_of.get(consumer)
                     if d is not None and d is not c and d not in succ[c]:
@@ -247,8 +247,7 @@ class Subgraph(AttrsMixin):
 
     def _first_in_topo_order(self) -> "dict[Subgraph, int]":
         index = self._graph.index().positions()
-        return {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
-                for c in self._children}
+        return {c: min(map(index.__getitem__, c.get_ops())) for c in self._children}
 
     def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
         """(children, preds): the children numbered by their first op in graph insertion order, and per child
@@ -260,7 +259,7 @@ class Subgraph(AttrsMixin):
         """op -> the child of this subgraph holding it (every op of this subgraph)."""
         child_of = {}
         for c in self._children:
-            for op in c._ops:
+            for op in c.get_ops():
                 child_of[op] = c
         return child_of
 
@@ -269,9 +268,9 @@ class Subgraph(AttrsMixin):
         op = self._graph._resolve_op(op, strict=False)
         if op is None or op not in self._ops:
             return None
-        s = self._graph._leaf_of[op]
-        while s is not None and s._parent is not self:
-            s = s._parent
+        s = self._graph.get_leaf_subgraph(op)
+        while s is not None and s.get_parent() is not self:
+            s = s.get_parent()
         return s
 
     # -- ops -----------------------------------------------------------------------------------
@@ -294,19 +293,19 @@ class Subgraph(AttrsMixin):
             return self._graph.toposort()
         ops = self._ops
         index = self._graph.index()
-        if len(ops) * 8 > len(self._graph._ops):
+        if len(ops) * 8 > self._graph.get_op_num():
             return [op for op in index.toposort() if op in ops]
         return sorted(ops, key=index.positions().__getitem__)
 
     def get_input_tensors(self) -> "list[Tensor]":
         """Tensors consumed inside and produced outside (graph inputs included; weights excluded)."""
         ops, seen, result = self._ops, set(), []
-        nested = bool(self._graph._nested_ops)
+        nested = self._graph.index().has_nested_graphs()
         for op in self.toposort():
-            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
-                if t is None or t._data is not None or t in seen:
+            for t in (op.get_input_tensors() + op.get_implicit_input_tensors()) if nested else op.get_input_tensors():
+                if t is None or t.is_const or t in seen:
                     continue
-                if t._producer is None or t._producer not in ops:
+                if t.producer is None or t.producer not in ops:
                     seen.add(t)
                     result.append(t)
         return result
@@ -317,8 +316,8 @@ class Subgraph(AttrsMixin):
         ops, outputs, result = self._ops, index.output_set(), []
         readers = index.implicit_reads()[1]
         for op in self.toposort():
-            for t in op._outputs:
-                if t in outputs or any(c not in ops for c in t._consumers) \
+            for t in op.get_output_tensors():
+                if t in outputs or any(c not in ops for c in t.consumers) \
                         or any(c not in ops for c in readers.get(t, ())):
                     result.append(t)
         return result
@@ -326,10 +325,10 @@ class Subgraph(AttrsMixin):
     def get_const_tensors(self) -> "list[Tensor]":
         """The weights the ops of this subgraph read (they travel with it)."""
         seen: dict[Tensor, None] = {}
-        nested = bool(self._graph._nested_ops)
+        nested = self._graph.index().has_nested_graphs()
         for op in self.toposort():
-            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
-                if t is not None and t._data is not None:
+            for t in (op.get_input_tensors() + op.get_implicit_input_tensors()) if nested else op.get_input_tensors():
+                if t is not None and t.is_const:
                     seen.setdefault(t, None)
         return list(seen)
 

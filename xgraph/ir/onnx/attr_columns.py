@@ -76,20 +76,16 @@ class ValueTable:
         return {k: self.index(v) for k, v in attrs.items()}
 
 
-def op_annotation_columns(ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
+def op_annotation_columns(graph: Any, ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
     """Annotation key -> per op (in `ops` order) the index of its value, or `ABSENT`. O(ops * annotations)."""
-    columns: dict[str, list[int]] = {}
-    index, text = table.index, table._text
-    n = len(ops)
-    for i, op in enumerate(ops):
-        kinds = op._attr_types  # annotations are the attrs without an ONNX type
-        for k, v in op._attrs.items():
-            if kinds.get(k) is None:
-                column = columns.get(k)
-                if column is None:
-                    column = columns[k] = [ABSENT] * n
-                j = text.get(v) if type(v) is str else None  # a str seen before: `index` without the call
-                column[i] = index(v) if j is None else j
+    index = table.index
+    columns = graph.index().annotation_columns(ops, MISSING)
+    for key, values in columns.items():
+        if set(map(type, values)) <= {str, object}:  # the usual column (devices, kernels, reasons): C-level passes
+            codes = {v: ABSENT if v is MISSING else index(v) for v in dict.fromkeys(values)}
+            columns[key] = list(map(codes.__getitem__, values))
+        else:
+            columns[key] = [ABSENT if v is MISSING else index(v) for v in values]
     return columns
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
-from operator import attrgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -59,11 +59,11 @@ _NAME = attrgetter("name")
 
 
 def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
-    node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg._attrs)}
-    if sg._children:
+    node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg.get_attrs())}
+    if not sg.is_leaf:
         node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
     elif not sg.is_root:
-        ops = sg._ops
+        ops = sg.get_ops()
         node["ops"] = [next(iter(ops)).name] if len(ops) == 1 else sorted(map(_NAME, ops))
     return node
 
@@ -77,29 +77,30 @@ def _dump_json(meta: dict) -> str:
 def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto; with `side`, its large weights are
     references into that side file (filled in here: nothing is written)."""
-    clash = next(filter(methodcaller("startswith", ARRAY_PREFIX), graph._tensors), None)  # the first, in C
+    tensors = graph.get_tensors()
+    clash = next((t.name for t in tensors if t.name.startswith(ARRAY_PREFIX)), None)
     if clash is not None:
         raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
                          ".xmodel files reserve for attribute arrays; rename the tensor before saving")
     external = None
     if side is not None:
-        external = {t.name: side.add(t.name, t._data) for t in graph._tensors.values()
-                    if t._data is not None and goes_external(t._data)}
+        external = {t.name: side.add(t.name, t.data) for t in tensors if t.is_const and goes_external(t.data)}
     model = graph_to_onnx(graph, external=external)
     enc = Encoder(None if side is None else _blob_to_side(side))
     table = ValueTable(enc)
-    ops = list(graph._ops.values())
+    ops = graph.get_ops()
     meta = {
         "format": FORMAT,
         "version": VERSION,
-        "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph._attrs)},
+        "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph.get_attrs())},
         "op_order": [op.name for op in ops],
-        "tensor_order": [t.name for t in graph._tensors.values() if ":unused:" not in t.name],
+        "tensor_order": [t.name for t in tensors if ":unused:" not in t.name],
         "op_annotations": {},  # always empty: kept so that xgraph releases which require the key read the file
-        "op_annotation_columns": op_annotation_columns(ops, table),
-        "tensor_attrs": {t.name: enc.encode_attrs(t._attrs) for t in graph._tensors.values() if t._attrs},
-        "inputs": [t.name for t in graph._inputs],
-        "tree": _tree_to_json(graph._root, table),
+        "op_annotation_columns": op_annotation_columns(graph, ops, table),
+        "tensor_attrs": {t.name: enc.encode_attrs(attrs) for t, attrs in zip(tensors, graph.index().attr_dicts(tensors))
+                         if attrs},
+        "inputs": [t.name for t in graph.get_input_tensors()],
+        "tree": _tree_to_json(graph.get_root_subgraph(), table),
     }
     meta["values"] = table.entries
     model.graph.initializer.extend(enc.arrays)
@@ -135,7 +136,7 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
     require_path(path, "serialize")
     check_target(path)
     threshold = external_threshold(graph, external_data_threshold)
-    weights = [t._data for t in graph._tensors.values() if t._data is not None] + blob_arrays(graph)
+    weights = [t.data for t in graph.get_const_tensors()] + blob_arrays(graph)
     total = sum(int(a.nbytes) for a in weights)
     external = (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights)
     with all_or_nothing():
@@ -185,7 +186,7 @@ def external_threshold(graph: GraphCore, given: int | None) -> int:
             raise GraphError(f"external_data_threshold {given!r}: give a number of bytes >= 0")
         return given
     try:
-        recorded = json.loads(graph._attrs.get("compile_options") or "{}").get("external_data_threshold")
+        recorded = json.loads(graph.get_attrs().get("compile_options") or "{}").get("external_data_threshold")
     except (ValueError, AttributeError, TypeError):
         recorded = None
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
@@ -271,7 +272,7 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: DecodedValues) -> None:
 def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: DecodedValues) -> None:
     """Put each op in the leaf that names it: every op of the graph in exactly one leaf. Checked for all the
     leaves at once (C passes over one list of every name); a problem is then named leaf by leaf, in order."""
-    ops = build.graph._ops
+    ops = {op.name: op for op in build.graph.get_ops()}
     lists = [names for _, names in leaves]
     if all(type(names) is list and names for names in lists):
         every = list(chain.from_iterable(lists))
@@ -284,7 +285,7 @@ def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec
                     at += len(names)
                 return
     claimed: set[str] = set()  # ops placed in a leaf already (which leaf: `leaf_of`)
-    leaf_of = build.graph._leaf_of
+    leaf_of = build.graph.get_leaf_subgraph
     for sg, names in leaves:
         if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
@@ -293,7 +294,7 @@ def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec
             if op is None:
                 dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
             if n in claimed:
-                dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
+                dec.fail(f"op {n!r} is in both subgraph {leaf_of(op).name!r} and {sg.name!r}")
             claimed.add(n)
             build.place_ops(sg, [op])
     if len(claimed) != len(ops):  # claimed names are distinct ops of the graph
@@ -337,16 +338,16 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     build = GraphBuilder(graph)
     build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
-    ops = dict(graph._ops)  # name -> op, as the import keyed them
+    ops = {op.name: op for op in graph.get_ops()}  # name -> op, as the import keyed them
     if not is_text(*order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
     tensor_order = meta.get("tensor_order")
     if not isinstance(tensor_order, list) or not is_text(*tensor_order) \
-            or not graph._tensors.keys() >= set(tensor_order):
+            or not {t.name for t in graph.get_tensors()} >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
     values = DecodedValues(meta["values"], dec)
-    op_list = list(graph._ops.values())  # in op_order now
+    op_list = graph.get_ops()  # in op_order now
     for key, column in meta["op_annotation_columns"].items():
         write_op_annotations(graph, op_list, {key: values.column(key, column, len(op_list))}, MISSING)
     for name, attrs in meta["tensor_attrs"].items():
