@@ -456,6 +456,15 @@ def merge_children(parent: Subgraph, groups: "Sequence[Sequence[Subgraph]]") -> 
     return result
 
 
+def unmerge_child(parent: "Subgraph", child: "Subgraph", parts: "Sequence[Subgraph]") -> None:
+    """Put back `parts`, the leaves a merge replaced by `child`, in place of `child` (checked by the caller)."""
+    del parent._children[child]
+    parent._children.update(dict.fromkeys(parts))
+    leaf_of = parent._graph._leaf_of
+    for p in parts:
+        leaf_of.update(dict.fromkeys(p._ops, p))
+
+
 def set_subgraph_attrs(subgraphs: "Iterable[Subgraph]", attrs: "Mapping[str, Any]",
                        copies: "Sequence[tuple[str, Callable[[Any], Any]]]" = ()) -> None:
     """`attrs` on each of `subgraphs` (checked by the caller); each (key, copy) of `copies` gives every subgraph
@@ -467,6 +476,6 @@ def set_subgraph_attrs(subgraphs: "Iterable[Subgraph]", attrs: "Mapping[str, Any
             own[key] = copy(attrs[key])
 
 
-__all__ = ["GraphBuilder", "link_input", "mark_nested", "merge_children", "rewire", "set_input", "remove_unused_weights", "replace_op_by_weights",
-           "replace_ops_by_weights", "set_subgraph_attrs", "set_weights", "split_into_leaves", "unlink_input",
-           "write_op_annotations"]
+__all__ = ["GraphBuilder", "link_input", "mark_nested", "merge_children", "remove_unused_weights",
+           "replace_op_by_weights", "replace_ops_by_weights", "rewire", "set_input", "set_subgraph_attrs", "set_weights",
+           "split_into_leaves", "unlink_input", "unmerge_child", "write_op_annotations"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
-from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves
+from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves, unmerge_child
 from xgraph.ir.quotient import merge_makes_cycle
 from xgraph.ir.state import copy_value
 
@@ -169,22 +169,18 @@ class Subgraph(AttrsMixin):
         (as `merge_children` leaves them) whose ops are exactly `child`'s, each op in one part.
         """
         parts = list(dict.fromkeys(parts))
-        if not isinstance(child, Subgraph) or child._parent is not self or child not in self._children:
+        if not isinstance(child, Subgraph) or child.get_parent() is not self or child not in self._children:
             raise GraphError(f"unmerge_child on {self._name!r}: {child!r:.60} is not a child of it")
         held = 0
         for p in parts:
-            if not isinstance(p, Subgraph) or p._parent is not self or p in self._children or p._children:
+            if not isinstance(p, Subgraph) or p.get_parent() is not self or p in self._children or not p.is_leaf:
                 raise GraphError(f"unmerge_child on {self._name!r}: {p!r:.60} is not a leaf it held before a merge")
-            held += len(p._ops)
-        ops = set().union(*map(_OPS, parts)) if parts else set()
-        if ops != child._ops or held != len(ops):
+            held += p.get_op_num()
+        ops = set().union(*[p.get_ops() for p in parts]) if parts else set()
+        if ops != child.get_ops() or held != len(ops):
             raise GraphError(f"unmerge_child on {self._name!r}: the parts' ops are not exactly those of "
-                             f"{child._name!r}, each once; nothing was changed")
-        del self._children[child]
-        self._children.update(dict.fromkeys(parts))
-        leaf_of = self._graph._leaf_of
-        for p in parts:
-            leaf_of.update(dict.fromkeys(p._ops, p))
+                             f"{child.name!r}, each once; nothing was changed")
+        unmerge_child(self, child, parts)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
         if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
