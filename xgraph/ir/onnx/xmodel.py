@@ -95,7 +95,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph.get_attrs())},
         "op_order": [op.name for op in ops],
         "tensor_order": [t.name for t in tensors if ":unused:" not in t.name],
-        "op_annotations": {},  # always empty: kept so that xgraph releases which require the key read the file
+        "op_annotations": {},  # always empty in version 2 (annotations are columns); required by every reader
         "op_annotation_columns": op_annotation_columns(graph, ops, table),
         "tensor_attrs": {t.name: enc.encode_attrs(attrs) for t, attrs in zip(tensors, graph.index().attr_dicts(tensors))
                          if attrs},
@@ -214,8 +214,8 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
     if version != VERSION or type(version) is not int:
         raise ModelFileError(f"{label}: .xmodel version {repr(version)[:40]} is not supported (this xgraph reads "
                              f"version {VERSION}); compile the model again with this xgraph")
-    required = (("graph", dict), ("op_order", list), ("tensor_attrs", dict), ("inputs", list), ("tree", dict),
-                ("op_annotation_columns", dict), ("values", list))
+    required = (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
+                ("inputs", list), ("tree", dict), ("op_annotation_columns", dict), ("values", list))
     for key, kind in required:
         if not isinstance(meta.get(key), kind):
             raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
@@ -346,6 +346,9 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
             or not {t.name for t in graph.get_tensors()} >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
+    for name in meta["op_annotations"]:  # always empty in version 2: annotations are columns
+        dec.fail(f"annotations for unknown op {name!r}" if name not in ops else
+                 f"op {name!r} has a per-op annotation record, which version 2 keeps in 'op_annotation_columns'")
     values = DecodedValues(meta["values"], dec)
     op_list = graph.get_ops()  # in op_order now
     for key, column in meta["op_annotation_columns"].items():
