@@ -447,7 +447,8 @@ def merge_children(parent: Subgraph, groups: "Sequence[Sequence[Subgraph]]") -> 
             result.append(group[0])
             continue
         ops = set().union(*[c._ops for c in group])
-        merged = type(parent)(parent._graph, f"subgraph_{min(op.name for op in ops)}", parent, ops)
+        merged = type(parent)(parent._graph, f"subgraph_{min(op.name for op in ops)}", parent)
+        merged._ops = ops  # the union made here: not copied again
         for c in group:
             del children[c]
         children[merged] = None

@@ -48,7 +48,7 @@ OpRow = tuple[str, str, Hashable, tuple[Hashable, ...], tuple[Hashable, ...]]
 NONE, MANY = -1, -2
 
 _EMPTY: Mapping = MappingProxyType({})
-_SEQ = attrgetter("_seq")
+_SEQ, _CHILDREN = attrgetter("_seq"), attrgetter("_children")
 
 
 class TensorFacts(NamedTuple):
@@ -414,7 +414,7 @@ def _table_is_topological(ops: "Sequence[Op]") -> bool:
 def _child_lookup(sg: "Subgraph") -> "Mapping[Op, Subgraph]":
     """op -> the child of `sg` holding it; for the root over leaf children the graph's own op -> leaf map
     (where an op outside every child maps to the root itself: callers skip `sg`)."""
-    if sg._parent is None and sg._children and not any(c._children for c in sg._children):
+    if sg._parent is None and sg._children and not any(map(_CHILDREN, sg._children)):
         return sg._graph._leaf_of
     return sg.child_map()
 
