@@ -39,9 +39,9 @@ tracemalloc peak (MB, one extra untimed run each, since tracing slows Python dow
 
 `--quick` runs chain and transformer at 1k and 10k ops, named and unnamed, best of 1.
 Measured on this 2-core machine, a 1,000,000-op chain (`--sizes 1000000 --models chain
---naming named --repeat 1`) is recorded in docs/devices.md ("Compile cost at scale"): it
-completes in 87-97 s of compile (wall clock, machine shared; onnx load + infer_shapes 8.7-10.5
-s in the same runs), serialize 23 s, deserialize 36 s, max RSS 3.5 GB (onnx: 1.5-2.2 GB).
+--naming named --repeat 1`) completes in 87-97 s of compile (wall clock, machine shared; onnx
+load + infer_shapes 8.7-10.5 s in the same runs), serialize 23 s, deserialize 36 s, max RSS 3.5
+GB (onnx: 1.5-2.2 GB). The current 100k-op table is in docs/devices.md ("Compile cost at scale").
 """
 from __future__ import annotations
 
