@@ -39,9 +39,9 @@ tracemalloc peak (MB, one extra untimed run each, since tracing slows Python dow
 
 `--quick` runs chain and transformer at 1k and 10k ops, named and unnamed, best of 1.
 Measured on this 2-core machine, a 1,000,000-op chain (`--sizes 1000000 --models chain
---naming named --repeat 1`) is recorded in docs/devices.md ("Compile cost at scale"): it
-completes in 87-97 s of compile (wall clock, machine shared; onnx load + infer_shapes 8.7-10.5
-s in the same runs), serialize 23 s, deserialize 36 s, max RSS 3.5 GB (onnx: 1.5-2.2 GB).
+--naming named --repeat 1`) completes in 87-97 s of compile (wall clock, machine shared; onnx
+load + infer_shapes 8.7-10.5 s in the same runs), serialize 23 s, deserialize 36 s, max RSS 3.5
+GB (onnx: 1.5-2.2 GB). The current 100k-op table is in docs/devices.md ("Compile cost at scale").
 """
 from __future__ import annotations
 
@@ -246,6 +246,9 @@ def work_xgraph(path: str, plugin_dir: str, trace: bool) -> dict:
     import tracemalloc
 
     import xgraph
+    from xgraph.cli import common
+    if hasattr(common, "tune_collector"):  # the collector as `xcompile` runs it (a tree that predates it tunes its own)
+        common.tune_collector()
     if trace:
         tracemalloc.start()
     marks: list[tuple[str, float]] = []
@@ -305,9 +308,9 @@ def work_floor(path: str, trace: bool) -> dict:
       into groups (a partition with no support checks, reasons, plugins, merge checks or
       annotations).
 
-    The cyclic collector is off after onnx's part: xgraph freezes what its bulk passes leave alive, so
-    the collector does not walk those either (with it on, its collections over the new objects
-    double the objects step at 100k ops). Nothing here is part of xgraph; it says how much of a
+    The cyclic collector is off after onnx's part (with it on at its default thresholds, its collections
+    over the new objects double the objects step at 100k ops; the xgraph worker runs with the threshold
+    the command lines set). Nothing here is part of xgraph; it says how much of a
     ratio to the baseline is spent before any of xgraph's own work. `trace` is the workers' common
     signature; the floor is only timed."""
     import gc

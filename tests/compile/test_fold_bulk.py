@@ -18,7 +18,7 @@ from xgraph.errors import GraphError
 from xgraph.compiler import prepare as prep
 from xgraph.compiler.shape_fixpoint import fold_shape_queries
 from xgraph.ir.links import check_links
-from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights, replace_ops_by_weights
+from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights, replace_ops_by_weights
 
 
 @st.composite
@@ -189,19 +189,18 @@ def _unread_by_definition(ops, used):
 @settings(max_examples=60, deadline=None)
 @given(models(), st.data())
 def test_position_scans_equal_their_definitions(model, data):
-    from xgraph.ir.weight_edits import fed_positions, unread_op_positions, weight_fed_positions
     g = xgraph.Graph.from_onnx(model)
+    index = g.index()
     ops = g.get_ops()
     tensors = [t for t in g.get_tensors() if not t.is_const]
     pending = set(data.draw(st.lists(st.sampled_from(tensors), max_size=3))) if tensors else set()
     used = set(data.draw(st.lists(st.sampled_from(g.get_tensors()), max_size=3)))
-    assert weight_fed_positions(ops) == _fed_by_definition(ops)
-    assert fed_positions(ops, pending) == _fed_by_definition(ops, pending)
-    assert unread_op_positions(ops, used) == _unread_by_definition(ops, used)
+    assert index.fed_positions(ops) == _fed_by_definition(ops)
+    assert index.fed_positions(ops, pending) == _fed_by_definition(ops, pending)
+    assert index.unread_positions(ops, used) == _unread_by_definition(ops, used)
 
 
 def test_position_scans_with_omitted_inputs():
-    from xgraph.ir.weight_edits import fed_positions, weight_fed_positions
     g = xgraph.Graph("g")
     x = g.create_input("x", (2,))
     lo = g.create_const("lo", np.zeros(1, np.float32))
@@ -209,8 +208,8 @@ def test_position_scans_with_omitted_inputs():
     g.create_op("b", "Clip", inputs=[x, None, lo])
     g.create_op("c", "Relu", inputs=[a.get_output_tensor()])
     ops = g.get_ops()
-    assert weight_fed_positions(ops) == [0] == _fed_by_definition(ops)
-    assert fed_positions(ops, {x}) == [0, 1] == _fed_by_definition(ops, {x})
+    assert g.index().fed_positions(ops) == [0] == _fed_by_definition(ops)
+    assert g.index().fed_positions(ops, {x}) == [0, 1] == _fed_by_definition(ops, {x})
 
 
 def test_queries_of_a_graph_whose_table_order_is_not_topological_are_replaced_first():

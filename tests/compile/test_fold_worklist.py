@@ -19,7 +19,7 @@ from xgraph.errors import GraphError
 from xgraph.compiler import prepare as prep
 from xgraph.compiler.fold_eval import evaluate, foldable
 from xgraph.compiler.fold_sizes import estimated_output_bytes
-from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
+from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights
 
 _UNARY = ("Neg", "Relu", "Abs", "Shape", "Identity")
 _BINARY = ("Add", "Mul", "Sub")

@@ -130,7 +130,8 @@ def test_snapshot_restore_undoes_every_kind_of_change():
     before, ops, tensors = saved(g), g.get_ops(), g.get_tensors()
     state = g.snapshot()
     assert state.graph is g and state.name == "net" and set(state.ops) == {op.name for op in ops}
-    assert state.op_states[g.get_op("conv")].attrs["pads"] == [1, 1, 1, 1]
+    columns = state.op_columns
+    assert columns.attrs[columns.ops.index(g.get_op("conv"))]["pads"] == [1, 1, 1, 1]
     g.get_root_subgraph().merge_children({g.get_leaf_subgraph("relu"), g.get_leaf_subgraph("add")})
     g.create_op("extra", "Relu", inputs=["add"])
     g.get_op("relu").set_input(0, g.get_tensor("x"))

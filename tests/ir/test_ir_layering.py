@@ -48,7 +48,8 @@ def test_the_codec_never_reaches_the_public_graph_module(imports):
 
 
 @pytest.mark.parametrize("module", ["xgraph.ir.onnx.importer", "xgraph.ir.onnx.exporter", "xgraph.ir.onnx.xmodel",
-                                    "xgraph.ir.graph_core", "xgraph.ir.builder", "xgraph.ir.snapshot"])
+                                    "xgraph.ir.graph_core", "xgraph.ir.builder", "xgraph.ir.state",
+                                    "xgraph.ir.index", "xgraph.ir.subgraph"])
 def test_each_module_imports_first_in_a_fresh_process(module):
     done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

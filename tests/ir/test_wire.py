@@ -61,7 +61,7 @@ def test_exported_value_info_is_fill_value_infos_in_any_batch(monkeypatch):
     assert any(vi.type.HasField("sequence_type") for vi in expected)
     exported = []
     for batch in (1, 2, 3, 4096):
-        monkeypatch.setattr(exporter, "_VALUE_INFO_BATCH", batch)
+        monkeypatch.setattr(exporter, "_BATCH", batch)
         exported.append(graph.to_onnx().SerializeToString())
         assert list(onnx.load_from_string(exported[-1]).graph.value_info) == expected
     assert len(set(exported)) == 1
@@ -106,7 +106,7 @@ def test_exported_nodes_are_the_per_op_adds_in_any_batch(monkeypatch):
         exporter._add_node(expected.node, op, out_set)
     exported = []
     for batch in (1, 2, 3, 4096):
-        monkeypatch.setattr(exporter, "_NODE_BATCH", batch)
+        monkeypatch.setattr(exporter, "_BATCH", batch)
         exported.append(graph.to_onnx().SerializeToString())
         assert list(onnx.load_from_string(exported[-1]).graph.node) == list(expected.node)
     assert len(set(exported)) == 1

@@ -461,6 +461,12 @@ def _leaf(meta, i):
     return meta["tree"]["children"][i]
 
 
+def _value(meta, tagged):
+    """`tagged` (a [tag, value] pair) added to the file's value table: its index, for a subgraph's attrs."""
+    meta["values"].append(tagged)
+    return len(meta["values"]) - 1
+
+
 @pytest.mark.parametrize("edit, rule", [
     (lambda meta, m: meta.update(op_order=[1, "a"]), "op order"),
     (lambda meta, m: meta.update(op_order=[{}, {}]), "op order"),
@@ -504,9 +510,10 @@ def test_deep_subgraph_tree_is_refused(tmp_path):
 
 
 def test_wrong_runner_attr_types_fail_at_load_or_create_runner(tmp_path):
-    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["s", "cpu"]))
+    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=_value(meta, ["s", "cpu"])))
     refused(path, "'runner'", "mode -> runner name", loader=Graph.deserialize)
-    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["d", {"sim": ["s", "cpu"]}]))
+    path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(
+        runner=_value(meta, ["d", {"sim": ["s", "cpu"]}])))
     g = Graph.deserialize(path)  # well-typed, but without a "run" mode
     sg = g.get_subgraph(json.loads(onnx.load(str(path)).metadata_props[-1].value)["tree"]["children"][0]["name"])
     with pytest.raises(RunnerError, match="no runner for mode 'run'"):
@@ -524,7 +531,7 @@ def test_unregistered_runner_name_fails_clearly_and_imports_nothing(tmp_path, mo
     (plant / "evil_runner_module.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     monkeypatch.syspath_prepend(str(plant))
     path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(
-        runner=["d", {"run": ["s", "evil_runner_module"], "sim": ["s", "evil_runner_module:Runner"]}]))
+        runner=_value(meta, ["d", {"run": ["s", "evil_runner_module"], "sim": ["s", "evil_runner_module:Runner"]}])))
     g = Graph.deserialize(path)
     sg = next(c for c in g.get_root_subgraph().get_children() if c.get_attr("runner")["run"] == "evil_runner_module")
     for mode in ("run", "sim"):
@@ -559,13 +566,13 @@ def test_xgraph_run_never_imports_a_module_named_by_the_file(tmp_path, monkeypat
 
 def test_runner_names_that_are_not_strings_fail_clearly(tmp_path):
     path = _edited(tmp_path, lambda meta, m: _leaf(meta, 0)["attrs"].update(
-        runner=["d", {"run": ["l", [["s", "cpu"]]]}]))
+        runner=_value(meta, ["d", {"run": ["l", [["s", "cpu"]]]}])))
     refused(path, "'runner'", "mode 'run'", loader=Graph.deserialize)
 
 
 @pytest.mark.parametrize("edit, rule", [
     (lambda meta, m: meta["graph"]["attrs"].update(compile_options=["s", "{"]), "'compile_options'"),
-    (lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=["l", [["s", "cpu"]]]), "'runner'"),
+    (lambda meta, m: _leaf(meta, 0)["attrs"].update(runner=_value(meta, ["l", [["s", "cpu"]]])), "'runner'"),
 ])
 def test_a_hostile_compiled_graph_is_refused_at_load(tmp_path, edit, rule):
     refused(_edited(tmp_path, edit), rule, loader=Graph.deserialize)

@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING
 
-from xgraph.cli.common import add_debug_flag, add_version_flag, escaped_output, run_cli
+from xgraph.cli.common import add_debug_flag, add_version_flag, escaped_output, run_cli, tune_collector
 
 if TYPE_CHECKING:
     from xgraph.registries import Registries
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
     """Entry point of the `xgraph` console script; `registries` (default: the default ones) serve every command."""
+    tune_collector()
     parser = build_parser()
     with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
         args = parser.parse_args(argv)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xgraph.cli.common import (add_debug_flag, add_version_flag, check_output_path, escaped_output, model_path,
-                               raw_stream, run_cli, shown)
+                               raw_stream, run_cli, shown, tune_collector)
 from xgraph.errors import XGraphError
 
 if TYPE_CHECKING:
@@ -286,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, registries: "Registries | None" = None) -> int:
     """Entry point of the `xcompile` console script; `registries` default to the default ones."""
+    tune_collector()
     with escaped_output():  # argparse echoes unknown arguments, which may carry control characters
         args = build_parser().parse_args(argv)
     return run_cli(lambda: _run(args), args.debug, PROG, registries)

@@ -16,7 +16,6 @@ import onnx
 
 from xgraph.errors import XGraphError
 from xgraph.ir import Op, Tensor
-from xgraph.ir.op_facts import has_nested_graphs, reads_only_values
 from xgraph.compiler.fold_fast import fast_fold
 from xgraph.compiler.fold_memo import values_key
 from xgraph.compiler.fold_sizes import estimated_output_bytes
@@ -42,14 +41,14 @@ def refused_type(op_type: str) -> bool:
 
 def foldable_reading_values(op: Op, keep: "set[Tensor]") -> bool:
     """`foldable` for an op already known to read only weights and `pending` values."""
-    if refused_type(op.type) or (has_nested_graphs(op) and nested_graphs(op)):
+    if refused_type(op.type) or (op.graph.index().has_nested_graphs(op) and nested_graphs(op)):
         return False
     return keep.isdisjoint(op.get_output_tensors())
 
 
 def foldable(op: Op, keep: "set[Tensor]", pending: "Mapping[Tensor, np.ndarray]" = _NO_VALUES) -> bool:
     """True when `op` may fold: every input a weight or in `pending`, and nothing else forbids it."""
-    if not reads_only_values(op, pending):
+    if not op.graph.index().reads_only_values(op, pending):
         return False  # the common case, and the cheapest test: asked first
     return foldable_reading_values(op, keep)
 

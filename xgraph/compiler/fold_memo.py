@@ -2,7 +2,7 @@
 
 A transformer's blocks repeat the same `Shape -> Gather -> Unsqueeze -> Concat` arithmetic on the
 same small weights thousands of times, so folding evaluates a handful of distinct nodes and looks
-the rest up. `fold_key` names everything a fold's outcome (its size estimate from `fold_sizes`, the
+the rest up. A fold's key (`FoldKeys.key`) names everything a fold's outcome (its size estimate from `fold_sizes`, the
 reference evaluator's results, the size limit's verdict) depends on within one graph: the op's type,
 domain and ONNX attributes, which inputs are omitted, the inputs' values, and the outputs' count,
 inferred shapes and dtypes. It is None when an input is large or of object dtype, or an attribute
@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from xgraph.ir import Op
-from xgraph.ir.op_facts import fold_identity
+from xgraph.ir.index import GraphIndex
 
 #: Folded inputs up to this many bytes in all are compared by value to reuse an earlier result.
 SMALL_VALUES = 4096
@@ -54,20 +54,8 @@ def _attr_key(value) -> tuple | None:
     return None
 
 
-def fold_key(op: Op, values: list) -> tuple | None:
-    """The key of folding `op` on `values` (its inputs' arrays, None for omitted ones); None when the
-    fold is not to be looked up."""
-    vkey = values_key(values)
-    if vkey is None:
-        return None
-    static = _static_key(op)
-    if static is None:
-        return None
-    return static[0], static[1], static[2], vkey, tuple((t.shape, t.dtype) for t in op.get_output_tensors()), static[3]
-
-
 def _static_key(op: Op) -> tuple | None:
-    """(type, domain, ONNX attributes, what else the size estimate reads) of `fold_key`; None when an
+    """(type, domain, ONNX attributes, what else the size estimate reads) of a fold's key; None when an
     attribute holds something other than numbers and strings."""
     attrs = []
     for name, value in op.get_onnx_attrs().items():
@@ -85,16 +73,18 @@ def _static_key(op: Op) -> tuple | None:
 
 
 class FoldKeys:
-    """`fold_key` for one folding pass, from numbers given out once per distinct thing: the same
-    equality of keys (two ops get equal keys exactly when `fold_key` gives them equal ones), but an
-    op's attributes and each input array are looked at once per distinct object, not per op.
+    """The keys of one folding pass, from numbers given out once per distinct thing: two folds get
+    equal keys exactly when the op's type, domain, ONNX attributes, omitted inputs, input values and
+    outputs are equal, and an op's attributes and each input array are looked at once per distinct
+    object, not per op.
 
     An array is numbered once by its contents (arrays folded once and read by many ops are the same
-    object); attributes once per distinct attribute identity (`xgraph.ir.op_facts.fold_identity`:
+    object); attributes once per distinct attribute identity (`xgraph.ir.index.GraphIndex.fold_identity`:
     ops decoded from equal ONNX attributes share the value objects). Everything numbered is kept
     alive by this object, so an id seen again is the same object."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: GraphIndex) -> None:
+        self._index = index  # the graph's index: each op's attribute identity
         self._arrays: dict[int, tuple] = {}  # id(array) -> (array, number or None, nbytes)
         self._contents: dict[tuple, int] = {}  # (dtype, shape, bytes) -> number
         self._attributes: dict[tuple, tuple] = {}  # attribute identity -> (values, number or None)
@@ -111,7 +101,8 @@ class FoldKeys:
         return seen
 
     def key(self, op: Op, values: list) -> tuple | None:
-        """The key of folding `op` on `values` (None for omitted inputs); None when `fold_key` is None."""
+        """The key of folding `op` on `values` (None for omitted inputs); None when the fold is not to be looked up
+        (a large or object input, an attribute other than numbers and strings)."""
         numbers, total = [], 0
         arrays = self._arrays
         for v in values:
@@ -127,7 +118,7 @@ class FoldKeys:
             if total > SMALL_VALUES:
                 return None
             numbers.append(seen[1])
-        identity, attr_values, outputs = fold_identity(op)
+        identity, attr_values, outputs = self._index.fold_identity(op)
         seen = self._attributes.get(identity)
         if seen is None:
             static = _static_key(op)
@@ -138,4 +129,4 @@ class FoldKeys:
         return seen[1], tuple(numbers), outputs
 
 
-__all__ = ["SMALL_VALUES", "FoldKeys", "fold_key", "values_key"]
+__all__ = ["SMALL_VALUES", "FoldKeys", "values_key"]

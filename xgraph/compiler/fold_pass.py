@@ -7,7 +7,7 @@ become so (a heap of numbers rising along the order: creation numbers when the o
 table's, else positions), so the ops no fold can reach are looked at once.
 A fold's results are not made weights at once: they are kept as the values of the tensors they
 replace (`pending`), which later folds read, and every fold of the pass is applied in one edit
-(`xgraph.ir.weight_edits.replace_ops_by_weights`), which leaves the graph as folding one op at a
+(`xgraph.ir.builder.replace_ops_by_weights`), which leaves the graph as folding one op at a
 time would. For the stage, which drops unread weights next, a transformer's shape arithmetic
 (`Shape -> Gather -> Unsqueeze -> Concat`) then costs one weight per `Concat` a `Reshape` reads
 instead of a weight per op of the chain.
@@ -22,10 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import (any_nested_graphs, creation_number, known_values, order_survives_removals,
-                                reads_only_values, value_fed_positions)
 from xgraph.ir.tensor import frozen
-from xgraph.ir.weight_edits import replace_ops_by_weights, weight_fed_positions
+from xgraph.ir.builder import replace_ops_by_weights
 from xgraph.compiler.fold_eval import fold_values, foldable_reading_values, refused_type
 from xgraph.compiler.fold_memo import FoldKeys
 
@@ -40,9 +38,10 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
     only folded ops read (they would be left unread: for a caller that drops unread weights next).
     `seeds`: (op, arrays) replaced first, in the same edit, as if `replace_op_by_weights` had been
     called for each before this pass (the shape queries of `shape_fixpoint`); only for a graph
-    whose order survives removals (`xgraph.ir.op_facts.order_survives_removals`), so that the order
+    whose order survives removals (`GraphIndex.table_order_is_topological`), so that the order
     taken here is the one the pass would take after them."""
     ops = graph.get_ops()
+    index = graph.index()
     pending: dict[Tensor, np.ndarray] = {}  # outputs of folded ops -> their values (read-only)
     for op, arrays in seeds:
         for t, a in zip(op.get_output_tensors(), arrays):
@@ -50,32 +49,33 @@ def fold_pass(graph: Graph, keep: "set[Tensor]", max_bytes: int, keep_unread: bo
                 pending[t] = frozen(a)
     if seeds:
         seeded = {op for op, _ in seeds}
-        ready = value_fed_positions(ops, pending, seeded)
+        ready = index.fed_positions(ops, pending, seeded)
     else:
-        ready = weight_fed_positions(ops)
+        ready = index.fed_positions(ops)
     if not ready:
         if seeds:
             replace_ops_by_weights(graph, seeds, keep_unread)
         return 0  # nothing to fold: no order needed
-    order = graph.toposort()
+    order = index.toposort()
     if order != ops:  # the table order is mostly topological already (compared object by object, in C)
-        ready = value_fed_positions(order, pending, seeded) if seeds else weight_fed_positions(order)
+        ready = index.fed_positions(order, pending, seeded) if seeds else index.fed_positions(order)
     # the heap holds numbers rising along `order`: creation numbers when the order is the table's
     # (no position map of every op to build), else positions
-    number = creation_number if order_survives_removals(graph) else dict(zip(order, range(len(order)))).__getitem__
+    number = index.creation_number if index.table_order_is_topological() else index.positions().__getitem__
     at = {number(order[i]): order[i] for i in ready}  # number -> op, for the ops queued
     ready = list(at)  # ascending: already a heap
     queued = set(ready)
     if seeds:  # a seed reading what this pass folds was replaced before it: never tried again
         queued.update(map(number, seeded))
     folds: list = list(seeds)
-    keys = FoldKeys()
+    keys = FoldKeys(index)
     memo: dict = {}  # fold key -> (arrays, read-only views), or None when that fold is refused
     kernels: dict = {}  # one reference evaluator per kind of node, for this pass
     pop, push = heapq.heappop, heapq.heappush
     key_of = keys.key
     refused: dict[str, bool] = {}  # op type -> `fold_eval.refused_type`
-    nested = any_nested_graphs(graph)
+    nested = index.has_nested_graphs()
+    known_values, reads_only_values = index.known_values, index.reads_only_values
     while ready:
         op = at[pop(ready)]
         values = known_values(op, pending)

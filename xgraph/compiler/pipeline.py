@@ -30,11 +30,9 @@ from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.prepare import copy_graph, prepare
-from xgraph.ir.child_ops import attr_column, ops_of
 from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
-from xgraph.ir.collector import collector_paused, objects_frozen
 from xgraph.kernels import KernelRegistry
 from xgraph.kernels.resolution import PLUGIN, op_device, resolve_kernel
 from xgraph.registries import Registries, active, resolve
@@ -87,6 +85,8 @@ def annotate_kernels(graph: Graph, devices: Mapping[str, DeviceSpec], kernels: K
     by_device: dict[str, list[Any]] = {}  # the subgraphs on each device's own runner
     others: list[Any] = []  # the others (plugin subgraphs): their runner decides
     children = graph.get_root_subgraph().get_children()
+    index = graph.index()
+    attr_column, ops_of = index.attr_column, index.ops_of
     if placed:  # labelled per device with the same attrs: one check per device
         children -= set(placed)
         known: dict[Any, str | None] = {}
@@ -183,7 +183,7 @@ def compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.PathLike"
     compile starts, so extensions registered before it count.
     """
     registries = resolve(registries)
-    with active(registries), objects_frozen():  # the collector stops re-walking the graph between stages
+    with active(registries):
         return _compile(graph_or_path, options, plugin_path, progress, registries)
 
 
@@ -211,13 +211,12 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
                     registries: Registries) -> Graph:
     devices = apply_device_settings(registries.devices, opts.device_settings)
     _report_stage(progress, "prepare")
-    with collector_paused():  # bulk work on every op: the cyclic collector's full passes would cost more
-        summary = prepare(graph, opts)
-        root = graph.get_root_subgraph()
-        if root.is_leaf and graph.get_op_num():
-            root.create_child_subgraph()
-        bind_qdq_units(graph)  # a DQ -> op -> Q pattern is one child: plugins' filters and placement see one op
-    _report_stage(progress, "plugins")  # plugin code runs with the collector on: it may make garbage of its own
+    summary = prepare(graph, opts)
+    root = graph.get_root_subgraph()
+    if root.is_leaf and graph.get_op_num():
+        root.create_child_subgraph()
+    bind_qdq_units(graph)  # a DQ -> op -> Q pattern is one child: plugins' filters and placement see one op
+    _report_stage(progress, "plugins")
     runs: list[dict[str, Any]] = []
     if opts.plugins:
         from xgraph.plugins.chain import run_plugin_chain
@@ -225,15 +224,14 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
                                 strict=opts.strict_plugins)
         _annotate_plugin_ops(graph, runs)
         devices = with_plugin_devices(devices, runs)
-    with collector_paused():
-        _report_stage(progress, "placement")
-        bind_nested_graph_inputs(graph)
-        signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
-        placed = place(graph, devices, opts, signatures=signatures)
-        _annotate_declined_ops(graph, runs)
-        _report_stage(progress, "kernels")
-        annotate_kernels(graph, devices, registries.kernels, signatures=signatures, placed=placed)
-        annotate_precision(graph, devices, opts.precision_mode)
+    _report_stage(progress, "placement")
+    bind_nested_graph_inputs(graph)
+    signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
+    placed = place(graph, devices, opts, signatures=signatures)
+    _annotate_declined_ops(graph, runs)
+    _report_stage(progress, "kernels")
+    annotate_kernels(graph, devices, registries.kernels, signatures=signatures, placed=placed)
+    annotate_precision(graph, devices, opts.precision_mode)
     graph.set_attr("compile_options", opts.to_json())
     graph.set_attr("precision_mode", opts.precision_mode)
     graph.set_attr("prepare_summary", summary)

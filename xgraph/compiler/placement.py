@@ -41,9 +41,6 @@ from xgraph.compiler.verdicts import Signatures, VerdictMemo
 from xgraph.compiler.islands import count_copies, count_crossings, demote_small_islands, promote_host_islands
 from xgraph.devices import DeviceSpec
 from xgraph.ir import Subgraph
-from xgraph.ir.child_links import children_in_op_order
-from xgraph.ir.child_ops import unlabelled_children
-from xgraph.ir.weight_edits import nested_read_tensors
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op
@@ -135,10 +132,10 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     costs no walk over the links); verdicts come from one memo (one check per op signature)."""
     memo = _memo(graph, specs, options, signatures)
     root = graph.get_root_subgraph()
-    children = children_in_op_order(root, graph.get_ops()) if not ordered else []
+    children = graph.index().children_in_op_order(root, graph.get_ops()) if not ordered else []
     if len(children) != root.get_children_num():  # ordered, or a child without ops
         children = root.toposort_child_subgraph()
-    children, op_lists = unlabelled_children(children, "device")
+    children, op_lists = graph.index().unlabelled_children(children, "device")
     units = list(map(_Unit, children, op_lists, repeat(memo)))
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
@@ -210,7 +207,7 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
     into one unassigned child, so placement keeps them on one device in one subgraph. Returns the merged children."""
     root = graph.get_root_subgraph()
     merged: list["Subgraph"] = []
-    if not nested_read_tensors(graph):
+    if not graph.index().nested_read_tensors():
         return merged  # the usual case: no nested graph reads anything from outside (known without a walk)
     for op in graph.toposort():
         producers = [t.producer for t in outer_scope_inputs(op) if t.producer is not None]

@@ -21,8 +21,7 @@ import numpy as np
 
 from xgraph.errors import OptionError
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.weight_edits import (nested_read_tensors, remove_unused_weights, replace_op_by_weights,
-                                    unread_op_positions)
+from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights
 from xgraph.compiler.fold_pass import fold_pass
 from xgraph.compiler.options import CompileOptions
 from xgraph.compiler.select_fold import fold_constant_selects
@@ -48,7 +47,7 @@ def outer_scope_inputs(op: Op) -> list[Tensor]:
 
 
 def _read_by_nested_graphs(graph: Graph) -> set[Tensor]:
-    return nested_read_tensors(graph)
+    return graph.index().nested_read_tensors()
 
 
 # ----------------------------------------------------------------------------- input shape
@@ -195,7 +194,7 @@ def _unused_placeholder(t: Tensor) -> bool:
 
 def replace_by_weights(graph: Graph, op: Op, arrays: list[np.ndarray]) -> None:
     """Turn `op`'s outputs into weights of the same names, one array per output (one IR edit:
-    `xgraph.ir.weight_edits.replace_op_by_weights`)."""
+    `xgraph.ir.builder.replace_op_by_weights`)."""
     replace_op_by_weights(graph, op, arrays)
 
 
@@ -230,7 +229,7 @@ def remove_dead_ops(graph: Graph) -> int:
     same ops a sweep in reverse topological order removes)."""
     used = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)
     ops = graph.get_ops()
-    stack = [ops[i] for i in reversed(unread_op_positions(ops, used))]
+    stack = [ops[i] for i in reversed(graph.index().unread_positions(ops, used))]
     gone: set[Op] = set(stack)
     while stack:
         op = stack.pop()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import ops_of_types
 
 _WHERE = frozenset({"Where"})
 
@@ -52,7 +51,7 @@ def fold_constant_selects(graph: Graph, keep: "set[Tensor]") -> int:
     """Replace every `Where` that `selected_input` decides by its selected input; returns ops removed.
 
     `keep`: tensors that must stay as they are (graph outputs, tensors nested graphs read)."""
-    if not any(selected_input(op) is not None for op in ops_of_types(graph.get_ops(), _WHERE)):
+    if not any(selected_input(op) is not None for op in [op for op in graph.get_ops() if op.type in _WHERE]):
         return 0  # nothing to drop (a Where's verdict cannot change as others go): no need to order the graph
     removed = 0
     for op in graph.toposort():

@@ -24,8 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.ir.op_facts import distinct_output_shapes, ops_of_types, order_survives_removals
-from xgraph.ir.weight_edits import nested_read_tensors, replace_ops_by_weights
+from xgraph.ir.builder import replace_ops_by_weights
 from xgraph.compiler.symbolic_shapes import propagate
 
 #: `prepare.replace_by_weights`: turn an op's outputs into weights of the same names.
@@ -92,16 +91,17 @@ def plan_shape_queries(graph: Graph, known: "dict[Tensor, list] | None" = None) 
     """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, and with `known` (the values
     `symbolic_shapes.propagate` found) each op whose integer value is fully known, in topological
     order: what `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
-    queries = ops_of_types(graph.get_ops(), _QUERIES)
+    queries = [op for op in graph.get_ops() if op.type in _QUERIES]
     valued = [op for op in graph.get_ops() if _known_value(op, known) is not None] if known else []
     if not valued and not any(_query_value(op) is not None for op in queries):
         return []  # nothing to fold: no need to order the graph
-    keep = set(graph.get_output_tensors()) | nested_read_tensors(graph)
+    keep = set(graph.get_output_tensors()) | graph.index().nested_read_tensors()
     if valued:
         chosen = set(valued) | set(queries)
         walk = [op for op in graph.toposort() if op in chosen]
     else:
-        walk = queries if order_survives_removals(graph) else [op for op in graph.toposort() if op.type in _QUERIES]
+        walk = queries if graph.index().table_order_is_topological() else \
+            [op for op in graph.toposort() if op.type in _QUERIES]
     plan: list = []
     pending: dict[Tensor, np.ndarray] = {}
     for op in walk:
@@ -162,7 +162,7 @@ def _known(shape) -> int:
 
 def _has_dynamic_outputs(graph: Graph) -> bool:
     """True when some op output's shape is not fully static (asked once per distinct shape)."""
-    shapes = distinct_output_shapes(graph.get_ops())
+    shapes = graph.index().distinct_output_shapes(graph.get_ops())
     return None in shapes or not all(all(isinstance(d, int) and d >= 0 for d in shape) for shape in shapes)
 
 
@@ -181,7 +181,7 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
         if fold_with_queries is not None and replace is None:
             plan = plan_shape_queries(graph, known)  # ordered (and the order's kind known) only when there are queries
             queries = len(plan)
-            if plan and not order_survives_removals(graph):
+            if plan and not graph.index().table_order_is_topological():
                 replace_ops_by_weights(graph, plan)  # removing them may change the order: replaced first
                 plan = []
             folded = fold_with_queries(graph, plan)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 import numpy as np
 
 from xgraph.compiler.checks import Check, Verdict
-from xgraph.ir.op_rows import TensorFacts, op_rows, tensor_facts
+from xgraph.ir.index import TensorFacts
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Tensor
@@ -139,7 +139,7 @@ class Signatures:
 
     Equal ints mean equal `op_signature`s (within one graph the opset follows from the
     domain, so the key leaves it out); the int keeps later lookups from hashing the nested
-    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.op_rows`),
+    signature again. Ops are signed in bulk from rows of their facts (`xgraph.ir.index.GraphIndex.op_rows`),
     every tensor of the graph keyed in one pass on the first call: `ids(ops)` for many ops.
     """
 
@@ -168,7 +168,7 @@ class Signatures:
         return list(map(by_op.__getitem__, ops))
 
     def _key_all_tensors(self) -> None:
-        self._tensor_keys.fill(tensor_facts(self._graph))
+        self._tensor_keys.fill(self._graph.index().tensor_facts())
         self._all_tensors_keyed = True
 
     def _sign(self, ops: "list[Op]") -> list[int]:
@@ -177,6 +177,7 @@ class Signatures:
         if not self._all_tensors_keyed:
             self._key_all_tensors()
         numbers = self._tensor_keys.numbers
+        op_rows = self._graph.index().op_rows
         try:
             keys = op_rows(ops, numbers, _attr_key)
         except KeyError:  # a tensor the graph's table does not list: keyed through its accessors

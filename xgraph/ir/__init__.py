@@ -6,7 +6,7 @@ Layers inside: the core (`graph_core`, `op`, `tensor`, `subgraph`, `builder`, `c
 from xgraph.ir.gears import Gear
 from xgraph.ir.graph import Graph, load
 from xgraph.ir.op import Op
-from xgraph.ir.snapshot import GraphState
+from xgraph.ir.state import GraphState
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.template import GraphTemplate, TemplateOp
 from xgraph.ir.tensor import Tensor

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from xgraph.errors import GraphError
+from xgraph.ir.builder import set_weights
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
@@ -150,18 +151,17 @@ def share_weights(graphs: Sequence["GraphCore"]) -> dict[str, int]:
     first = {t.name: t for t in graphs[0].get_const_tensors()}
     counts = {"shared": 0, "own": 0}
     for graph in graphs[1:]:
-        changed = False
+        shared = []  # equal read-only arrays become one
         for t in graph.get_const_tensors():
             source = first.get(t.name)
             if source is not None and _same_array(t.data, source.data):
-                if t._data is not source._data:
-                    t._data = source._data  # xgraph/ir owns weights: equal read-only arrays become one
-                    changed = True
+                if t.data is not source.data:
+                    shared.append((t, source))
                 counts["shared"] += 1
             else:
                 counts["own"] += 1
-        if changed:
-            graph._touch()
+        if shared:
+            set_weights(graph, shared)
     return counts
 
 
@@ -173,7 +173,7 @@ def bind_weights(graph: "GraphCore", carrier: "GraphCore", names: Sequence[str])
     GraphError naming the tensor when a placeholder does not match the carrier's weight.
     """
     inputs = {t.name: t for t in graph.get_input_tensors()}
-    bound = set()
+    bound = []
     for name in names:
         t = inputs.get(name)
         source = carrier.get_tensor(name) if carrier.has_tensor(name) else None
@@ -183,10 +183,8 @@ def bind_weights(graph: "GraphCore", carrier: "GraphCore", names: Sequence[str])
         if t.shape != source.data.shape or t.dtype != source.data.dtype:
             raise GraphError(f"graph {graph.name!r}: shared weight {name!r} is declared {t.dtype}{list(t.shape or ())}"
                              f" but {carrier.name!r} holds {source.data.dtype}{list(source.data.shape)}")
-        t._data = source._data  # xgraph/ir owns weights: the carrier's read-only array, shared
-        bound.add(name)
-    graph._inputs = [t for t in graph._inputs if t.name not in bound]
-    graph._touch()
+        bound.append((t, source))  # the carrier's read-only array, shared
+    set_weights(graph, bound)
 
 
 def gear_record(gears: Sequence[Gear]) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ All writes of tables, links and tree membership go through `xgraph.ir.builder`.
 """
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -16,16 +15,14 @@ import onnx
 
 from xgraph.errors import GraphError
 from xgraph.ir import attribute_values
-from xgraph.ir.annotation_columns import write_columns
 from xgraph.ir.attr_store import AttrsMixin
-from xgraph.ir.builder import GraphBuilder, link_input, unlink_input
+from xgraph.ir.builder import GraphBuilder, mark_nested, rewire, set_input, write_op_annotations
 from xgraph.ir.copying import copy_graph
 from xgraph.ir.gears import Gear, check_gears, find_gear
-from xgraph.ir.nested import implicit_reads
 from xgraph.ir.op import Op
-from xgraph.ir.op_order import TABLE_ORDER, dependency_digraph, reaches, topological_order
-from xgraph.ir.snapshot import GraphState, capture_state, restore_state
-from xgraph.ir.state_diff import StateDiff, changes_since
+from xgraph.ir.index import GraphIndex
+from xgraph.ir.state import GraphState, capture_state, restore_state
+from xgraph.ir.state import StateDiff, changes_since
 from xgraph.ir.subgraph import Subgraph
 from xgraph.ir.template import find_matches
 from xgraph.ir.tensor import Tensor
@@ -53,7 +50,7 @@ class GraphCore(AttrsMixin):
         self._attrs: dict[str, Any] = {}
         self._seq = 0
         self._version = 0
-        self._cache: dict[str, Any] = {}
+        self._index: GraphIndex | None = None  # the derived facts of this version, built on first ask
         self._leaf_of: dict[Op, Subgraph] = {}
         self._nested_ops: set[Op] = set()  # ops with graph attributes (If/Loop/Scan bodies)
         self._root = Subgraph(self, "root", None)
@@ -67,9 +64,24 @@ class GraphCore(AttrsMixin):
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, ops={len(self._ops)}, tensors={len(self._tensors)})"
 
-    def _touch(self, keeps_order: bool = False) -> None:  # keeps_order: the edit keeps a topological table order so
+    def _touch(self, keeps_order: bool = False) -> None:
+        """A new version: the index is dropped. `keeps_order`: the edit (removing ops or tensors, adding weights)
+        keeps a table order known topological so."""
         self._version += 1
-        self._cache = {TABLE_ORDER: True} if keeps_order and self._cache.get(TABLE_ORDER) else {}
+        self._index = self._index.after_order_keeping_edit() if keeps_order and self._index is not None else None
+
+    def _mark_nested(self, op: Op, nested: bool) -> None:
+        """`op` has (or no longer has) a graph attribute: a new version (`Op.set_attr`, `del_attr`)."""
+        mark_nested(self, op, nested)
+        self._touch()
+
+    def index(self) -> GraphIndex:
+        """The derived facts of this version of the graph (orders, links, children, op facts: `xgraph.ir.index`),
+        worked out on first ask and kept until the next structural change."""
+        index = self._index
+        if index is None:
+            index = self._index = GraphIndex(self)
+        return index
 
     def _check_new_name(self, name: str, what: str) -> None:
         if not isinstance(name, str) or not name:
@@ -136,21 +148,22 @@ class GraphCore(AttrsMixin):
     def remove_op(self, op: "Op | str") -> None:
         """Remove an op whose outputs nobody reads (and that are not graph outputs)."""
         op = self._resolve_op(op)
-        readers = self._implicit_index()[1] if self._nested_ops else {}
-        used = [t.name for t in op._outputs if t._consumers or t in readers]
+        index = self.index()
+        readers = index.implicit_reads()[1]
+        used = [t.name for t in op.get_output_tensors() if t.consumers or t in readers]
         if used:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {used} still have consumers")
-        exposed = [t.name for t in op._outputs if t in self._output_set()]
+        exposed = [t.name for t in op.get_output_tensors() if t in index.output_set()]
         if exposed:
             raise GraphError(f"cannot remove op {op.name!r}: its output(s) {exposed} are graph outputs")
-        GraphBuilder(self).remove_op(op)
+        GraphBuilder(self).remove_ops([op])
         self._touch(keeps_order=True)
 
     def remove_tensor(self, tensor: "Tensor | str") -> None:
         """Remove an unused weight or graph input."""
         t = self._check_own_tensor(tensor, "the tensor to remove")
-        implicit = self._nested_ops and t in self._implicit_index()[1]
-        if t._producer is not None or t._consumers or implicit or t in self._output_set():
+        index = self.index()
+        if t.producer is not None or t.consumers or t in index.implicit_reads()[1] or t in index.output_set():
             raise GraphError(f"cannot remove tensor {t.name!r}: it is produced, consumed, or a graph output")
         GraphBuilder(self).remove_tensor(t)
         self._touch(keeps_order=True)
@@ -165,29 +178,26 @@ class GraphCore(AttrsMixin):
         new = self._check_own_tensor(new, "the replacement tensor")
         if old is new:
             return
-        readers = [c for c in old._consumers if c is not new._producer]
-        if new._producer is not None:
+        producer = new.producer
+        readers = [c for c in old.consumers if c is not producer]
+        if producer is not None:
             for c in readers:
-                if self._reaches(c, new._producer):
+                if self.index().reaches(c, producer):
                     raise GraphError(f"replacing {old.name!r} by {new.name!r} would create a cycle through {c.name!r}")
-        for c in readers:
-            for i, t in enumerate(c._inputs):
-                if t is old:
-                    unlink_input(c, i)
-                    link_input(c, i, new)
+        rewire(readers, old, new)
         GraphBuilder(self).set_outputs([new if t is old else t for t in self._outputs])
         self._touch()
 
     def _set_input(self, op: Op, index: int, tensor: "Tensor | None") -> None:
         """`Op.set_input`: checked (slot exists, tensor of this graph, no cycle), then linked."""
-        if not 0 <= index < len(op._inputs):
-            raise GraphError(f"op {op.name!r} has no input slot {index} (it has {len(op._inputs)})")
+        slots = op.get_input_num()
+        if not 0 <= index < slots:
+            raise GraphError(f"op {op.name!r} has no input slot {index} (it has {slots})")
         if tensor is not None:
             self._check_own_tensor(tensor, f"input {index} of op {op.name!r}")
-            if tensor._producer is not None and self._reaches(op, tensor._producer):
+            if tensor.producer is not None and self.index().reaches(op, tensor.producer):
                 raise GraphError(f"connecting tensor {tensor.name!r} to op {op.name!r} would create a cycle")
-        unlink_input(op, index)
-        link_input(op, index, tensor)
+        set_input(op, index, tensor)
         self._touch()
 
     def set_outputs(self, tensors: Iterable["Tensor | str"]) -> None:
@@ -202,7 +212,7 @@ class GraphCore(AttrsMixin):
     def set_inputs(self, tensors: Iterable["Tensor | str"]) -> None:
         """Reorder the graph inputs (the same tensors, or a subset of producer-less non-const tensors)."""
         ts = [self._check_own_tensor(t, "a graph input") for t in tensors]
-        bad = [t.name for t in ts if t._producer is not None or t._data is not None]
+        bad = [t.name for t in ts if t.producer is not None or t.is_const]
         if bad:
             raise GraphError(f"graph {self.name!r}: {bad} cannot be graph inputs (produced by an op, or weights)")
         GraphBuilder(self).set_inputs(ts)
@@ -215,12 +225,12 @@ class GraphCore(AttrsMixin):
         An op carrying an ONNX attribute named `key` keeps it (the annotation is skipped there).
         Checks every op and value first, then writes: O(len(values)).
         """
-        write_columns(self, list(values), {key: list(values.values())})
+        write_op_annotations(self, list(values), {key: list(values.values())})
 
     def set_op_annotation_columns(self, ops: "Sequence[Op]", columns: "dict[str, Sequence[Any]]") -> None:
         """`set_op_annotations(key, dict(zip(ops, values)))` for each (key, values) of `columns`, in one bulk pass
-        (`xgraph.ir.annotation_columns`); all or nothing. Each column has one value per op of `ops`."""
-        write_columns(self, ops, columns)
+        (`xgraph.ir.builder.write_op_annotations`); all or nothing. Each column has one value per op of `ops`."""
+        write_op_annotations(self, ops, columns)
 
     def get_name(self) -> str:
         """The graph's name."""
@@ -274,7 +284,7 @@ class GraphCore(AttrsMixin):
 
     def get_const_tensors(self) -> list[Tensor]:
         """The weights."""
-        return [t for t in self._tensors.values() if t._data is not None]
+        return [t for t in self._tensors.values() if t.is_const]
 
     def get_input_tensors(self) -> list[Tensor]:
         """Graph inputs (not weights), in model order."""
@@ -284,47 +294,17 @@ class GraphCore(AttrsMixin):
         """Graph outputs, in model order."""
         return list(self._outputs)
 
-    def _output_set(self) -> set[Tensor]:
-        s = self._cache.get("outputs")
-        if s is None:
-            s = self._cache["outputs"] = set(self._outputs)
-        return s
-
     def toposort(self) -> list[Op]:
         """Ops in a deterministic topological order (insertion order breaks ties). O((V+E) log V)."""
-        order = self._cache.get("topo")
-        if order is None:
-            order = self._cache["topo"] = topological_order(self._ops.values(), self.name, bool(self._nested_ops),
-                                                            self._cache)
-        return list(order)
-
-    def _implicit_index(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
-        """(op -> tensors its nested graphs read by name, tensor -> such readers), cached until a mutation."""
-        index = self._cache.get("implicit")
-        if index is None:
-            index = self._cache["implicit"] = implicit_reads(sorted(self._nested_ops), self._tensors)
-        return index
+        return list(self.index().toposort())
 
     def topo_positions(self) -> "Mapping[Op, int]":
         """Op -> its position in `toposort()`, read-only, kept until the next structural change (no dict per call)."""
-        return MappingProxyType(self._topo_index())
-
-    def _topo_index(self) -> dict[Op, int]:
-        index = self._cache.get("topo_index")
-        if index is None:
-            index = self._cache["topo_index"] = {op: i for i, op in enumerate(self.toposort())}
-        return index
-
-    def _reaches(self, src: Op, dst: Op) -> bool:
-        """True when a path leads from `src` to `dst` (src == dst counts)."""
-        return src is dst or reaches(src, dst, self._topo_index())
+        return self.index().positions()
 
     def op_graph(self) -> "nx.DiGraph":
         """The op-to-op dependency graph as a networkx.DiGraph over Op objects (cached until a mutation)."""
-        g = self._cache.get("nx")
-        if g is None:
-            g = self._cache["nx"] = dependency_digraph(self._ops.values())
-        return g
+        return self.index().op_graph()
 
     def isomorphism(self, template: "GraphTemplate") -> list[dict[str, Op]]:
         """Every match of `template`: template op name -> Op."""
@@ -350,20 +330,22 @@ class GraphCore(AttrsMixin):
 
     def get_subgraph(self, name: str) -> Subgraph:
         """The shallowest subgraph called `name`; GraphError if there is none."""
+        index = self.index()
         level = [self._root]
         while level:
             for s in level:
-                if s._name == name:
+                if s.name == name:
                     return s
-            level = [c for s in level for c in s._children]
+            level = [c for s in level for c in index.children(s)]
         raise GraphError(f"graph {self.name!r} has no subgraph named {name!r}")
 
     def iter_subgraphs(self) -> Iterable[Subgraph]:
         """Every subgraph, breadth first from the root."""
+        index = self.index()
         level = [self._root]
         while level:
             yield from level
-            level = [c for s in level for c in s._children]
+            level = [c for s in level for c in index.children(s)]
 
     # -- whole-graph operations ---------------------------------------------------------------
     def get_gears(self) -> list[Gear]:

@@ -7,13 +7,10 @@ them the op's implicit inputs.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable
 
 import onnx
 
-if TYPE_CHECKING:
-    from xgraph.ir.op import Op
-    from xgraph.ir.tensor import Tensor
 
 GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
@@ -52,18 +49,3 @@ def outer_names(values: Iterable) -> list[str]:
     for g in graphs_of(values):
         names |= free_names(g)
     return sorted(names)
-
-
-def implicit_reads(ops: "Sequence[Op]", tensors: "Mapping[str, Tensor]") -> "tuple[dict, dict]":
-    """(op -> the outer tensors its nested graphs read by name, tensor -> such readers) for `ops`,
-    the graph's ops with nested graphs; `tensors`: the graph's tensors by name. An op's own
-    outputs are not reads."""
-    reads: "dict[Op, list[Tensor]]" = {}
-    readers: "dict[Tensor, list[Op]]" = {}
-    for op in ops:
-        own = set(op._outputs)
-        ts = [tensors[n] for n in outer_names(op._attrs.values()) if n in tensors and tensors[n] not in own]
-        reads[op] = ts
-        for t in ts:
-            readers.setdefault(t, []).append(op)
-    return reads, readers

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 #: Attribute-type marker for xgraph annotations: kept in .xmodel metadata, never emitted as ONNX.
 ANNOTATION = None
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def _schema(op_type: str, domain: str, opset: int | None):
@@ -55,7 +56,8 @@ class Op(AttrsMixin):
         return f"Op({self.name!r}, {self.type!r})"
 
     def __lt__(self, other: "Op") -> bool:
-        return self._seq < other._seq
+        index = self._graph.index()  # creation order
+        return index.creation_number(self) < index.creation_number(other)
 
     @property
     def graph(self) -> "Graph":
@@ -71,6 +73,10 @@ class Op(AttrsMixin):
         """Number of input slots (omitted optionals included)."""
         return len(self._inputs)
 
+    def get_output_num(self) -> int:
+        """Number of outputs."""
+        return len(self._outputs)
+
     def get_output_tensors(self) -> "list[Tensor]":
         """Outputs in ONNX order."""
         return list(self._outputs)
@@ -83,20 +89,20 @@ class Op(AttrsMixin):
         """Producers of the inputs, in input order, without duplicates (implicit inputs last)."""
         seen: dict[Op, None] = {}
         for t in self._inputs:
-            if t is not None and t._producer is not None:
-                seen.setdefault(t._producer, None)
-        if self._graph._nested_ops:
+            if t is not None and t.producer is not None:
+                seen.setdefault(t.producer, None)
+        if self._graph.index().has_nested_graphs():
             for t in self.get_implicit_input_tensors():
-                if t._producer is not None:
-                    seen.setdefault(t._producer, None)
+                if t.producer is not None:
+                    seen.setdefault(t.producer, None)
         return list(seen)
 
     def _reads_from(self, producer: "Op") -> bool:
         """`producer in self.get_input_ops()`, without building the list (the template matcher's edge test)."""
-        if self._graph._nested_ops:
+        if self._graph.index().has_nested_graphs():
             return producer in self.get_input_ops()
         for t in self._inputs:
-            if t is not None and t._producer is producer:
+            if t is not None and t.producer is producer:
                 return True
         return False
 
@@ -104,10 +110,11 @@ class Op(AttrsMixin):
         """Consumers of any output, without duplicates (ops reading it from nested graphs included)."""
         seen: dict[Op, None] = {}
         for t in self._outputs:
-            for c in t._consumers:
+            for c in t.consumers:
                 seen.setdefault(c, None)
-        if self._graph._nested_ops:
-            readers = self._graph._implicit_index()[1]
+        index = self._graph.index()
+        if index.has_nested_graphs():
+            readers = index.implicit_reads()[1]
             for t in self._outputs:
                 for c in readers.get(t, ()):
                     seen.setdefault(c, None)
@@ -115,9 +122,10 @@ class Op(AttrsMixin):
 
     def get_implicit_input_tensors(self) -> "list[Tensor]":
         """Outer tensors this op's nested graphs (If/Loop/Scan bodies) read by name, sorted by name."""
-        if self not in self._graph._nested_ops:
+        index = self._graph.index()
+        if not index.has_nested_graphs(self):
             return []
-        return list(self._graph._implicit_index()[0].get(self, ()))
+        return list(index.implicit_reads()[0].get(self, ()))
 
     def set_input(self, index: int, tensor: "Tensor | None") -> None:
         """Point input slot `index` at `tensor` (None omits it); refuses a tensor of another graph or a cycle."""
@@ -145,6 +153,11 @@ class Op(AttrsMixin):
         if key not in self._attrs:
             self.get_attr(key)  # raises, listing what exists
         return self._attr_types.get(key)
+
+    def has_onnx_attrs(self) -> bool:
+        """True when the op has an ONNX attribute (annotations are never exported)."""
+        kinds = self._attr_types
+        return bool(kinds) and list(kinds.values()).count(ANNOTATION) < len(kinds)
 
     def is_annotation(self, key: str) -> bool:
         """True when `key` is an xgraph annotation rather than an ONNX attribute."""
@@ -184,12 +197,9 @@ class Op(AttrsMixin):
         self._note_nested(attr_type)
 
     def _note_nested(self, kind: int | None) -> None:
-        if kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) or self in self._graph._nested_ops:
-            if any(t in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for t in self._attr_types.values()):
-                self._graph._nested_ops.add(self)
-            else:
-                self._graph._nested_ops.discard(self)
-            self._graph._touch()
+        graph = self._graph
+        if kind in _GRAPH_KINDS or graph.index().has_nested_graphs(self):
+            graph._mark_nested(self, any(t in _GRAPH_KINDS for t in self._attr_types.values()))
 
     def attribute_protos(self) -> list[onnx.AttributeProto]:
         """The ONNX attributes as AttributeProtos (annotations left out)."""

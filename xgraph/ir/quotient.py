@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xgraph.ir.op import Op
     from xgraph.ir.subgraph import Subgraph
 
 
@@ -28,19 +27,10 @@ def _describe(group: "list[Subgraph]") -> str:
     return "{" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "}"
 
 
-def _child_of(parent: "Subgraph", op: "Op") -> "Subgraph | None":
-    if op not in parent._ops:
-        return None
-    s = parent._graph._leaf_of[op]
-    while s._parent is not parent:
-        s = s._parent
-    return s
-
-
 def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
-    index = parent._graph._topo_index()
+    index = parent.graph.index().positions()
     members = set(group)
-    last = max(index[op] for c in group for op in c._ops)
+    last = max(index[op] for c in group for op in c.get_ops())
     first_of: dict[Subgraph, int] = {}
     frontier: list[Subgraph] = []
     seen: set[Subgraph] = set()
@@ -48,9 +38,7 @@ def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
     def visit_successors(ops) -> bool:
         for op in ops:
             for consumer in op.get_fanout_ops():
-                if consumer not in parent._ops:
-                    continue
-                child = _child_of(parent, consumer)
+                child = parent.find_child_subgraph_by_op(consumer)
                 if child is None or child in seen:
                     continue
                 if child in members:
@@ -58,7 +46,7 @@ def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
                         return True
                     continue
                 if child not in first_of:
-                    first_of[child] = min(index[o] for o in child._ops)
+                    first_of[child] = min(map(index.__getitem__, child.get_ops()))
                 if first_of[child] > last:
                     continue
                 seen.add(child)
@@ -66,10 +54,10 @@ def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
         return False
 
     source_is_outside = False
-    visit_successors(op for c in group for op in c._ops)
+    visit_successors(op for c in group for op in c.get_ops())
     source_is_outside = True
     while frontier:
-        if visit_successors(frontier.pop()._ops):
+        if visit_successors(frontier.pop().get_ops()):
             return True
     return False
 
@@ -80,11 +68,11 @@ def _many_groups_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> st
         for c in g:
             node[c] = i
     next_id = len(groups)
-    for c in parent._children:
+    for c in parent.get_children():
         if c not in node:
             node[c] = next_id
             next_id += 1
-    child_of = parent._child_map()
+    child_of = parent.child_map()
     succ: list[set[int]] = [set() for _ in range(next_id)]
     indeg = [0] * next_id
     for op, c in child_of.items():

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
-from xgraph.ir.child_links import child_dependencies, children_in_op_order, edges_go_forward
+from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves, unmerge_child
 from xgraph.ir.quotient import merge_makes_cycle
-from xgraph.ir.snapshot import copy_value
+from xgraph.ir.state import copy_value
 
 if TYPE_CHECKING:
     import onnx
@@ -25,12 +25,6 @@ if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
     from xgraph.ir.tensor import Tensor
-
-
-_SEQ = attrgetter("_seq")
-_OPS = attrgetter("_ops")
-_NAME = attrgetter("name")
-_NEW = object.__new__
 
 
 def _copier(value: "dict | list") -> Any:
@@ -84,7 +78,7 @@ class Subgraph(AttrsMixin):
         """0 for the root, 1 for device-level subgraphs, and so on."""
         d, s = 0, self._parent
         while s is not None:
-            d, s = d + 1, s._parent
+            d, s = d + 1, s.get_parent()
         return d
 
     def get_name(self) -> str:
@@ -123,29 +117,17 @@ class Subgraph(AttrsMixin):
         checked once, then written (each child gets its own copy of dict and list values); all or nothing."""
         children = list(children)
         for c in children:
-            if not isinstance(c, Subgraph) or c._parent is not self:
+            if not isinstance(c, Subgraph) or c.get_parent() is not self:
                 raise GraphError(f"set_children_attrs on {self._name!r}: {c!r:.60} is not a child of it")
         for k, v in attrs.items():
             check_attr_value(f"the children of subgraph {self._name!r}", k, v)
-        containers = [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))]
-        for c in children:
-            c._attrs.update(attrs)
-            for k, copy in containers:
-                c._attrs[k] = copy(attrs[k])
+        set_subgraph_attrs(children, attrs, [(k, _copier(v)) for k, v in attrs.items() if isinstance(v, (dict, list))])
 
     def create_child_subgraph(self) -> None:
         """Give this leaf one leaf child per op, named "subgraph_<op name>"."""
         if self._children:
             raise GraphError(f"subgraph {self._name!r} already has children; create_child_subgraph needs a leaf")
-        graph, ops = self._graph, sorted(self._ops, key=_SEQ)
-        children = []
-        append = children.append
-        for op in ops:  # what Subgraph(graph, "subgraph_<op>", self, (op,)) builds, without a call per op
-            sg = _NEW(Subgraph)
-            sg._graph, sg._name, sg._parent, sg._children, sg._ops, sg._attrs = graph, "subgraph_" + op.name, self, {}, {op}, {}
-            append(sg)
-        self._children.update(dict.fromkeys(children))
-        graph._leaf_of.update(zip(ops, children))
+        split_into_leaves(self)
 
     def merge_children(self, children: "set[Subgraph]") -> "Subgraph":
         """Merge leaf children into one new child; refuses (changing nothing) a merge that makes a cycle."""
@@ -174,8 +156,8 @@ class Subgraph(AttrsMixin):
         groups = [list(dict.fromkeys(g)) for g in groups]
         members = list(chain.from_iterable(groups))
         if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
-                and [c._parent for c in members].count(self) == len(members)
-                and not any([c._children for c in members])):
+                and [c.get_parent() for c in members].count(self) == len(members)
+                and all([c.is_leaf for c in members])):
             groups = [self._check_merge_group(g) for g in groups]  # names the first offender
         return self._merge_groups(groups, check_cycles=check_cycles)
 
@@ -187,22 +169,18 @@ class Subgraph(AttrsMixin):
         (as `merge_children` leaves them) whose ops are exactly `child`'s, each op in one part.
         """
         parts = list(dict.fromkeys(parts))
-        if not isinstance(child, Subgraph) or child._parent is not self or child not in self._children:
+        if not isinstance(child, Subgraph) or child.get_parent() is not self or child not in self._children:
             raise GraphError(f"unmerge_child on {self._name!r}: {child!r:.60} is not a child of it")
         held = 0
         for p in parts:
-            if not isinstance(p, Subgraph) or p._parent is not self or p in self._children or p._children:
+            if not isinstance(p, Subgraph) or p.get_parent() is not self or p in self._children or not p.is_leaf:
                 raise GraphError(f"unmerge_child on {self._name!r}: {p!r:.60} is not a leaf it held before a merge")
-            held += len(p._ops)
-        ops = set().union(*map(_OPS, parts)) if parts else set()
-        if ops != child._ops or held != len(ops):
+            held += p.get_op_num()
+        ops = set().union(*[p.get_ops() for p in parts]) if parts else set()
+        if ops != child.get_ops() or held != len(ops):
             raise GraphError(f"unmerge_child on {self._name!r}: the parts' ops are not exactly those of "
-                             f"{child._name!r}, each once; nothing was changed")
-        del self._children[child]
-        self._children.update(dict.fromkeys(parts))
-        leaf_of = self._graph._leaf_of
-        for p in parts:
-            leaf_of.update(dict.fromkeys(p._ops, p))
+                             f"{child.name!r}, each once; nothing was changed")
+        unmerge_child(self, child, parts)
 
     def _merge_groups(self, groups: "list[list[Subgraph]]", check_cycles: bool) -> "list[Subgraph]":
         if len(set(chain.from_iterable(groups))) != sum(map(len, groups)):  # some child twice: name the first
@@ -210,54 +188,40 @@ class Subgraph(AttrsMixin):
             for g in groups:
                 for c in g:
                     if c in seen:
-                        raise GraphError(f"subgraph {c._name!r} appears in two merge groups; nothing was changed")
+                        raise GraphError(f"subgraph {c.name!r} appears in two merge groups; nothing was changed")
                     seen.add(c)
         if check_cycles:
             cycle = merge_makes_cycle(self, groups)
             if cycle:
                 raise GraphError(f"merging {cycle} under {self._name!r} would create a cycle among its children; "
                                  "nothing was changed")
-        leaf_of = self._graph._leaf_of
-        result = []
-        for g in groups:
-            if len(g) == 1:
-                result.append(g[0])
-                continue
-            ops = set().union(*map(_OPS, g))
-            merged = _NEW(Subgraph)  # Subgraph(graph, name, self, ops) without copying the new set
-            merged._graph, merged._name, merged._parent, merged._children, merged._ops, merged._attrs = (
-                self._graph, f"subgraph_{min(map(_NAME, ops))}", self, {}, ops, {})
-            for c in g:
-                del self._children[c]
-            self._children[merged] = None
-            leaf_of.update(dict.fromkeys(ops, merged))
-            result.append(merged)
-        return result
+        return merge_children(self, groups)
 
     def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:
         group = list(dict.fromkeys(children))
         if not group:
             raise GraphError(f"merge_children on {self._name!r}: nothing to merge (empty set)")
         for c in group:
-            if not isinstance(c, Subgraph) or c._parent is not self:
+            if not isinstance(c, Subgraph) or c.get_parent() is not self:
                 raise GraphError(f"merge_children on {self._name!r}: {c!r} is not a child of it")
-            if c._children:
-                raise GraphError(f"merge_children on {self._name!r}: child {c._name!r} is not a leaf")
+            if not c.is_leaf:
+                raise GraphError(f"merge_children on {self._name!r}: child {c.name!r} is not a leaf")
         return group
 
     def toposort_child_subgraph(self) -> "list[Subgraph]":
         """Children in dependency order; ties broken by their first op in graph toposort order."""
-        by_first = children_in_op_order(self, self._graph.toposort())
+        index = self._graph.index()
+        by_first = index.children_in_op_order(self, index.toposort())
         if len(by_first) != len(self._children):  # a child without ops: numbered as before, by its first op
             by_first = sorted(self._children, key=self._first_in_topo_order().__getitem__)
         first = {c: i for i, c in enumerate(by_first)}  # ranks: the order of the first ops, as numbers
-        if edges_go_forward(self, first):
+        if index.edges_go_forward(self, first):
             return by_first  # what the heap below pops when the first-op order is already topological
-        child_of = self._child_map()
+        child_of = self.child_map()
         succ: dict[Subgraph, set[Subgraph]] = {c: set() for c in self._children}
         indeg = dict.fromkeys(self._children, 0)
         for c in self._children:
-            for op in c._ops:
+            for op in c.get_ops():
                 for consumer in op.get_fanout_ops():
                     d = child_of.get(consumer)
                     if d is not None and d is not c and d not in succ[c]:
@@ -278,21 +242,20 @@ class Subgraph(AttrsMixin):
         return order
 
     def _first_in_topo_order(self) -> "dict[Subgraph, int]":
-        index = self._graph._topo_index()
-        return {c: index[next(iter(c._ops))] if len(c._ops) == 1 else min(map(index.__getitem__, c._ops))
-                for c in self._children}
+        index = self._graph.index().positions()
+        return {c: min(map(index.__getitem__, c.get_ops())) for c in self._children}
 
     def child_dependencies(self) -> "tuple[list[Subgraph], list[list[int]]]":
         """(children, preds): the children numbered by their first op in graph insertion order, and per child
         the numbers of the children its ops read from (repeats possible, never its own). O(V+E).
-        See `xgraph.ir.child_links`."""
-        return child_dependencies(self)
+        See `xgraph.ir.index.GraphIndex.child_dependencies`."""
+        return self._graph.index().child_dependencies(self)
 
-    def _child_map(self) -> "dict[Op, Subgraph]":
+    def child_map(self) -> "dict[Op, Subgraph]":
         """op -> the child of this subgraph holding it (every op of this subgraph)."""
         child_of = {}
         for c in self._children:
-            for op in c._ops:
+            for op in c.get_ops():
                 child_of[op] = c
         return child_of
 
@@ -301,9 +264,9 @@ class Subgraph(AttrsMixin):
         op = self._graph._resolve_op(op, strict=False)
         if op is None or op not in self._ops:
             return None
-        s = self._graph._leaf_of[op]
-        while s is not None and s._parent is not self:
-            s = s._parent
+        s = self._graph.get_leaf_subgraph(op)
+        while s is not None and s.get_parent() is not self:
+            s = s.get_parent()
         return s
 
     # -- ops -----------------------------------------------------------------------------------
@@ -325,31 +288,32 @@ class Subgraph(AttrsMixin):
         if self._parent is None:
             return self._graph.toposort()
         ops = self._ops
-        if len(ops) * 8 > len(self._graph._ops):
-            return [op for op in self._graph.toposort() if op in ops]
-        index = self._graph._topo_index()
-        return sorted(ops, key=index.__getitem__)
+        index = self._graph.index()
+        if len(ops) * 8 > self._graph.get_op_num():
+            return [op for op in index.toposort() if op in ops]
+        return sorted(ops, key=index.positions().__getitem__)
 
     def get_input_tensors(self) -> "list[Tensor]":
         """Tensors consumed inside and produced outside (graph inputs included; weights excluded)."""
         ops, seen, result = self._ops, set(), []
-        nested = bool(self._graph._nested_ops)
+        nested = self._graph.index().has_nested_graphs()
         for op in self.toposort():
-            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
-                if t is None or t._data is not None or t in seen:
+            for t in (op.get_input_tensors() + op.get_implicit_input_tensors()) if nested else op.get_input_tensors():
+                if t is None or t.is_const or t in seen:
                     continue
-                if t._producer is None or t._producer not in ops:
+                if t.producer is None or t.producer not in ops:
                     seen.add(t)
                     result.append(t)
         return result
 
     def get_output_tensors(self) -> "list[Tensor]":
         """Tensors produced inside and consumed outside, or graph outputs."""
-        ops, outputs, result = self._ops, self._graph._output_set(), []
-        readers = self._graph._implicit_index()[1] if self._graph._nested_ops else {}
+        index = self._graph.index()
+        ops, outputs, result = self._ops, index.output_set(), []
+        readers = index.implicit_reads()[1]
         for op in self.toposort():
-            for t in op._outputs:
-                if t in outputs or any(c not in ops for c in t._consumers) \
+            for t in op.get_output_tensors():
+                if t in outputs or any(c not in ops for c in t.consumers) \
                         or any(c not in ops for c in readers.get(t, ())):
                     result.append(t)
         return result
@@ -357,10 +321,10 @@ class Subgraph(AttrsMixin):
     def get_const_tensors(self) -> "list[Tensor]":
         """The weights the ops of this subgraph read (they travel with it)."""
         seen: dict[Tensor, None] = {}
-        nested = bool(self._graph._nested_ops)
+        nested = self._graph.index().has_nested_graphs()
         for op in self.toposort():
-            for t in (op._inputs + op.get_implicit_input_tensors()) if nested else op._inputs:
-                if t is not None and t._data is not None:
+            for t in (op.get_input_tensors() + op.get_implicit_input_tensors()) if nested else op.get_input_tensors():
+                if t is not None and t.is_const:
                     seen.setdefault(t, None)
         return list(seen)
 

@@ -207,13 +207,13 @@ def record_matches(near_misses: bool | None = None, label: str = "") -> Iterator
 
 
 def _components(template: GraphTemplate) -> list[list[TemplateOp]]:
-    neighbours: dict[TemplateOp, set[TemplateOp]] = {t: set() for t in template._ops.values()}
-    for t in template._ops.values():
+    neighbours: dict[TemplateOp, set[TemplateOp]] = {t: set() for t in template.get_ops()}
+    for t in template.get_ops():
         for i in t.inputs:
             neighbours[t].add(i)
             neighbours[i].add(t)
     seen, result = set(), []
-    for t in template._ops.values():
+    for t in template.get_ops():
         if t in seen:
             continue
         comp, stack = [], [t]
@@ -235,7 +235,7 @@ def _search_order(comp: list[TemplateOp], type_count: dict[str, int] | None) -> 
     With `type_count` None: the data-flow order instead (the template's first source op,
     then ops in the order they were added), which is how near misses read best.
     """
-    added = {t: i for i, t in enumerate(comp[0].template._ops.values())} if comp else {}
+    added = {t: i for i, t in enumerate(comp[0].template.get_ops())} if comp else {}
     if type_count is None:
         rank = {t: (added[t], t.name) for t in comp}
     else:
@@ -369,10 +369,10 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
 
 def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, NearMiss] | None" = None,
                   flow_order: bool = False, label: str = "") -> list[dict[str, "Op"]]:
-    if not template._ops:
+    if not template.get_ops():
         return []
-    ops = list(graph._ops.values())
-    by_type: dict[str, list[Op]] = {ty: [] for t in template._ops.values() for ty in t.types}
+    ops = graph.get_ops()
+    by_type: dict[str, list[Op]] = {ty: [] for t in template.get_ops() for ty in t.types}
     for op in compress(ops, map(by_type.__contains__, [op.type for op in ops])):  # the types the template names
         by_type[op.type].append(op)
     type_count = {ty: len(found) for ty, found in by_type.items()}  # all the search order asks about
@@ -397,7 +397,7 @@ def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, Nea
                     misses[first] = NearMiss(template.name, tuple(m.items()), "", frozenset(), (), "match filter",
                                              label)
         partial = kept
-    order = {name: i for i, name in enumerate(template._ops)}
+    order = {t.name: i for i, t in enumerate(template.get_ops())}
     keys = list(order)
     if all(list(m) == keys for m in partial):  # searched in template order (one component, usually): as they are
         return partial

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_, lt, methodcaller, ne
 
-from xgraph.ir.collector import collector_paused
 from xgraph.errors import PartitionError
 from xgraph.ir import Subgraph
 from xgraph.partition.filters import DEVICE_ATTR, unassigned_reason
@@ -104,8 +103,7 @@ def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list
     [['subgraph_a', 'subgraph_d'], ['subgraph_b'], ['subgraph_c']]
     """
     _check_plan_input(root, labels)
-    with collector_paused():
-        return _plan(root, labels)
+    return _plan(root, labels)
 
 
 def _plan(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
@@ -182,9 +180,8 @@ def merge_subgraph(subgraphs: Iterable[Subgraph]) -> set[Subgraph]:
         return set()
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
-    with collector_paused():
-        groups = _plan(root, dict.fromkeys(members, _MERGE_LABEL))
-        return set(root.merge_child_groups(groups, check_cycles=False))
+    groups = _plan(root, dict.fromkeys(members, _MERGE_LABEL))
+    return set(root.merge_child_groups(groups, check_cycles=False))
 
 
 def _check_merge_input(subgraphs: Iterable[Subgraph]) -> list[Subgraph]:

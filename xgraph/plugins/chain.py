@@ -287,7 +287,8 @@ def _return_declined(call: _Call, graph: Graph, before: GraphSnapshot, declined:
         if not sg.is_leaf:  # a child returned unmerged: only its attrs and what compile built below it to undo
             raise call.error(f"compile({sg.name!r}) created children under the subgraph, then declined it; "
                              "decline before building anything")
-        was = before.state.subgraph_state(sg).attrs
+        state = before.state  # the captured attrs of `sg`, read from the columns
+        was = state.subgraph_columns.attrs[state.subgraph_index[sg]]
         for key in list(sg.get_attrs()):
             if key not in was:
                 sg.del_attr(key)

@@ -3,7 +3,7 @@
 A plugin is user code run in the middle of compilation; when it raises or misbehaves the
 graph must be exactly as before it ran (CONVENTIONS: a failed operation changes nothing).
 The IR captures and restores the state (`Graph.snapshot()` / `Graph.restore(state)`,
-`xgraph.ir.snapshot.GraphState`, named fields) and says what differs since
+`xgraph.ir.state.GraphState`, named fields) and says what differs since
 (`Graph.changes_since(state)`, a `StateDiff`); this module holds the chain's policy:
 `changes` lists what differs outside what a plugin step may touch, which is how the chain catches a `partition` or `compile`
 that reaches beyond its own subgraphs. Every piece of graph state is compared: the ops and
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, GraphState, Op, Subgraph
-    from xgraph.ir.state_diff import StateDiff
+    from xgraph.ir.state import StateDiff
 
 #: at most this many op/tensor findings are listed (the rest are the same mistake, repeated)
 _MAX_FINDINGS = 6
@@ -70,7 +70,7 @@ def _tree_changes(before: "GraphState", diff: "StateDiff", free: set["Subgraph"]
     if diff.root_replaced:
         return ["the root subgraph was replaced"]
     children = diff.root_children
-    reference = before.subgraph_state(before.root).children if expected is None else tuple(expected)
+    reference = before.subgraph_columns.children[0] if expected is None else tuple(expected)  # the root's
     found: list[str] = []
     reference_set, now_set = set(reference), set(children)
     gone = [c for c in reference if c not in now_set]
@@ -131,8 +131,10 @@ def _op_changes(before: "GraphState", diff: "StateDiff", free_ops: set["Op"]) ->
     for op, changes in diff.ops.items():
         if op not in free_ops:
             found += changes
+    captured = before.tensor_columns
+    producers = dict(zip(captured.tensors, captured.producers)) if diff.tensors else {}
     for t, change in diff.tensors.items():
-        producer = before.tensor_state(t).producer
+        producer = producers[t]
         if producer is None or producer not in free_ops or not change.startswith("attrs"):
             found.append(change)
     return found[:_MAX_FINDINGS]

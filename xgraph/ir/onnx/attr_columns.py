@@ -2,13 +2,11 @@
 
 A compiled 100k-op graph repeats a handful of annotation values (a device name, a kernel
 source, a few reasons) on every op, and a few attr dicts (device, runner, memory) on every
-subgraph. Format 1 wrote a tagged JSON record per op and per subgraph; format 2 writes each
-distinct value once, in ``"values"`` (tagged as in `xgraph.ir.onnx.attr_json`), and:
+subgraph. Format 2 writes each distinct value once, in ``"values"`` (tagged as in `xgraph.ir.onnx.attr_json`), and:
 
 - ``"op_annotation_columns"``: annotation key -> one int per op of ``"op_order"``: the index
   of its value in ``"values"``, or -1 where the op has no such annotation;
-- in the subgraph tree, a node's ``"attrs"`` maps each key to an index into ``"values"`` (a
-  tagged value, as in format 1, is read too).
+- in the subgraph tree, a node's ``"attrs"`` maps each key to an index into ``"values"``.
 
 Loading decodes each distinct value once and gives every owner its own copy of a dict or
 list (they are mutable: an edit on one subgraph's runner map must not reach another's).
@@ -78,20 +76,16 @@ class ValueTable:
         return {k: self.index(v) for k, v in attrs.items()}
 
 
-def op_annotation_columns(ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
+def op_annotation_columns(graph: Any, ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
     """Annotation key -> per op (in `ops` order) the index of its value, or `ABSENT`. O(ops * annotations)."""
-    columns: dict[str, list[int]] = {}
-    index, text = table.index, table._text
-    n = len(ops)
-    for i, op in enumerate(ops):
-        kinds = op._attr_types  # annotations are the attrs without an ONNX type
-        for k, v in op._attrs.items():
-            if kinds.get(k) is None:
-                column = columns.get(k)
-                if column is None:
-                    column = columns[k] = [ABSENT] * n
-                j = text.get(v) if type(v) is str else None  # a str seen before: `index` without the call
-                column[i] = index(v) if j is None else j
+    index = table.index
+    columns = graph.index().annotation_columns(ops, MISSING)
+    for key, values in columns.items():
+        if set(map(type, values)) <= {str, object}:  # the usual column (devices, kernels, reasons): C-level passes
+            codes = {v: ABSENT if v is MISSING else index(v) for v in dict.fromkeys(values)}
+            columns[key] = list(map(codes.__getitem__, values))
+        else:
+            columns[key] = [ABSENT if v is MISSING else index(v) for v in values]
     return columns
 
 
@@ -141,19 +135,19 @@ class DecodedValues:
         return _fresh(value) if self._mutable[i] else value
 
     def attrs(self, d: Any, where: str) -> dict[str, Any]:
-        """A node's attrs: each key -> an index into the table, or a tagged value (format 1)."""
+        """A node's attrs: each key -> an index into the table."""
         if not isinstance(d, dict):
             self.dec.fail(f"attrs of {where} are not an object")
-        indices_only = set(map(type, d.values())) <= {int}  # (no bool: True == 1 would share a memo entry)
-        key = tuple(d.items()) if indices_only else None
-        seen = self._attrs_seen.get(key) if indices_only else None
+        if not set(map(type, d.values())) <= {int}:  # (not bool either: True == 1 would share a memo entry)
+            self.dec.fail(f"attrs of {where} hold something other than value indices")
+        key = tuple(d.items())
+        seen = self._attrs_seen.get(key)
         if seen is not None:  # the same indices as a node before (a tree repeats a few attr dicts): checked
             decoded = self._decoded
             return {k: _fresh(decoded[i]) if mutable else decoded[i] for k, i, mutable in seen}
-        get, decode = self.get, self.dec.decode
-        attrs = {k: get(v) if type(v) is int else decode(v) for k, v in d.items()}
-        if indices_only:
-            self._attrs_seen[key] = [(k, i, self._mutable[i]) for k, i in d.items()]
+        get = self.get
+        attrs = {k: get(v) for k, v in d.items()}
+        self._attrs_seen[key] = [(k, i, self._mutable[i]) for k, i in d.items()]
         return attrs
 
     def column(self, key: Any, column: Any, n: int) -> list[Any]:

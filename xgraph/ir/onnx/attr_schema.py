@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from operator import methodcaller
 from typing import Any, Callable
 
 from xgraph.errors import ModelFileError
@@ -131,19 +130,16 @@ def _pair(key: str, value: Any) -> "tuple | None":
 _ABSENT = object()
 
 
-def _op_annotations_good(ops: Any) -> bool:
+def _op_annotations_good(graph: Any) -> bool:
     """True when every op annotation xgraph owns holds what it must: each distinct value checked once, the
-    values gathered per key in C-level passes. False when one is bad, unhashable or an ONNX attribute of
+    values gathered per key by the graph's index. False when one is bad, unhashable or an ONNX attribute of
     that name exists (then `check_known_attrs` looks op by op, to name the op)."""
-    ops = list(ops)
-    attrs = [op._attrs for op in ops]  # xgraph/ir reads its own fields
-    kinds = [op._attr_types for op in ops]
+    ops, index = graph.get_ops(), graph.index()
     for key, check in OP_ANNOTATIONS.items():
-        lookup = methodcaller("get", key, _ABSENT)
-        if not set(map(lookup, kinds)) <= {None, _ABSENT}:  # None: an annotation
+        if not set(index.attr_kind_column(ops, key, _ABSENT)) <= {None, _ABSENT}:  # None: an annotation
             return False
         try:
-            values = set(map(lookup, attrs))
+            values = set(index.attr_column(ops, key, _ABSENT))
         except TypeError:  # an unhashable value: not a str, so bad
             return False
         values.discard(_ABSENT)
@@ -159,7 +155,7 @@ def check_known_attrs(graph: Any, label: str) -> None:
     seen: set[tuple[str, Any]] = set()  # (key, value) pairs already found good: a tree repeats a few
     while stack:
         sg = stack.pop()
-        attrs = sg._attrs  # xgraph/ir reads its own fields
+        attrs = sg.get_attrs()
         for key in SUBGRAPH_ATTRS:  # one key at a time, in the table's order: the first problem is reported
             if key in attrs:
                 pair = _pair(key, attrs[key])
@@ -168,17 +164,17 @@ def check_known_attrs(graph: Any, label: str) -> None:
                     if pair is not None:
                         seen.add(pair)
         stack.extend(sg.get_children())
-    if _op_annotations_good(graph.get_ops()):
+    if _op_annotations_good(graph):
         return
     # a problem somewhere: op by op, so the first op (in order) with a bad value is the one named;
     # 100k-op files repeat a handful of (key, value) pairs: each distinct pair is checked once
     checked: dict[str, set[str]] = {key: set() for key in OP_ANNOTATIONS}  # per key, the str values found good
     for op in graph.get_ops():
-        attrs, kinds = op._attrs, op._attr_types  # xgraph/ir reads its own fields
+        attrs = op.get_attrs()
         if not attrs:
             continue
         for key, good in checked.items():
-            if key in attrs and kinds.get(key) is None:
+            if key in attrs and op.is_annotation(key):
                 value = attrs[key]
                 if isinstance(value, str) and value in good:
                     continue

@@ -7,7 +7,6 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
-from itertools import compress
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -40,7 +39,7 @@ def _elem_type(dtype: np.dtype | None) -> int:
 
 
 def _typed(t: "Tensor", types: Types | None) -> bool:
-    if t._type_proto is not None or t._dtype is not None:
+    if t.type_proto is not None or t.dtype is not None:
         return True
     return bool(types) and t.name in types and types[t.name][1] is not None
 
@@ -55,10 +54,11 @@ def value_info(t: "Tensor", types: Types | None = None) -> onnx.ValueInfoProto:
 def fill_value_info(vi: onnx.ValueInfoProto, t: "Tensor", types: Types | None = None) -> None:
     """Write `value_info(t, types)` into `vi` (a message already in place, e.g. from ``graph.value_info.add()``)."""
     vi.name = t.name
-    if t._type_proto is not None:
-        vi.type.CopyFrom(t._type_proto)
+    type_proto = t.type_proto
+    if type_proto is not None:
+        vi.type.CopyFrom(type_proto)
         return
-    shape, dtype = t._shape, t._dtype
+    shape, dtype = t.shape, t.dtype
     if types:
         shape, dtype = types.get(t.name, (shape, dtype))
     if dtype is not None:  # else the type is unknown: left for shape inference
@@ -101,12 +101,12 @@ def _normalised_tensor_type(shape: tuple | None, dtype: np.dtype) -> onnx.TypePr
     return hit
 
 
-#: value_infos encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
-_VALUE_INFO_BATCH = 4096
-
-
 def _is_unused_placeholder(t: "Tensor", outputs: set) -> bool:
-    return ":unused:" in t.name and not t._consumers and t not in outputs
+    return ":unused:" in t.name and not t.consumers and t not in outputs
+
+
+#: nodes and value infos encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
+_BATCH = 4096
 
 
 def _add_node(nodes, op: "Op", outputs: set) -> None:
@@ -118,47 +118,33 @@ def _add_node(nodes, op: "Op", outputs: set) -> None:
 
 def _node_rows(ops: "Iterable[Op]", outputs: set) -> list[tuple[list[str], list[str], str, str, str]]:
     """Per op, (input names, output names, name, type, domain) of its node: "" for an omitted input and for an
-    omitted optional output's private placeholder (`outputs`: the graph outputs, which are never omitted). One
-    comprehension for many ops: the export's bulk path builds 100k rows at once."""
-    return [(["" if t is None else t.name for t in op._inputs],
-             [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else "" for t in op._outputs],
+    omitted optional output's private placeholder (`outputs`: the graph outputs, which are never omitted)."""
+    return [(["" if t is None else t.name for t in op.get_input_tensors()],
+             [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
+              for t in op.get_output_tensors()],
              op.name, op.type, op.domain) for op in ops]
-
-
-def _has_onnx_attrs(op: "Op") -> bool:
-    """True when `op` has an ONNX attribute (annotations, whose kind is None, are never exported)."""
-    kinds = op._attr_types
-    return bool(kinds) and list(kinds.values()).count(None) < len(kinds)
-
-
-def _has_extras(op: "Op") -> bool:
-    """True when `op`'s node needs more than its names, type and domain: a doc string or ONNX attributes."""
-    return bool(op.doc_string) or _has_onnx_attrs(op)
 
 
 def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
     """The doc string and the ONNX attributes of `op` on its node."""
     if op.doc_string:
         node.doc_string = op.doc_string
-    if _has_onnx_attrs(op):
+    if op.has_onnx_attrs():
         try:
             node.attribute.extend(op.attribute_protos())
         except TypeError as e:
             raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
 
 
-#: nodes encoded per `MergeFromString` (bytes held at once stay a few hundred KB)
-_NODE_BATCH = 4096
-
-
 def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
-    """Every op as a NodeProto appended to `g.node`, in order: what `_add_node` builds per op, with the
-    names, types and domains encoded as bytes (`wire.nodes`) and merged in batches, then the doc strings and
-    attributes set on the few nodes that have them. A name that is not valid Unicode takes `_add_node`'s way."""
+    """Every op as a NodeProto appended to `g.node`, in order: what `_add_node` builds per op, with the names,
+    types and domains encoded as bytes (`wire.nodes`: on a 100k-op graph a fifth of a save's time less than
+    `nodes.add` per op, measured with `benchmarks/compile_scale.py`) and merged in batches, then the doc strings
+    and attributes set on the nodes that have them. A name that is not valid Unicode takes `_add_node`'s way."""
     nodes = g.node
     start = len(nodes)
-    for at in range(0, len(ops), _NODE_BATCH):
-        batch = ops[at:at + _NODE_BATCH]
+    for at in range(0, len(ops), _BATCH):
+        batch = ops[at:at + _BATCH]
         try:
             encoded = wire_nodes(_node_rows(batch, outputs))
         except UnicodeEncodeError:
@@ -166,20 +152,14 @@ def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
                 _add_node(nodes, op, outputs)
             continue
         g.MergeFromString(encoded)
-        for i in compress(range(at, at + len(batch)), map(_has_extras, batch)):
-            _add_node_extras(nodes[start + i], ops[i])
+        for i, op in enumerate(batch, start + at):
+            if op.doc_string or op.has_onnx_attrs():
+                _add_node_extras(nodes[i], op)
 
 
 def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"]:
     if ops is None:
-        ops = list(graph._ops.values())
-        seen: set = set()
-        for op in ops:  # insertion order is topological unless rewired after creation
-            for t in op._inputs:
-                if t is not None and t._producer is not None and t._producer not in seen:
-                    return graph.toposort()
-            seen.add(op)
-        return ops
+        return graph.toposort()  # insertion order unless an op was rewired after creation
     return list(ops)
 
 
@@ -202,41 +182,40 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
     out_set = set(outputs)
     _add_nodes(g, ops, out_set)
     io = set(inputs) | out_set
-    add = g.value_info.add
     if types:
+        add = g.value_info.add
         for op in ops:
-            for t in op._outputs:
+            for t in op.get_output_tensors():
                 if t not in io and not _is_unused_placeholder(t, out_set) and _typed(t, types):
                     fill_value_info(add(), t, types)
-    else:  # the usual case, kept tight: 100k-op graphs export every tensor's type
-        # the fields `fill_value_info` writes, encoded as bytes and merged in batches (`wire`); each distinct
-        # type encoded once, by the ids of a shape and dtype (the tensors hold both)
+    else:  # the usual case: the fields `fill_value_info` writes, encoded as bytes (`wire`) and merged in batches,
+        # each distinct type encoded once, by the ids of a shape and dtype (the tensors hold both)
         known: dict[tuple[int, int], bytes] = {}
         entries: list[tuple[str, bytes]] = []
-        append = entries.append
         for op in ops:
-            for t in op._outputs:
-                if (t._dtype is not None or t._type_proto is not None) and t not in io \
-                        and (":unused:" not in t.name or not _is_unused_placeholder(t, out_set)):
-                    if t._type_proto is not None:
-                        append((t.name, type_field(t._type_proto.SerializeToString())))
-                        continue
-                    shape, dtype = t._shape, t._dtype
-                    typed = known.get((id(shape), id(dtype)))
-                    if typed is None:
-                        typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype)
-                                                                            .SerializeToString())
-                    append((t.name, typed))
-                    if len(entries) >= _VALUE_INFO_BATCH:  # merged in batches: the bytes never add up to a copy
-                        g.MergeFromString(value_infos(entries))
-                        entries.clear()
+            for t in op.get_output_tensors():
+                type_proto, dtype = t.type_proto, t.dtype
+                if (dtype is None and type_proto is None) or t in io \
+                        or (":unused:" in t.name and _is_unused_placeholder(t, out_set)):
+                    continue
+                if type_proto is not None:
+                    entries.append((t.name, type_field(type_proto.SerializeToString())))
+                    continue
+                shape = t.shape
+                typed = known.get((id(shape), id(dtype)))
+                if typed is None:
+                    typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype).SerializeToString())
+                entries.append((t.name, typed))
+                if len(entries) >= _BATCH:  # merged in batches: the bytes never add up to a copy
+                    g.MergeFromString(value_infos(entries))
+                    entries.clear()
         g.MergeFromString(value_infos(entries))
     if external:  # weights stored elsewhere: their references, never their bytes
         for t in consts:
-            g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t._data, t.name))
+            g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t.data, t.name))
     else:
         for t in consts:
-            g.initializer.append(array_to_tensor(t._data, t.name))
+            g.initializer.append(array_to_tensor(t.data, t.name))
     for t in inputs:
         fill_value_info(g.input.add(), t, types)
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
@@ -264,13 +243,12 @@ def inferred_types(graph: "Graph") -> Types:
     """What onnx shape inference adds to the graph's tensor types: name -> (shape, dtype). Pure."""
     # large weights go in as references: inference reads only their dims, and copying them
     # would cost their size again (and pass protobuf's 2 GiB limit for large models)
-    model = graph_to_onnx(graph, infer_missing=False, external=weight_references(graph._tensors.values()))
+    model = graph_to_onnx(graph, infer_missing=False, external=weight_references(graph.get_tensors()))
     inferred = infer_model(model, f"graph {graph.name!r}")
-    tensors = graph._tensors
 
     def facts(name: str):
-        t = tensors.get(name)
-        return None if t is None else (t._shape, t._dtype, t._data is not None)
+        t = graph.get_tensor(name) if graph.has_tensor(name) else None
+        return None if t is None else (t.shape, t.dtype, t.is_const)
 
     return type_updates(facts, inferred)
 
@@ -296,8 +274,8 @@ def weight_references(tensors: Iterable["Tensor"]) -> dict[str, onnx.TensorProto
     """Stand-ins for the large weights among `tensors`: external references to a file that is
     never written, for passes that read only dims and types (shape inference) or get the
     arrays another way (onnxruntime's external initializers)."""
-    return {t.name: external_reference(t.name, t._data, UNWRITTEN_LOCATION, 0)
-            for t in tensors if t._data is not None and goes_external(t._data)}
+    return {t.name: external_reference(t.name, t.data, UNWRITTEN_LOCATION, 0)
+            for t in tensors if t.is_const and goes_external(t.data)}
 
 
 def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True,
@@ -306,10 +284,10 @@ def graph_to_onnx(graph: "Graph", *, infer_missing: bool = True,
 
     `external`: weight name -> the TensorProto to use in place of its data (an external-data
     reference, as an .xmodel with a side file stores it)."""
-    types = _types_for(graph, [*graph._inputs, *graph._outputs]) if infer_missing else None
-    consts = [t for t in graph._tensors.values() if t._data is not None]
+    inputs, outputs = graph.get_input_tensors(), graph.get_output_tensors()
+    types = _types_for(graph, [*inputs, *outputs]) if infer_missing else None
     ops = _ordered_ops(graph)
-    model = _model(graph, graph.name, ops, graph._inputs, graph._outputs, consts, types, external)
+    model = _model(graph, graph.name, ops, inputs, outputs, graph.get_const_tensors(), types, external)
     if infer_missing:
         check_exported(model, f"graph {graph.name!r}", ops)
     return model
@@ -344,7 +322,7 @@ def check_exported(model: onnx.ModelProto, what: str, ops: "Sequence[Op] | None"
         keys = [(node.domain, node.op_type, len(node.input), len(node.output)) for node in nodes]
     else:
         nodes = ops
-        keys = [(op.domain, op.type, len(op._inputs), len(op._outputs)) for op in ops]
+        keys = [(op.domain, op.type, op.get_input_num(), op.get_output_num()) for op in ops]
     for key in dict.fromkeys(keys):  # each distinct key once, in the order of its first node
         domain, op_type, n_inputs, n_outputs = key
         domain = "" if domain == "ai.onnx" else domain

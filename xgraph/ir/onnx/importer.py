@@ -15,7 +15,6 @@ from onnx import numpy_helper
 from xgraph.errors import ModelFileError
 from xgraph.ir.attribute_values import attribute_to_python
 from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.collector import collector_paused
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.nodes import Nodes, is_text, node_order, unique_op_names
 from xgraph.ir.onnx.safe_reader import read_model_inventory, sparse_to_dense
@@ -80,21 +79,16 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
                      decoded: dict[bytes, tuple[str, Any, int]]) -> None:
     """Decode `attributes` onto `op`. `decoded`: plain attributes already decoded in this model, by their
     bytes (a model repeats a handful of axis/perm attributes on thousands of nodes); lists are copied."""
-    attrs, kinds = op._attrs, op._attr_types
     for a in attributes:
         key = a.SerializeToString() if a.type in _PLAIN_ATTRIBUTES else None
         hit = decoded.get(key) if key is not None else None
         if hit is not None:
             name, value, attr_type = hit
-            if name in attrs:
+            if op.has_attr(name):
                 raise ModelFileError(f"{label}: node {op.name!r} has attribute {name!r} twice")
-            if op._graph._nested_ops:  # an op holding a graph: `_set_onnx_attr` keeps the graph's record of it
-                op._set_onnx_attr(name, list(value) if type(value) is tuple else value, attr_type)
-            else:  # a plain value (no array to freeze, no graph): what `_set_onnx_attr` writes, without the calls
-                attrs[name] = list(value) if type(value) is tuple else value
-                kinds[name] = attr_type
+            GraphBuilder.set_plain_attr(op, name, list(value) if type(value) is tuple else value, attr_type)
             continue
-        if a.name in op._attrs:
+        if op.has_attr(a.name):
             raise ModelFileError(f"{label}: node {op.name!r} has attribute {a.name!r} twice")
         if not a.name or (a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name):
             raise ModelFileError(f"{label}: node {op.name!r} has an attribute without a name or type "
@@ -113,7 +107,7 @@ def _read_attributes(op: Op, attributes: list[onnx.AttributeProto], label: str,
             decoded[key] = (a.name, tuple(value) if type(value) is list else value, attr_type)
 
 
-def _unused_output_name(op_name: str, position: int, declared: set[str], tensors: dict[str, Tensor]) -> str:
+def _unused_output_name(op_name: str, position: int, declared: set[str], tensors: "Mapping[str, Tensor]") -> str:
     """A private name for an omitted optional output (positions are kept), used by no tensor of the model."""
     name = base = f"{op_name}:unused:{position}"
     k = 0
@@ -127,10 +121,9 @@ def graph_from_onnx(src: Any, *, infer_shapes: bool = True, label: str | None = 
                     graph_class: type[GraphCore] = GraphCore) -> GraphCore:
     """Build a `graph_class` graph from an ONNX model (path, bytes, or ModelProto)."""
     mapped: dict[str, np.ndarray] = {}
-    with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes between
-        model, _, label, inv = read_model_inventory(src, label, mapped)
-        return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
-                                      graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
+    model, _, label, inv = read_model_inventory(src, label, mapped)
+    return graph_from_model_proto(model, label, infer_shapes=infer_shapes, inventory=inv,
+                                  graph_class=graph_class, mapped=mapped, nodes=inv.nodes)
 
 
 def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: bool = True,
@@ -143,12 +136,11 @@ def graph_from_model_proto(model: onnx.ModelProto, label: str, *, infer_shapes: 
     already mapped (the arrays become the weights as they are: no copy). `largest_dim`: the
     model's `largest_declared_dim`, when the caller read it from its inventory; `nodes`: the main
     graph's nodes as the safe reader read them into columns (unchecked), else they are read here."""
-    with collector_paused(keeps=True):
-        try:
-            return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
-                                largest_dim, nodes)
-        except NotText as e:
-            raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
+    try:
+        return _build_graph(model, label, infer_shapes, skip_initializers, inventory, graph_class, mapped or {},
+                            largest_dim, nodes)
+    except NotText as e:
+        raise ModelFileError(f"{label}: the dimension name {e.args[0][:40]!r} is not valid UTF-8") from None
 
 
 def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_initializers: frozenset[str],
@@ -182,7 +174,7 @@ def _build_graph(model: onnx.ModelProto, label: str, infer_shapes: bool, skip_in
         bad = next(n for n in types if type(n) is not str)
         raise ModelFileError(f"{label}: the value name {bad[:40]!r} is not valid UTF-8")
     build = GraphBuilder(graph)
-    tensors = graph._tensors  # read-only here: the builder fills it
+    tensors = build.tensors  # read-only here: the builder fills it
 
     def add_const(name: str, array: np.ndarray) -> None:
         if name in tensors:
@@ -238,7 +230,7 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], type_
                label: str) -> None:
     """Every node as an op, in a topological order, with its attributes and its outputs' types
     (`types`, `type_protos`: serialized TypeProto by value name, and the type of each, `value_type_keys`)."""
-    tensors = build.graph._tensors
+    tensors = build.tensors
     order = node_order(nodes, set(tensors), label)
     names = unique_op_names(nodes, order)
     omitted = nodes.omitted_outputs > 0  # optional outputs left out: they get private names (`node_order` counted)
@@ -268,7 +260,7 @@ def _add_nodes(build: GraphBuilder, nodes: Nodes, types: dict[str, bytes], type_
         _read_attributes(op_of[i], attributes[i], label, decoded)
     if others:  # sequences, maps, optionals, and types that cannot be decoded: op by op, in order
         for op in made:
-            for t in op._outputs:
+            for t in op.get_output_tensors():
                 key = others.get(t.name)
                 if key is not None:
                     _set_tensor_type(t, type_protos[key])

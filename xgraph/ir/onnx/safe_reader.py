@@ -12,7 +12,6 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from xgraph.errors import ModelFileError
-from xgraph.ir.collector import collector_paused
 from xgraph.ir.onnx.external_data import load_external_data
 from xgraph.ir.file_handles import read_model_file
 from xgraph.ir.onnx.nodes import Nodes
@@ -160,9 +159,8 @@ def read_model_inventory(src, label: str | None = None, mapped: dict[str, np.nda
         base_dir = path.parent
     else:
         raise ModelFileError(f"cannot load a model from {type(src).__name__}; give a path, bytes or onnx.ModelProto")
-    with collector_paused():  # hundreds of thousands of small lists and tuples: no collector passes over them
-        nodes = Nodes(model.graph.node, None)  # read once, here: the walk below and the importer share the columns
-        inv = inventory(model, label, nodes.attributes)
+    nodes = Nodes(model.graph.node, None)  # read once, here: the walk below and the importer share the columns
+    inv = inventory(model, label, nodes.attributes)
     inv.nodes = nodes
     external = False
     for t in iter_tensors(model, label, inv):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
-from operator import attrgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,7 @@ from google.protobuf.message import EncodeError
 
 from xgraph.errors import GraphError, ModelFileError
 from xgraph.ir.blob import blob_arrays
-from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.collector import collector_paused
+from xgraph.ir.builder import GraphBuilder, write_op_annotations
 from xgraph.ir.files import all_or_nothing, check_target, on_commit, write_bytes, write_new
 from xgraph.ir.graph_core import GraphCore
 from xgraph.ir.onnx.attr_columns import MISSING, DecodedValues, ValueTable, op_annotation_columns
@@ -49,8 +48,6 @@ META_KEY = "xgraph.meta"
 FORMAT = "xgraph.xmodel"
 #: the format written: 2 stores attr values once in a table (`xgraph.ir.onnx.attr_columns`)
 VERSION = 2
-#: the formats read: 1 (a tagged record per op and subgraph) and 2
-READ_VERSIONS = (1, 2)
 #: Weights adding up to more than this many bytes go to a side file (the `external_data_threshold` default).
 DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 28
 #: Past this many bytes of weights the side file is used whatever the threshold: one protobuf
@@ -62,11 +59,11 @@ _NAME = attrgetter("name")
 
 
 def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
-    node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg._attrs)}
-    if sg._children:
+    node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg.get_attrs())}
+    if not sg.is_leaf:
         node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
     elif not sg.is_root:
-        ops = sg._ops
+        ops = sg.get_ops()
         node["ops"] = [next(iter(ops)).name] if len(ops) == 1 else sorted(map(_NAME, ops))
     return node
 
@@ -80,29 +77,30 @@ def _dump_json(meta: dict) -> str:
 def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.ModelProto:
     """The .xmodel content of `graph` as a ModelProto; with `side`, its large weights are
     references into that side file (filled in here: nothing is written)."""
-    clash = next(filter(methodcaller("startswith", ARRAY_PREFIX), graph._tensors), None)  # the first, in C
+    tensors = graph.get_tensors()
+    clash = next((t.name for t in tensors if t.name.startswith(ARRAY_PREFIX)), None)
     if clash is not None:
         raise GraphError(f"graph {graph.name!r}: tensor {clash!r} uses the name prefix {ARRAY_PREFIX!r}, which "
                          ".xmodel files reserve for attribute arrays; rename the tensor before saving")
     external = None
     if side is not None:
-        external = {t.name: side.add(t.name, t._data) for t in graph._tensors.values()
-                    if t._data is not None and goes_external(t._data)}
+        external = {t.name: side.add(t.name, t.data) for t in tensors if t.is_const and goes_external(t.data)}
     model = graph_to_onnx(graph, external=external)
     enc = Encoder(None if side is None else _blob_to_side(side))
     table = ValueTable(enc)
-    ops = list(graph._ops.values())
+    ops = graph.get_ops()
     meta = {
         "format": FORMAT,
         "version": VERSION,
-        "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph._attrs)},
+        "graph": {"name": graph.name, "attrs": enc.encode_attrs(graph.get_attrs())},
         "op_order": [op.name for op in ops],
-        "tensor_order": [t.name for t in graph._tensors.values() if ":unused:" not in t.name],
-        "op_annotations": {},  # format 1's per-op records; format 2 writes the columns
-        "op_annotation_columns": op_annotation_columns(ops, table),
-        "tensor_attrs": {t.name: enc.encode_attrs(t._attrs) for t in graph._tensors.values() if t._attrs},
-        "inputs": [t.name for t in graph._inputs],
-        "tree": _tree_to_json(graph._root, table),
+        "tensor_order": [t.name for t in tensors if ":unused:" not in t.name],
+        "op_annotations": {},  # always empty in version 2 (annotations are columns); required by every reader
+        "op_annotation_columns": op_annotation_columns(graph, ops, table),
+        "tensor_attrs": {t.name: enc.encode_attrs(attrs) for t, attrs in zip(tensors, graph.index().attr_dicts(tensors))
+                         if attrs},
+        "inputs": [t.name for t in graph.get_input_tensors()],
+        "tree": _tree_to_json(graph.get_root_subgraph(), table),
     }
     meta["values"] = table.entries
     model.graph.initializer.extend(enc.arrays)
@@ -138,7 +136,7 @@ def serialize(graph: GraphCore, path: str | os.PathLike, external_data_threshold
     require_path(path, "serialize")
     check_target(path)
     threshold = external_threshold(graph, external_data_threshold)
-    weights = [t._data for t in graph._tensors.values() if t._data is not None] + blob_arrays(graph)
+    weights = [t.data for t in graph.get_const_tensors()] + blob_arrays(graph)
     total = sum(int(a.nbytes) for a in weights)
     external = (total > threshold or total > INLINE_LIMIT) and any(goes_external(a) for a in weights)
     with all_or_nothing():
@@ -165,8 +163,7 @@ _NAME_TRIES = 8
 
 def _encode(graph: GraphCore, side: SideLayout | None, path: str | os.PathLike) -> bytes:
     try:
-        with collector_paused():  # one bulk build of 100k-op protos and JSON: the collector's passes would cost more
-            return to_model_proto(graph, side).SerializeToString()
+        return to_model_proto(graph, side).SerializeToString()
     except (ValueError, RuntimeError, EncodeError) as e:  # e.g. over protobuf's 2 GiB message limit
         raise ModelFileError(f"{path}: the graph cannot be encoded as one ONNX file ({e}); weights of "
                              "fixed-size types go to a side file above external_data_threshold, other data "
@@ -189,7 +186,7 @@ def external_threshold(graph: GraphCore, given: int | None) -> int:
             raise GraphError(f"external_data_threshold {given!r}: give a number of bytes >= 0")
         return given
     try:
-        recorded = json.loads(graph._attrs.get("compile_options") or "{}").get("external_data_threshold")
+        recorded = json.loads(graph.get_attrs().get("compile_options") or "{}").get("external_data_threshold")
     except (ValueError, AttributeError, TypeError):
         recorded = None
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
@@ -211,13 +208,14 @@ def _read_meta(model: onnx.ModelProto, label: str) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ModelFileError(f"{label}: xgraph metadata does not declare format {FORMAT!r}")
     version = meta.get("version")
-    if type(version) is not int or version not in READ_VERSIONS:
-        raise ModelFileError(f"{label}: .xmodel version {version!r} is not supported (this xgraph reads versions "
-                             f"{', '.join(map(str, READ_VERSIONS))}); compile the model again with this xgraph")
+    if type(version) is int and version < VERSION:
+        raise ModelFileError(f"{label}: .xmodel version {version} was written by an older xgraph, which this one "
+                             f"does not read (it reads version {VERSION}); compile the model again with this xgraph")
+    if version != VERSION or type(version) is not int:
+        raise ModelFileError(f"{label}: .xmodel version {repr(version)[:40]} is not supported (this xgraph reads "
+                             f"version {VERSION}); compile the model again with this xgraph")
     required = (("graph", dict), ("op_order", list), ("op_annotations", dict), ("tensor_attrs", dict),
-                ("inputs", list), ("tree", dict))
-    if version >= 2:
-        required += (("op_annotation_columns", dict), ("values", list))
+                ("inputs", list), ("tree", dict), ("op_annotation_columns", dict), ("values", list))
     for key, kind in required:
         if not isinstance(meta.get(key), kind):
             raise ModelFileError(f"{label}: xgraph metadata key {key!r} is missing or not a {kind.__name__}")
@@ -234,8 +232,8 @@ def _check_side_file(side: Any, arrays: dict[str, np.ndarray], label: str) -> No
                              "(its token differs): the pair is mismatched; save or compile the model again")
 
 
-def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues") -> None:
-    """The subgraph tree; `dec` reads node attrs (format 1: a Decoder; format 2: the value table)."""
+def _restore_tree(build: GraphBuilder, node: dict, dec: DecodedValues) -> None:
+    """The subgraph tree; `dec` (the value table) reads node attrs."""
     graph = build.graph
     root = graph.get_root_subgraph()
     build.set_annotations(root, dec.attrs(node.get("attrs", {}), "the root subgraph"))
@@ -271,10 +269,10 @@ def _restore_tree(build: GraphBuilder, node: dict, dec: "Decoder | DecodedValues
     _place_leaves(build, leaves, dec)
 
 
-def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: "Decoder | DecodedValues") -> None:
+def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec: DecodedValues) -> None:
     """Put each op in the leaf that names it: every op of the graph in exactly one leaf. Checked for all the
     leaves at once (C passes over one list of every name); a problem is then named leaf by leaf, in order."""
-    ops = build.graph._ops
+    ops = {op.name: op for op in build.graph.get_ops()}
     lists = [names for _, names in leaves]
     if all(type(names) is list and names for names in lists):
         every = list(chain.from_iterable(lists))
@@ -287,7 +285,7 @@ def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec
                     at += len(names)
                 return
     claimed: set[str] = set()  # ops placed in a leaf already (which leaf: `leaf_of`)
-    leaf_of = build.graph._leaf_of
+    leaf_of = build.graph.get_leaf_subgraph
     for sg, names in leaves:
         if not isinstance(names, list) or not names or not is_text(*names):
             dec.fail(f"leaf subgraph {sg.name!r} has no op list")
@@ -296,9 +294,9 @@ def _place_leaves(build: GraphBuilder, leaves: "list[tuple[Subgraph, Any]]", dec
             if op is None:
                 dec.fail(f"subgraph {sg.name!r} names op {n!r}, which the graph does not have")
             if n in claimed:
-                dec.fail(f"op {n!r} is in both subgraph {leaf_of[op].name!r} and {sg.name!r}")
+                dec.fail(f"op {n!r} is in both subgraph {leaf_of(op).name!r} and {sg.name!r}")
             claimed.add(n)
-            build.place_op(sg, op)
+            build.place_ops(sg, [op])
     if len(claimed) != len(ops):  # claimed names are distinct ops of the graph
         missing = [name for name in ops if name not in claimed]
         dec.fail(f"the subgraph tree leaves ops out: {missing[:5]}")
@@ -340,30 +338,28 @@ def from_model_proto(model: onnx.ModelProto, label: str, graph_class: type[Graph
     build = GraphBuilder(graph)
     build.set_annotations(graph, dec.attrs(g.get("attrs", {}), "the graph"))
     order = meta["op_order"]
-    ops = dict(graph._ops)  # name -> op, as the import keyed them
+    ops = {op.name: op for op in graph.get_ops()}  # name -> op, as the import keyed them
     if not is_text(*order) or len(order) != len(ops) or set(order) != set(ops):
         dec.fail("op order does not list exactly the graph's ops")
     tensor_order = meta.get("tensor_order")
     if not isinstance(tensor_order, list) or not is_text(*tensor_order) \
-            or not graph._tensors.keys() >= set(tensor_order):
+            or not {t.name for t in graph.get_tensors()} >= set(tensor_order):
         dec.fail("tensor order is missing or names unknown tensors")
     build.reorder(order, tensor_order)
-    values = DecodedValues(meta["values"], dec) if meta["version"] >= 2 else None
-    if values is not None:
-        op_list = list(graph._ops.values())  # in op_order now
-        for key, column in meta["op_annotation_columns"].items():
-            build.set_op_annotation_column(key, op_list, values.column(key, column, len(op_list)), MISSING)
-    for name, attrs in meta["op_annotations"].items():
-        if name not in ops:
-            dec.fail(f"annotations for unknown op {name!r}")
-        build.set_annotations(ops[name], dec.attrs(attrs, f"op {name!r}"))
+    for name in meta["op_annotations"]:  # always empty in version 2: annotations are columns
+        dec.fail(f"annotations for unknown op {name!r}" if name not in ops else
+                 f"op {name!r} has a per-op annotation record, which version 2 keeps in 'op_annotation_columns'")
+    values = DecodedValues(meta["values"], dec)
+    op_list = graph.get_ops()  # in op_order now
+    for key, column in meta["op_annotation_columns"].items():
+        write_op_annotations(graph, op_list, {key: values.column(key, column, len(op_list))}, MISSING)
     for name, attrs in meta["tensor_attrs"].items():
         if not isinstance(name, str) or not graph.has_tensor(name):
             dec.fail(f"attrs for unknown tensor {name!r}")
         build.set_annotations(graph.get_tensor(name), dec.attrs(attrs, f"tensor {name!r}"))
     if [t.name for t in graph.get_input_tensors()] != meta["inputs"]:
         dec.fail("graph inputs do not match the recorded inputs")
-    _restore_tree(build, meta["tree"], dec if values is None else values)
+    _restore_tree(build, meta["tree"], values)
     build.finish()
     check_known_attrs(graph, label)  # attrs xgraph reads back hold what it writes
     read_gears(model, graph, label, lambda gear, where: from_model_proto(gear, where, graph_class))
@@ -374,11 +370,10 @@ def deserialize(src: str | os.PathLike | bytes, graph_class: type[GraphCore] = G
     """Load an .xmodel from a path or bytes, as a `graph_class` graph."""
     def once() -> GraphCore:
         mapped: dict[str, np.ndarray] = {}
-        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
-            model, _, label, inv = read_model_inventory(src, mapped=mapped)
-            nodes = inv.nodes
-            del inv
-            return from_model_proto(model, label, graph_class, mapped, nodes)
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        nodes = inv.nodes
+        del inv
+        return from_model_proto(model, label, graph_class, mapped, nodes)
     return read_consistently(src, once)
 
 
@@ -389,18 +384,17 @@ def load(src: str | os.PathLike | bytes | onnx.ModelProto, graph_class: type[Gra
     """
     def once() -> GraphCore:
         mapped: dict[str, np.ndarray] = {}
-        with collector_paused(keeps=True):  # from the reader's node columns on: one bulk build, no collector passes
-            model, _, label, inv = read_model_inventory(src, mapped=mapped)
-            if any(p.key == META_KEY for p in model.metadata_props):
-                nodes = inv.nodes
-                del inv
-                return from_model_proto(model, label, graph_class, mapped, nodes)
-            # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
-            # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
-            largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        model, _, label, inv = read_model_inventory(src, mapped=mapped)
+        if any(p.key == META_KEY for p in model.metadata_props):
+            nodes = inv.nodes
             del inv
-            return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
-                                          nodes=nodes)
+            return from_model_proto(model, label, graph_class, mapped, nodes)
+        # the reader's inventory is not handed on: held through the build, it raised a 100k-op compile's peak
+        # memory by a tenth (measured); the one fact the inference budget reads from it is taken here instead
+        largest, nodes = largest_declared_dim(model, label, inv), inv.nodes
+        del inv
+        return graph_from_model_proto(model, label, graph_class=graph_class, mapped=mapped, largest_dim=largest,
+                                      nodes=nodes)
     return read_consistently(src, once)
 
 

@@ -1,7 +1,5 @@
-"""The linear fast paths of the IR's orders equal what the general algorithms give.
-
-`Graph.toposort` and `Subgraph.toposort_child_subgraph` return the table / first-op order when
-it is already topological, and `Subgraph.child_dependencies` walks the op links directly; each
+"""The IR's orders (`Graph.toposort`, `Subgraph.toposort_child_subgraph`, `Subgraph.child_dependencies`, the
+index's op producers) against what the general algorithms give: each
 is checked here against a few-line oracle written from the public API (Kahn's algorithm with
 a heap, smallest insertion number first), on random DAGs built in order and rewired out of
 order, with random merges of the root's children.
@@ -131,7 +129,7 @@ def test_toposort_stays_kahns_order_through_edits_that_keep_and_break_the_table_
     """Edits that keep a topological table order so (weights added, ops and tensors removed, ops
     folded into weights) let `toposort` skip its check; every other edit makes it check again."""
     import numpy as np
-    from xgraph.ir.weight_edits import remove_unused_weights, replace_op_by_weights
+    from xgraph.ir.builder import remove_unused_weights, replace_op_by_weights
     rng = random.Random(seed + 7)
     g = _random_graph(seed, rewire=False)
     for step in range(30):
@@ -209,7 +207,7 @@ def _after_churn(seed: int) -> Graph:
 @pytest.mark.parametrize("kind", ["fresh", "gaps", "churn", "reloaded"])
 @pytest.mark.parametrize("seed", range(20))
 def test_op_producers_match_their_definition(seed, kind):
-    from xgraph.ir.child_links import MANY, NONE, _op_producers
+    from xgraph.ir.index import MANY, NONE
     if kind == "churn":
         g = _after_churn(seed)
     else:
@@ -223,7 +221,7 @@ def test_op_producers_match_their_definition(seed, kind):
             g.get_root_subgraph().create_child_subgraph()
             g = _reloaded(g)
     position = {op: i for i, op in enumerate(g.get_ops())}
-    first, more = _op_producers(g)
+    first, more = g.index().producers()
     assert len(first) == g.get_op_num()
     kinds = set()
     for op, code in zip(g.get_ops(), first):

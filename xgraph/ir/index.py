@@ -1,0 +1,429 @@
+"""GraphIndex: what a graph's structure implies, worked out on first ask and kept until it changes.
+
+`graph.index()` hands out the index of the graph's current version. Every structural write
+(`xgraph.ir.builder`, through `GraphCore._touch`) drops it, so nothing here is ever stale; an edit
+that keeps the table order topological (removing ops or tensors, adding weights) keeps only that
+fact. The index answers, for stages that ask them of every op of a 100k-op graph:
+
+* orders: the deterministic topological order, each op's position in it, reachability, the
+  networkx view;
+* links: per op the positions of the ops it reads from, the graph outputs as a set, the reads of
+  nested graphs (If/Loop/Scan bodies) by name;
+* children: which children of a subgraph read from which (merge planners), the children without
+  a label with their ops (placement), labels and ops of many subgraphs at once;
+* op facts by column: per op (type, domain, ONNX attributes, numbered tensors) and per tensor
+  (dtype, shape, weight, used), for signing every op;
+* what constant folding asks of thousands of ops: which read only values, the values they read,
+  an attribute identity to reuse a fold by.
+
+It reads the IR's tables directly and hands out new lists, tuples and sets (or read-only views),
+so a caller keeps the answers without being able to change the graph through them. Nothing here
+writes: the one writer is `xgraph.ir.builder`.
+"""
+from __future__ import annotations
+
+import heapq
+from array import array
+from operator import attrgetter
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Container, Hashable, Iterable, Mapping, NamedTuple, Sequence
+
+from xgraph.errors import GraphError
+from xgraph.ir.nested import outer_names
+from xgraph.ir.op import ANNOTATION
+
+if TYPE_CHECKING:
+    import networkx as nx
+    import numpy as np
+
+    from xgraph.ir.graph_core import GraphCore
+    from xgraph.ir.op import Op
+    from xgraph.ir.subgraph import Subgraph
+    from xgraph.ir.tensor import Tensor
+
+#: (type, domain, key of the ONNX attribute pairs, input numbers, output numbers): see `GraphIndex.op_rows`.
+OpRow = tuple[str, str, Hashable, tuple[Hashable, ...], tuple[Hashable, ...]]
+
+#: `GraphIndex.producers` codes: an op reading no other op; an op reading several (MANY - code indexes `more`)
+NONE, MANY = -1, -2
+
+_EMPTY: Mapping = MappingProxyType({})
+_SEQ, _CHILDREN = attrgetter("_seq"), attrgetter("_children")
+
+
+class TensorFacts(NamedTuple):
+    """Per tensor of the graph (in creation order, as `Graph.get_tensors`): dtype, shape, whether it is
+    a weight, and whether it is used (read by an op, or a graph output)."""
+
+    tensors: list["Tensor"]
+    dtypes: list["np.dtype | None"]
+    shapes: list["tuple | None"]
+    is_const: list[bool]
+    used: list[bool]
+
+
+class GraphIndex:
+    """The derived facts of one version of a graph (see the module docstring); `graph.index()` gives it."""
+
+    __slots__ = ("graph", "_table_order", "_order", "_positions", "_producers", "_outputs", "_implicit", "_digraph")
+
+    def __init__(self, graph: "GraphCore", table_order_topological: bool = False) -> None:
+        self.graph = graph
+        #: the table order is known topological (None: not checked yet)
+        self._table_order: "bool | None" = True if table_order_topological else None
+        self._order: "list[Op] | None" = None
+        self._positions: "dict[Op, int] | None" = None
+        self._producers: "tuple[array, list[tuple[int, ...]]] | None" = None
+        self._outputs: "set[Tensor] | None" = None
+        self._implicit: "tuple[dict, dict] | None" = None
+        self._digraph: "nx.DiGraph | None" = None
+
+    # -- orders ------------------------------------------------------------------------------------
+    def toposort(self) -> "list[Op]":
+        """The ops in a deterministic topological order (creation order breaks ties; do not change the
+        list). O(V+E) when the table order is topological (the usual graph), else O((V+E) log V)."""
+        if self._order is None:
+            self._order = self._topological_order()
+        return self._order
+
+    def _topological_order(self) -> "list[Op]":
+        g = self.graph
+        ops = list(g._ops.values())
+        if not g._nested_ops and (self._table_order or self._table_order is None and _table_is_topological(ops)):
+            self._table_order = True
+            return ops
+        self._table_order = False
+        indeg = {op: len(op.get_input_ops()) for op in ops}
+        heap = [(op._seq, op) for op, n in indeg.items() if n == 0]  # creation numbers are unique: ties broken
+        heapq.heapify(heap)
+        order = []
+        while heap:
+            op = heapq.heappop(heap)[1]
+            order.append(op)
+            for c in op.get_fanout_ops():
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(heap, (c._seq, c))
+        if len(order) != len(ops):
+            stuck = sorted(op.name for op, n in indeg.items() if n > 0)[:5]
+            raise GraphError(f"graph {g.name!r} has a cycle through ops {stuck}")
+        return order
+
+    def after_order_keeping_edit(self) -> "GraphIndex | None":
+        """The index of the next version when the edit made (removing ops or tensors, adding weights) keeps a
+        topological table order so: only that fact carried over; None when it was not known."""
+        return GraphIndex(self.graph, True) if self._table_order else None
+
+    def table_order_is_topological(self) -> bool:
+        """True when the toposort is the table order (no op has nested graphs): an order taken now then
+        stays the order, less the removed ops, after edits that remove ops or add weights."""
+        self.toposort()
+        return bool(self._table_order)
+
+    def positions(self) -> "Mapping[Op, int]":
+        """Op -> its position in `toposort()` (read-only)."""
+        if self._positions is None:
+            self._positions = dict(zip(self.toposort(), range(len(self.graph._ops))))
+        return MappingProxyType(self._positions)
+
+    def reaches(self, src: "Op", dst: "Op") -> bool:
+        """True when a path leads from `src` to `dst` (src == dst counts); walks no further than `dst`'s position."""
+        if src is dst:
+            return True
+        self.positions()
+        index = self._positions
+        limit = index[dst]
+        stack, seen = [src], {src}
+        while stack:
+            for c in stack.pop().get_fanout_ops():
+                if c is dst:
+                    return True
+                if c not in seen and index[c] < limit:
+                    seen.add(c)
+                    stack.append(c)
+        return False
+
+    def op_graph(self) -> "nx.DiGraph":
+        """The op-to-op dependency graph as a networkx.DiGraph over the Op objects."""
+        if self._digraph is None:
+            import networkx as nx
+            ops = list(self.graph._ops.values())
+            g = nx.DiGraph()
+            g.add_nodes_from(ops)
+            g.add_edges_from((p, op) for op in ops for p in op.get_input_ops())
+            self._digraph = g
+        return self._digraph
+
+    # -- links -------------------------------------------------------------------------------------
+    def output_set(self) -> "frozenset[Tensor] | set[Tensor]":
+        """The graph outputs as a set (do not change it)."""
+        if self._outputs is None:
+            self._outputs = set(self.graph._outputs)
+        return self._outputs
+
+    def implicit_reads(self) -> "tuple[dict[Op, list[Tensor]], dict[Tensor, list[Op]]]":
+        """(op -> the outer tensors its nested graphs read by name, tensor -> such readers); do not change them."""
+        if self._implicit is None:
+            g = self.graph
+            reads: "dict[Op, list[Tensor]]" = {}
+            readers: "dict[Tensor, list[Op]]" = {}
+            tensors = g._tensors
+            for op in sorted(g._nested_ops, key=_SEQ):  # an op's own outputs are not reads
+                own = set(op._outputs)
+                reads[op] = found = [tensors[n] for n in outer_names(op._attrs.values())
+                                     if n in tensors and tensors[n] not in own]
+                for t in found:
+                    readers.setdefault(t, []).append(op)
+            self._implicit = reads, readers
+        return self._implicit
+
+    def nested_read_tensors(self) -> "set[Tensor]":
+        """The tensors some op's nested graph reads by name (a new set; empty at no cost without such ops)."""
+        return set(self.implicit_reads()[1]) if self.graph._nested_ops else set()
+
+    def has_nested_graphs(self, op: "Op | None" = None) -> bool:
+        """True when `op` (None: some op of the graph) has a graph attribute (an If/Loop/Scan body)."""
+        nested = self.graph._nested_ops
+        return bool(nested) if op is None else op in nested
+
+    def producers(self) -> "tuple[array, list[tuple[int, ...]]]":
+        """(first, more): per op in table order, the position of the one op it reads from, or `NONE`, or for an
+        op reading several distinct ops `MANY - i` with `more[i]` their positions in input order (implicit
+        reads of nested graphs count). Compact: 8 bytes per op, a tuple only per op reading several. O(V+E)."""
+        if self._producers is None:
+            ops = list(self.graph._ops.values())
+            position = dict(zip(ops, range(len(ops))))
+            first: list[int] = []
+            more: list[tuple[int, ...]] = []
+            append = first.append
+            nested = self.graph._nested_ops
+            for op in ops:
+                inputs = op._inputs
+                if len(inputs) == 1 and not nested:  # the usual op: nothing to deduplicate
+                    p = inputs[0]._producer if inputs[0] is not None else None
+                    append(NONE if p is None else position[p])
+                    continue
+                sources = [position[t._producer] for t in inputs if t is not None and t._producer is not None]
+                if nested and op in nested:
+                    sources += [position[p] for p in op.get_input_ops()]
+                if len(sources) > 1:
+                    sources = list(dict.fromkeys(sources))
+                if len(sources) == 1:
+                    append(sources[0])
+                elif sources:
+                    append(MANY - len(more))
+                    more.append(tuple(sources))
+                else:
+                    append(NONE)
+            self._producers = (array("q", first), more)
+        return self._producers
+
+    # -- children ----------------------------------------------------------------------------------
+    def child_dependencies(self, sg: "Subgraph") -> "tuple[list[Subgraph], list[list[int]]]":
+        """(children, preds): the children of `sg` numbered by their first op in table order and, per child,
+        the numbers of the children its ops read from, producer by producer in op order (a number may
+        repeat; a child's own number never appears). O(V+E); `Subgraph.child_dependencies` is this."""
+        first, more = self.producers()
+        holder = list(map(_child_lookup(sg).get, self.graph._ops.values()))  # None or sg: outside every child
+        numbered = dict.fromkeys(holder)
+        numbered.pop(None, None)
+        numbered.pop(sg, None)
+        if len(numbered) == len(holder):  # one child per op (as create_child_subgraph makes): child i holds op i
+            return list(numbered), [[] if u == NONE else [u] if u >= 0 else list(more[MANY - u]) for u in first]
+        number = dict(zip(numbered, range(len(numbered))))
+        number[None] = number[sg] = -1
+        owner = list(map(number.__getitem__, holder))  # per op position: its child's number, -1 outside sg
+        preds: list[list[int]] = [[] for _ in numbered]
+        for v, u in zip(owner, first):
+            if v < 0 or u == NONE:
+                continue
+            found = preds[v]
+            for u in (u,) if u >= 0 else more[MANY - u]:
+                u = owner[u]
+                if u >= 0 and u != v:
+                    found.append(u)
+        return list(numbered), preds
+
+    def edges_go_forward(self, sg: "Subgraph", rank: "Mapping[Subgraph, int]") -> bool:
+        """True when every dependency between children of `sg` points from a child of smaller `rank` to one of
+        larger or equal rank (an op's own child included). O(V+E)."""
+        first, more = self.producers()
+        get = rank.get
+        ranks = [get(c) for c in map(_child_lookup(sg).get, self.graph._ops.values())]
+        for here, u in zip(ranks, first):
+            if here is None or u == NONE:
+                continue
+            for u in (u,) if u >= 0 else more[MANY - u]:
+                there = ranks[u]
+                if there is not None and there > here:
+                    return False
+        return True
+
+    def children_in_op_order(self, sg: "Subgraph", ops: "Iterable[Op]") -> "list[Subgraph]":
+        """The children of `sg` holding some of `ops`, ordered by the first of `ops` each holds. O(len(ops))."""
+        found = dict.fromkeys(map(_child_lookup(sg).get, ops))
+        found.pop(None, None)
+        found.pop(sg, None)
+        return list(found)
+
+    def unlabelled_children(self, children: "Iterable[Subgraph]", key: str) -> "tuple[list[Subgraph], list[list[Op]]]":
+        """(the subgraphs of `children`, in order, without attr `key`; each one's ops, as `Subgraph.toposort`
+        orders them)."""
+        kept = [c for c in children if key not in c._attrs]
+        return kept, [list(c._ops) if len(c._ops) == 1 else c.toposort() for c in kept]
+
+    def attr_column(self, objects: "Iterable[Subgraph | Op]", key: str, default: object = None) -> list:
+        """`[x.get_attrs().get(key, default) for x in objects]` (subgraphs or ops), without a copy of each one's attrs."""
+        return [x._attrs.get(key, default) for x in objects]
+
+    def attr_kind_column(self, ops: "Iterable[Op]", key: str, default: object = None) -> list:
+        """Per op of `ops`, the kind of its attribute `key` (`Op.get_attr_kind`: None for an annotation), or `default`."""
+        return [op._attr_types.get(key, default) for op in ops]
+
+    def attr_dicts(self, objects: "Iterable[Tensor | Subgraph]") -> "list[dict[str, Any] | None]":
+        """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
+        return [dict(x._attrs) if x._attrs else None for x in objects]
+
+    def annotation_columns(self, ops: "Sequence[Op]", missing: object = None) -> "dict[str, list]":
+        """Annotation key -> per op of `ops` its value, or `missing` where the op has none; keys in first-seen
+        order. One pass over the ops."""
+        columns: dict[str, list] = {}
+        n = len(ops)
+        for i, op in enumerate(ops):
+            kinds = op._attr_types
+            for k, v in op._attrs.items():
+                if kinds.get(k) is ANNOTATION:
+                    column = columns.get(k)
+                    if column is None:
+                        column = columns[k] = [missing] * n
+                    column[i] = v
+        return columns
+
+    def children(self, sg: "Subgraph") -> "list[Subgraph]":
+        """The children of `sg` in the order they were made (`get_children` is a set)."""
+        return list(sg._children)
+
+    def ops_of(self, subgraphs: "Iterable[Subgraph]") -> "list[Op]":
+        """The ops of each of `subgraphs` in turn (`get_ops()` order within each), in one list."""
+        return [op for s in subgraphs for op in s._ops]
+
+    # -- op facts by column ------------------------------------------------------------------------
+    def op_rows(self, ops: "Iterable[Op]", tensor_number: "Mapping[Tensor | None, Hashable]",
+                attr_key: "Callable[[tuple[tuple[str, Any], ...]], Hashable]" = tuple) -> list[OpRow]:
+        """Per op of `ops`, in order: (type, domain, `attr_key` of its ONNX attributes as (name, value) pairs in
+        the op's own order, annotations left out (() for an op without any attribute, without calling
+        `attr_key`), the numbers of its inputs, the numbers of its outputs), each tensor numbered by
+        `tensor_number[t]` (an omitted optional input is looked up as None)."""
+        number = tensor_number.__getitem__
+        return [(op.type, op.domain, attr_key(_onnx_items(op)) if op._attrs else (), tuple(map(number, op._inputs)),
+                 tuple(map(number, op._outputs))) for op in ops]
+
+    def tensor_facts(self) -> TensorFacts:
+        """The facts of every tensor of the graph, one list per field."""
+        tensors = list(self.graph._tensors.values())
+        outputs = self.output_set()
+        return TensorFacts(tensors, [t._dtype for t in tensors], [t._shape for t in tensors],
+                           [t._data is not None for t in tensors],
+                           [bool(t._consumers) or t in outputs for t in tensors])
+
+    def distinct_output_shapes(self, ops: "Iterable[Op]") -> set:
+        """The distinct shapes (tuples, or None when unknown) of the outputs of `ops`."""
+        return {t._shape for op in ops for t in op._outputs}
+
+    # -- what constant folding asks ----------------------------------------------------------------
+    def fed_positions(self, ops: "Sequence[Op]", pending: "Container[Tensor]" = _EMPTY,
+                      skip: "Container[Op]" = _EMPTY) -> list[int]:
+        """Positions in `ops` of the ops not in `skip` whose inputs (omitted optionals aside) are all weights or
+        in `pending` (values a pass computed but has not turned into weights yet), in order; an op without
+        inputs counts."""
+        found = []
+        for i, op in enumerate(ops):
+            for t in op._inputs:
+                if t is not None and t._data is None and t not in pending:
+                    break
+            else:
+                if op not in skip:
+                    found.append(i)
+        return found
+
+    def reads_only_values(self, op: "Op", pending: "Container[Tensor]" = _EMPTY) -> bool:
+        """True when every input of `op` (omitted optionals aside) is a weight or in `pending`."""
+        for t in op._inputs:
+            if t is not None and t._data is None and t not in pending:
+                return False
+        return True
+
+    def known_values(self, op: "Op", pending: "Mapping[Tensor, np.ndarray]") -> "list[np.ndarray | None] | None":
+        """The arrays `op` reads, in input order (a weight's data, else `pending[t]`; None for an omitted
+        input), or None when some input is neither a weight nor in `pending`."""
+        values = []
+        for t in op._inputs:
+            if t is None:
+                values.append(None)
+            elif t._data is not None:
+                values.append(t._data)
+            else:
+                value = pending.get(t)
+                if value is None:
+                    return None
+                values.append(value)
+        return values
+
+    def unread_positions(self, ops: "Sequence[Op]", used: "Container[Tensor]") -> list[int]:
+        """Positions in `ops` of the ops none of whose outputs has a reader or is in `used`, in order."""
+        found = []
+        for i, op in enumerate(ops):
+            for t in op._outputs:
+                if t._consumers or t in used:
+                    break
+            else:
+                found.append(i)
+        return found
+
+    def fold_identity(self, op: "Op") -> "tuple[tuple, tuple, tuple]":
+        """(key, values, output types) of `op`. The key is (type, domain, attribute names, their kinds, the ids
+        of their values): two ops with equal keys have equal attributes as long as `values` (the attribute
+        values, which the caller holds on to with the key) stays alive, so no id is reused; ops with equal
+        attributes may still have different keys. The output types are ((shape, dtype) per output)."""
+        attrs = op._attrs
+        values = tuple(attrs.values())
+        return ((op.type, op.domain, tuple(attrs), tuple(op._attr_types.values()), tuple(map(id, values))), values,
+                tuple([(t._shape, t._dtype) for t in op._outputs]))
+
+    def creation_number(self, op: "Op") -> int:
+        """The op's creation number: along a table order `table_order_is_topological` vouches for, it rises with
+        the topological position (so it can stand for the position without a map of every op)."""
+        return op._seq
+
+
+def _table_is_topological(ops: "Sequence[Op]") -> bool:
+    """True when `ops` (a table) is in creation order and topological: then it is exactly what Kahn's heap
+    pops (the smallest ready op is always the next one). O(V+E)."""
+    last = -1
+    for op in ops:
+        seq = op._seq
+        if seq <= last:
+            return False
+        last = seq
+        for t in op._inputs:  # with creation numbers rising along the table, "earlier" is "smaller number"
+            if t is not None and t._producer is not None and t._producer._seq >= seq:
+                return False
+    return True
+
+
+def _child_lookup(sg: "Subgraph") -> "Mapping[Op, Subgraph]":
+    """op -> the child of `sg` holding it; for the root over leaf children the graph's own op -> leaf map
+    (where an op outside every child maps to the root itself: callers skip `sg`)."""
+    if sg._parent is None and sg._children and not any(map(_CHILDREN, sg._children)):
+        return sg._graph._leaf_of
+    return sg.child_map()
+
+
+def _onnx_items(op: "Op") -> tuple[tuple[str, Any], ...]:
+    attrs, kinds = op._attrs, op._attr_types
+    if ANNOTATION not in kinds.values() and kinds.keys() == attrs.keys():  # the usual op: no annotation
+        return tuple(attrs.items())
+    return tuple((k, v) for k, v in attrs.items() if kinds.get(k) is not ANNOTATION)
+
+
+__all__ = ["MANY", "NONE", "GraphIndex", "OpRow", "TensorFacts"]
