@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from xgraph.compiler.gears import GEAR_OPTIONS, MAX_DIM, Gears, format_gears, gear_shapes, parse_gear_options
+from xgraph.devices import parse_bytes
 from xgraph.errors import OptionError
 
 #: ATC's precision modes (the default keeps every op in its original dtype).
@@ -386,14 +387,9 @@ def parse_options(options: "Mapping[str, Any] | str | CompileOptions | None",
 
 
 def parse_byte_count(key: str, value: Any) -> int:
-    """A number of bytes >= 0: an int, or a string such as "1024", "64K", "512M", "2G" (powers of 1024)."""
-    n = value
-    if isinstance(value, str):
-        text = value.strip().upper().removesuffix("B")
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text[:-1] if scale > 1 else text
-        n = int(digits) * scale if digits.isdigit() and len(digits) <= 18 else None
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    """A number of bytes >= 0: an int, or a string such as "1024", "64K", "512M", "2G", "8GiB" (powers of 1024)."""
+    n = parse_bytes(value)
+    if n is None:
         raise _bad(key, value, 'a number of bytes >= 0, such as 0 (every large weight in the side file), '
                    '1048576 or "512M"')
     return n

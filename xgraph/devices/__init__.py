@@ -126,13 +126,19 @@ def _parse_cost(table: Any, where: Location) -> CostProfile:
                                           for v in peaks.values()):
         raise (where / "peak_gflops").error("must be a table of dtype name -> positive number, "
                                             "e.g. { float16 = 8000.0, float32 = 1000.0 }")
+    values = _non_negative(t, ("bandwidth_gbps", "launch_overhead_us"), where)
+    return CostProfile(peak_gflops={k: float(v) for k, v in peaks.items()}, **values)
+
+
+def _non_negative(table: Mapping[str, Any], keys: "tuple[str, ...]", where: Location) -> dict[str, float]:
+    """`table`'s numbers under `keys` (0.0 when absent), each checked >= 0; an error naming the key otherwise."""
     values = {}
-    for key in ("bandwidth_gbps", "launch_overhead_us"):
-        v = t.get(key, 0.0)
+    for key in keys:
+        v = table.get(key, 0.0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise (where / key).error(f"must be a number >= 0, got {v!r}")
         values[key] = float(v)
-    return CostProfile(peak_gflops={k: float(v) for k, v in peaks.items()}, **values)
+    return values
 
 
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "KI": 1 << 10, "M": 1 << 20, "MI": 1 << 20, "G": 1 << 30, "GI": 1 << 30,
@@ -158,13 +164,7 @@ def parse_bytes(value: Any) -> int | None:
 
 def _parse_link(table: Any, where: Location) -> LinkProfile:
     t = check_keys(table, ("bandwidth_gbps", "latency_us"), where)
-    values = {}
-    for key in ("bandwidth_gbps", "latency_us"):
-        v = t.get(key, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise (where / key).error(f"must be a number >= 0, got {v!r}")
-        values[key] = float(v)
-    return LinkProfile(**values)
+    return LinkProfile(**_non_negative(t, ("bandwidth_gbps", "latency_us"), where))
 
 
 def _capacity(d: Mapping[str, Any], where: Location) -> int | None:
