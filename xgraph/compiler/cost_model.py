@@ -94,6 +94,16 @@ class CostModel:
     #: per unit: {solver device: where its seconds come from} (see `unit_seconds`)
     sources: list[dict[str, str]] = field(default_factory=list)
 
+    def neighbours(self, index: int) -> list[tuple[float, int]]:
+        """(transfer, other node) for each edge of node `index` (the table is built once, O(V + E))."""
+        table = self.__dict__.get("_neighbours")
+        if table is None:
+            table = self.__dict__["_neighbours"] = [[] for _ in self.nodes]
+            for edge in self.edges:
+                table[edge["src"]].append((edge["transfer"], edge["dst"]))
+                table[edge["dst"]].append((edge["transfer"], edge["src"]))
+        return table[index]
+
     def device_of(self, index: int, solver_device: str) -> str:
         """The real device that runs unit `index` when the solver puts it on `solver_device`."""
         return self.choices[index][solver_device][1]

@@ -58,12 +58,7 @@ def plugin_units(graph: "Graph", devices: Mapping[str, DeviceSpec],
 
 def _neighbour_memory(model: CostModel, assignment: Mapping[int, tuple[str, int]], index: int) -> list[tuple[float, Any]]:
     """(transfer, where the neighbour's tensors live) for each edge of unit `index`."""
-    out = []
-    for edge in model.edges:
-        other = edge["dst"] if edge["src"] == index else edge["src"] if edge["dst"] == index else None
-        if other is not None:
-            out.append((edge["transfer"], _memory(model, assignment[other])))
-    return out
+    return [(transfer, _memory(model, assignment[other])) for transfer, other in model.neighbours(index)]
 
 
 def _memory(model: CostModel, place: tuple[str, int]) -> Any:
