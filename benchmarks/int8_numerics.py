@@ -3,7 +3,7 @@
 Per model (QDQ ResNet50 at opset 13 as quantize_static leaves it, with BatchNormalization as float
 ops between quantizers; "resnet50-pre" the same after onnxruntime's quant_pre_process, which folds
 them into the Convs; a QDQ MobileNet-style net; a hand-built QOperator net; see
-`xgraph.runners.int8_models`) and per mode, on --inputs seeded random inputs:
+`testing.int8_models`) and per mode, on --inputs seeded random inputs:
 
   int8 run    largest error on any integer tensor over the whole run, in steps of that tensor
               (differences carried from earlier tensors included; `xgraph.runners.int8_numerics`)
@@ -33,14 +33,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from pathlib import Path
 
 import xgraph
 from xgraph.kernels.reference_fixes import evaluator_fixes
-from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs
 from xgraph.runners.int8_numerics import (Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs,
                                           onnxruntime_runs, reference_runs, with_quantized_outputs)
 from xgraph.runners.int8_units import runs_with_feeds, unit_errors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
 
 MODELS = {"resnet50": qdq_resnet50, "resnet50-pre": lambda: qdq_resnet50(pre_process=True),
           "mobilenet": qdq_mobilenet, "qoperator": qoperator_net}

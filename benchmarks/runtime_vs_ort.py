@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -34,7 +36,9 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import in_flight_rate, place, zoo_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import in_flight_rate, place, zoo_model  # noqa: E402
 
 
 def median_time(fn, runs: int) -> float:

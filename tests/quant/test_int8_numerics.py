@@ -1,7 +1,7 @@
 """Int8 numerics per tensor: every integer tensor of xgraph's run against onnxruntime's integer kernels.
 
 Models: the QDQ MobileNet-style net and the hand-built QOperator net of
-`xgraph.runners.int8_models` (CI), QDQ ResNet50 (marked zoo). Oracles: onnxruntime (its fused
+`testing.int8_models` (CI), QDQ ResNet50 (marked zoo). Oracles: onnxruntime (its fused
 integer kernels, read through `onnxruntime_runs`) and onnx's reference evaluator.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
 from xgraph.kernels.reference_fixes import evaluator_fixes  # noqa: E402
-from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
+from testing.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
 from xgraph.runners.int8_numerics import (Probe, compare, contrib_reference_ops, graph_runner_runs,  # noqa: E402
                                           onnxruntime_runs, reference_runs, tap_name, with_quantized_outputs)
 from xgraph.runners.int8_units import runs_with_feeds, unit_errors  # noqa: E402
