@@ -36,9 +36,10 @@ import onnx
 
 import xgraph
 from xgraph.profiling import profile_costs
-from xgraph.runners.testing import zoo_model
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repository root: testing/
+from testing.runtime import zoo_model  # noqa: E402
 PLUGINS = [str(ROOT / "plugins")]
 
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPILE = r"""
 import json, resource, sys, os
 import onnx, xgraph
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 m = load_script(sys.argv[1], "m")
 model = m.bert_like_encoder(hidden=int(sys.argv[2]), heads=4, vocab=1000, layers=int(sys.argv[3]))
 weights = sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer)

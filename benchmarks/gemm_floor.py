@@ -31,7 +31,9 @@ from threadpoolctl import threadpool_limits
 
 import xgraph
 from xgraph.kernels.parallel import chunks, intra_op_threads, run_parallel
-from xgraph.runners.testing import zoo_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import zoo_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime_vs_ort import contenders, median_times  # noqa: E402

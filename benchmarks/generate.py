@@ -33,7 +33,9 @@ from pathlib import Path
 import onnxruntime as ort
 
 import xgraph
-from xgraph.runners.testing import load_script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import load_script  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "generate"
 PROMPT = [3, 17, 42]

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 import xgraph
 from xgraph.kernels.parallel import intra_op_threads, set_intra_op_threads
-from xgraph.runners.testing import in_flight_rate, zoo_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import in_flight_rate, zoo_model  # noqa: E402
 
 CONFIGS = {
     "1 instance": {"placement": "throughput"},

@@ -3,11 +3,11 @@
 Per model (QDQ ResNet50 at opset 13 as quantize_static leaves it, with BatchNormalization as float
 ops between quantizers; "resnet50-pre" the same after onnxruntime's quant_pre_process, which folds
 them into the Convs; a QDQ MobileNet-style net; a hand-built QOperator net; see
-`xgraph.runners.int8_models`) and per mode, on --inputs seeded random inputs:
+`testing.int8_models`) and per mode, on --inputs seeded random inputs:
 
   int8 run    largest error on any integer tensor over the whole run, in steps of that tensor
               (differences carried from earlier tensors included; `xgraph.runners.int8_numerics`)
-  int8 unit   the same, each unit fed the oracle's own integer inputs (`xgraph.runners.int8_units`):
+  int8 unit   the same, each unit fed the oracle's own integer inputs (`xgraph.runners.int8_numerics.unit_errors`):
               what the unit itself gets wrong
   out steps   largest error of the float outputs, in steps of their final DequantizeLinear
   top-1       inputs on which the argmax of the first output agrees
@@ -20,7 +20,7 @@ column is blank because a probed tensor stops onnxruntime's fusion, see int8_num
 (float-simulated QDQ), each against two onnxruntime oracles:
 
   onnxruntime   the model as onnxruntime optimizes it: on x86 some units stay float ops between a
-                DQ and a Q (QDQ ResNet50: 20 of 53 Convs, `xgraph.runners.int8_oracle` says why)
+                DQ and a Q (QDQ ResNet50: 20 of 53 Convs, `xgraph.runners.int8_numerics.unsigned_activations` says why)
   ort-integer   the same model with its int8 activations moved to uint8 (an exact rewrite), so
                 onnxruntime runs every unit as its integer kernel
 
@@ -33,14 +33,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from pathlib import Path
 
 import xgraph
 from xgraph.kernels.reference_fixes import evaluator_fixes
-from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs
 from xgraph.runners.int8_numerics import (Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs,
-                                          onnxruntime_runs, reference_runs, with_quantized_outputs)
-from xgraph.runners.int8_units import runs_with_feeds, unit_errors
+                                          onnxruntime_runs, reference_runs, runs_with_feeds, unit_errors,
+                                          with_quantized_outputs)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
 
 MODELS = {"resnet50": qdq_resnet50, "resnet50-pre": lambda: qdq_resnet50(pre_process=True),
           "mobilenet": qdq_mobilenet, "qoperator": qoperator_net}

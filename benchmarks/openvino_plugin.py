@@ -28,7 +28,9 @@ import onnxruntime as ort
 import openvino as ov
 
 import xgraph
-from xgraph.runners.testing import load_script, zoo_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import load_script, zoo_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = str(ROOT / "plugins")

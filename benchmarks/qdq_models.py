@@ -6,7 +6,7 @@
   step (`onnxruntime.quantization.shape_inference.quant_pre_process`), then
   `quantize_static` (QDQ, int8 activations and per-channel int8 weights, reduce_range, four
   seeded random calibration inputs): 53 Conv + 1 Gemm units with int32 biases; built by
-  `xgraph.runners.int8_models.qdq_resnet50(pre_process=True)`, the int8 tests' model.
+  `testing.int8_models.qdq_resnet50(pre_process=True)`, the int8 tests' model.
 - `qdq_small_cnn()`: tests/quant/models.py's small CNN (Conv, MaxPool, residual Add, Gemm),
   quantized the same way.
 
@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.quant.models import calibration_inputs, quantize, small_cnn  # noqa: E402
-from xgraph.runners import int8_models  # noqa: E402
+from testing import int8_models  # noqa: E402
 
 
 def qdq_resnet50(seed: int = 0) -> onnx.ModelProto:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +40,9 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import xgraph  # noqa: E402
 import xgraph.ray  # noqa: E402
-from xgraph.runners.testing import in_flight_rate, place, zoo_model  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import in_flight_rate, place, zoo_model  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "classify"
 #: Rows per replica call: enough to spread Ray Data's per-batch cost over a small model's runs.

@@ -8,7 +8,7 @@ Times are the median of --runs runs, taken in alternating blocks (ms); ratios ar
 Int8 rows (benchmarks/qdq_models.py: QDQ ResNet50 and a small QDQ CNN, compiled the same way):
   ort          onnxruntime on the QDQ model itself (it fuses the units into QLinearConv/QGemm)
   auto         the graph runner with kernels="auto"
-  numpy        the graph runner with xgraph's numpy kernels (integer units, xgraph/runners/qdq_fusion.py)
+  numpy        the graph runner with xgraph's numpy kernels (integer units, xgraph/runners/int8_fusion.py)
   floor        the integer matrix products the int8 convolutions and Gemms need, alone, as the numpy
                kernels run them: float32 BLAS, exact (xgraph/kernels/integer_products.py; numpy has no
                int8 GEMM), best of 1 thread / split on the intra-op threads / BLAS threads
@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -34,7 +36,9 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import in_flight_rate, place, zoo_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
+from testing.runtime import in_flight_rate, place, zoo_model  # noqa: E402
 
 
 def median_time(fn, runs: int) -> float:

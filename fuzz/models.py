@@ -1,6 +1,6 @@
 """Models for the concurrency soak: SqueezeNet split over several devices, and a small transformer.
 
-Both are placed by hand (`xgraph.runners.testing.place`) so the graph runner has several
+Both are placed by hand (`testing.runtime.place`) so the graph runner has several
 device subgraphs, streams and host<->device copies to juggle, independent of how the
 partitioner would place them today.
 """
@@ -11,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from xgraph import Graph, Op
-from xgraph.runners.testing import place, with_logits_output, zoo_model
+from testing.runtime import place, with_logits_output, zoo_model
 
 #: SqueezeNet's ops over three devices: convolutions on AI Core, pools and concats on AI CPU,
 #: the head on the host, so every fire module crosses devices.

@@ -1,12 +1,20 @@
-"""Shared fixtures: the ONNX model zoo that ships with the onnx package."""
+"""Shared fixtures: the ONNX model zoo that ships with the onnx package.
+
+The repository root goes on sys.path so the tests import the shared fixtures of `testing/`
+(outside the installed package), whichever directory pytest is started from.
+"""
 from __future__ import annotations
 
-from pathlib import Path
-
 import re
+import sys
+from pathlib import Path
 
 import onnx
 import pytest
+
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 ZOO = sorted((ONNX_DATA / "light").glob("*.onnx"))

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
 import xgraph.backend as backend
-from xgraph.runners.testing import randomize_zoo_weights
+from testing.runtime import randomize_zoo_weights
 from xgraph.errors import RunnerError, XGraphError
 
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

@@ -29,7 +29,7 @@ import pytest
 import xgraph
 import xgraph.backend as backend
 from xgraph.errors import XGraphError
-from xgraph.runners.testing import kernel_annotation_mismatches
+from testing.runtime import kernel_annotation_mismatches
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("expected_failures.txt")
 #: xgraph's own kernels; "auto" would hand standard-ONNX subgraphs to onnxruntime.

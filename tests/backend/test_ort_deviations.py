@@ -16,7 +16,7 @@ import pytest
 import xgraph.backend as backend
 from xgraph import Graph
 from xgraph.runners.ort_deviations import deviation, deviations
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 ort = pytest.importorskip("onnxruntime")
 

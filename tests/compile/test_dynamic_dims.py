@@ -12,7 +12,7 @@ import xgraph
 from xgraph.cli import xcompile
 from xgraph.compiler.options import parse_input_shape, parse_input_shape_ranges, parse_options
 from xgraph.errors import OptionError
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 _models = load_script(Path(__file__).with_name("dynamic_models.py"), "compile_dynamic_models_dims")
 HEAVY = {"Conv", "Gemm", "MatMul", "LayerNormalization", "Softmax", "ReduceMean"}

@@ -82,7 +82,7 @@ import onnx  # noqa: E402
 import xgraph  # noqa: E402
 from xgraph.errors import ModelFileError, RunnerError  # noqa: E402
 from xgraph.ir.onnx.side_file import side_files  # noqa: E402
-from xgraph.runners.testing import load_script  # noqa: E402
+from testing.runtime import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT_GEARS = {"input_shape": "input_ids:-1,-1;attention_mask:-1,-1", "dynamic_dims": "1,8,1,8;2,16,2,16;1,32,1,32"}

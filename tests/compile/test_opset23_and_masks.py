@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import xgraph
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 _models = load_script(Path(__file__).with_name("dynamic_models.py"), "compile_dynamic_models_23")
 FUSED = {"Attention", "RMSNormalization", "RotaryEmbedding", "MatMul"}

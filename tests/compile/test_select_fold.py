@@ -72,7 +72,7 @@ def test_a_where_that_still_has_work_stays(why, model):
 def test_a_decoders_causal_mask_for_one_token_is_gone_on_every_gear():
     from pathlib import Path
 
-    from xgraph.runners.testing import load_script
+    from testing.runtime import load_script
     sample = Path(__file__).resolve().parents[2] / "samples" / "generate"
     gen = load_script(sample / "generate.py", "generate_for_select_fold")
     model = onnx.load(sample / "decoder.onnx")

@@ -12,7 +12,7 @@ from xgraph.compiler.prepare import apply_input_shape
 from xgraph.compiler.symbolic_dims import dim_add, dim_div, dim_mul, dim_product, poly, render
 from xgraph.compiler.symbolic_shapes import broadcast, propagate
 
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 _models = load_script(Path(__file__).with_name("dynamic_models.py"), "compile_dynamic_models")
 GPT2_SHAPE, LLAMA_SHAPE = _models.GPT2_SHAPE, _models.LLAMA_SHAPE

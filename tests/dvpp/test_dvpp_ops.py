@@ -17,7 +17,7 @@ from xgraph.ops import dvpp
 from xgraph.ops.dvpp import DOMAIN, DVPP_RULES, OP_SPECS, DvppModelBuilder, image_rule_violations, output_shape
 from xgraph.kernels import load_builtin_kernels
 from xgraph.kernels import op_dvpp as k
-from xgraph.kernels.testing import run_node
+from testing.kernels import run_node
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ from onnx import helper
 
 from xgraph.errors import KernelError
 from xgraph.kernels import load_builtin_kernels
-from xgraph.kernels.testing import (
+from testing.kernels import (
     assert_matches, check_node_case, conformance_params, one_node_cases, run_node, single_node_cases)
 
 ELEMENTWISE_OPS = {
@@ -576,7 +576,7 @@ def test_matches_onnxruntime(op, inputs, opset, outputs, attrs):
 @given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 40), st.sampled_from([2, 3]), st.booleans(),
        st.integers(0, 2 ** 16))
 def test_matrix_products_cut_into_blocks_match_numpy(m, k, n, threads, trans_b, seed):
-    from xgraph.kernels.testing import intra_op_blocks
+    from testing.kernels import intra_op_blocks
 
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(np.float32)

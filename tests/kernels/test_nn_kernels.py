@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from xgraph.errors import KernelError
-from xgraph.kernels.testing import (
+from testing.kernels import (
     check_node_case, conformance_params, intra_op_blocks, one_node_cases, run_node, single_node_cases)
 
 CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from xgraph.errors import KernelError
 from xgraph.kernels import load_builtin_kernels, op_cast, op_constant, op_index, op_misc, op_shape, op_tensor
 from xgraph.kernels.reference import make_reference_kernel
-from xgraph.kernels.testing import conformance_params, one_node_cases, opset_of, run_node
+from testing.kernels import conformance_params, one_node_cases, opset_of, run_node
 
 TENSOR_OPS = {
     "Identity", "Reshape", "Transpose", "Concat", "Split", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile",

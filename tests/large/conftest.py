@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 _sample = load_script(ROOT / "samples" / "generate" / "make_model.py", "generate_make_model_llm")

@@ -432,7 +432,7 @@ def test_model_over_two_gib_compiles_saves_loads_and_runs(tmp_path):
     with a threshold above the weights, and the run equals numpy over the original data file."""
     from pathlib import Path
 
-    from xgraph.runners.testing import load_script
+    from testing.runtime import load_script
     bench = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "large_model.py", "large_model")
     layers, n = 33, bench.N
     weight_bytes = bench.generate(tmp_path / "big.onnx", layers)

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 import xgraph
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "generate"
 DYNAMIC = {"present_l0_k", "present_l0_v", "l0_kt", "l0_scores", "l0_scaled", "l0_masked", "l0_probs", "l0_ctx"}

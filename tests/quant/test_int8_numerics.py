@@ -1,7 +1,7 @@
 """Int8 numerics per tensor: every integer tensor of xgraph's run against onnxruntime's integer kernels.
 
 Models: the QDQ MobileNet-style net and the hand-built QOperator net of
-`xgraph.runners.int8_models` (CI), QDQ ResNet50 (marked zoo). Oracles: onnxruntime (its fused
+`testing.int8_models` (CI), QDQ ResNet50 (marked zoo). Oracles: onnxruntime (its fused
 integer kernels, read through `onnxruntime_runs`) and onnx's reference evaluator.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
 from xgraph.kernels.reference_fixes import evaluator_fixes  # noqa: E402
-from xgraph.runners.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
+from testing.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
 from xgraph.runners.int8_numerics import (Probe, compare, contrib_reference_ops, graph_runner_runs,  # noqa: E402
-                                          onnxruntime_runs, reference_runs, tap_name, with_quantized_outputs)
-from xgraph.runners.int8_units import runs_with_feeds, unit_errors  # noqa: E402
+                                          onnxruntime_runs, reference_runs, runs_with_feeds, tap_name,
+                                          unit_errors, with_quantized_outputs)
 
 BUILDERS = {"mobilenet": qdq_mobilenet, "qoperator": qoperator_net}
 
@@ -78,7 +78,7 @@ def test_every_int8_tensor_within_one_step_of_onnxruntime_on_100_inputs(case, mo
 @pytest.mark.parametrize("mode", ["run", "sim"])
 def test_every_int8_tensor_within_one_step_of_onnxruntime_running_every_unit_in_integers(case, mode):
     """The oracle with int8 activations moved to uint8 (exact), so onnxruntime fuses every unit
-    (xgraph/runners/int8_oracle.py); `run` requantizes as its kernels do."""
+    (unsigned_activations in xgraph/runners/int8_numerics.py); `run` requantizes as its kernels do."""
     errors = compare(case.probe, case.integer, graph_runner_runs(case.probe, case.compiled, case.feeds, mode, "numpy"))
     assert errors.runs == 100 and len(errors.tensor_steps) >= 8
     assert errors.max_int8_steps() <= 1, errors.worst()
@@ -87,7 +87,7 @@ def test_every_int8_tensor_within_one_step_of_onnxruntime_running_every_unit_in_
 
 
 def test_the_integer_oracle_fuses_every_conv_and_gives_the_same_integers_where_both_fuse(tmp_path):
-    from xgraph.runners.int8_oracle import unsigned_activations
+    from xgraph.runners.int8_numerics import unsigned_activations
     model = qdq_mobilenet()
     moved = unsigned_activations(model)
     kinds = {}
@@ -97,7 +97,7 @@ def test_the_integer_oracle_fuses_every_conv_and_gives_the_same_integers_where_b
         options.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
         ort.InferenceSession(source.SerializeToString(), options, providers=["CPUExecutionProvider"])
         kinds[name] = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
-    assert kinds["as_is"].count("Conv") == 2  # the residual's Conv units: int8 in or out, see int8_oracle
+    assert kinds["as_is"].count("Conv") == 2  # the residual's Conv units: int8 in or out, see unsigned_activations
     assert kinds["moved"].count("QLinearConv") == 6 and "Conv" not in kinds["moved"] and "QLinearAdd" in kinds["moved"]
     for source, dtype in ((model, np.int8), (moved, np.uint8)):  # the model itself is not changed
         zero_points = {t.name: onnx.numpy_helper.to_array(t) for t in source.graph.initializer}
@@ -131,7 +131,7 @@ def test_ref_equals_the_reference_evaluator_on_every_tensor(case):
 
 @pytest.mark.zoo
 def test_qdq_resnet50_every_int8_tensor_within_one_step_of_onnxruntimes_integer_units():
-    """With every unit as onnxruntime's integer kernel (the integer oracle of int8_oracle), `run` gives its
+    """With every unit as onnxruntime's integer kernel (the integer oracle of unsigned_activations), `run` gives its
     integers on every tensor of the whole run (one step at most: the final QLinearSoftmax's table); against
     onnxruntime as it optimizes the model (20 Convs in float) each unit is within one step and the
     differences grow over the run (benchmarks/int8_numerics.py measures both on 100 inputs)."""

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 ort = pytest.importorskip("onnxruntime")
 
-from xgraph.runners.int8_oracle import unsigned_activations  # noqa: E402
+from xgraph.runners.int8_numerics import unsigned_activations  # noqa: E402
 
 
 def _model() -> onnx.ModelProto:

@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
-from xgraph.runners.qdq_fusion import fixed_point_multiplier, requantize, requantize_fixed_point  # noqa: E402
+from xgraph.runners.int8_fusion import fixed_point_multiplier, requantize, requantize_fixed_point  # noqa: E402
 from tests.quant.models import calibration_inputs, quantize, single_conv, single_gemm  # noqa: E402
 
 

@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 import xgraph  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from xgraph.kernels.reference_fixes import evaluator_fixes  # noqa: E402
-from xgraph.runners.int8_models import qoperator_net  # noqa: E402
+from testing.int8_models import qoperator_net  # noqa: E402
 from xgraph.runners.int8_numerics import contrib_reference_ops  # noqa: E402
 from tests.quant.opset_models import QTYPES, qdq_conv_add  # noqa: E402
 

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
-from xgraph.runners.int8_models import mobilenet_float, random_inputs  # noqa: E402
-from xgraph.runners.int8_numerics import compare, graph_runner_runs, onnxruntime_runs, with_quantized_outputs  # noqa: E402
-from xgraph.runners.int8_units import runs_with_feeds, unit_errors  # noqa: E402
+from testing.int8_models import mobilenet_float, random_inputs  # noqa: E402
+from xgraph.runners.int8_numerics import (compare, graph_runner_runs, onnxruntime_runs, runs_with_feeds,  # noqa: E402
+                                          unit_errors, with_quantized_outputs)
 from tests.quant.models import quantize, small_cnn  # noqa: E402
 
 

@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime.quantization")
 import xgraph  # noqa: E402
 from xgraph.cli.xcompile import main as xcompile  # noqa: E402
 from xgraph.compiler.qdq_units import QDQ_TYPES  # noqa: E402
-from xgraph.runners.int8_models import mobilenet_float, qdq_mobilenet, quantize_qdq, random_inputs  # noqa: E402
+from testing.int8_models import mobilenet_float, qdq_mobilenet, quantize_qdq, random_inputs  # noqa: E402
 from tests.quant.opset_models import qdq_conv_add  # noqa: E402
 
 

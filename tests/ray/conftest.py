@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import xgraph
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 
@@ -148,7 +148,7 @@ def gated_setup(gate, rules: dict):
 
 def chain_graph(devices: list[str], runner: str = "test_gated") -> xgraph.Graph:
     """x (1, 4) -> op000 -> op001 ... (Relu each), one subgraph per op on the given devices."""
-    from xgraph.runners.testing import place
+    from testing.runtime import place
     k = len(devices)
     nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < k - 1 else "y"],
                               name=f"op{i:03d}") for i in range(k)]

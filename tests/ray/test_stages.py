@@ -16,7 +16,7 @@ import xgraph
 from xgraph.ray.graph_runner import RemoteRunner
 from xgraph.ray.stages import plan_stages
 from xgraph.runners.graph_runner import build_plan, device_subgraphs
-from xgraph.runners.testing import place
+from testing.runtime import place
 
 DEVICES = ("AICORE", "AICPU", "CPU", "DVPP")
 

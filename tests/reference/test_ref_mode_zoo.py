@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 import xgraph
-from xgraph.runners.testing import randomize_zoo_weights
+from testing.runtime import randomize_zoo_weights
 
 ort = pytest.importorskip("onnxruntime")
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from xgraph.runners.testing import place
+from testing.runtime import place
 
 
 def chain_model(k: int, shape=(1, 4)) -> onnx.ModelProto:

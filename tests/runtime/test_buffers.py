@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 from xgraph import Graph
 from xgraph.runners.buffers import BufferFrames
 from xgraph.runners.executor import SubgraphExecutor
-from xgraph.runners.testing import place
+from testing.runtime import place
 
 RNG = np.random.default_rng(11)
 

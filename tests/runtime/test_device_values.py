@@ -18,7 +18,7 @@ import pytest
 import xgraph
 from xgraph.errors import RunnerError
 from xgraph.runners import DeviceValue
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "generate"
 PASTS = [f"past_l{i}_{kv}" for i in range(2) for kv in "kv"]

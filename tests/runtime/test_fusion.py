@@ -11,7 +11,7 @@ import xgraph
 from xgraph import Graph
 from xgraph.errors import KernelError
 from xgraph.runners.executor import SubgraphExecutor
-from xgraph.runners.testing import place
+from testing.runtime import place
 
 RNG = np.random.default_rng(7)
 C = 6

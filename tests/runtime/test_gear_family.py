@@ -14,7 +14,7 @@ import pytest
 
 import xgraph
 from xgraph.errors import KernelError, RunnerError
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 10

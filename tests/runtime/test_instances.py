@@ -121,7 +121,7 @@ def test_memory_domains_and_copy_streams():
     spec = {"AICORE": DeviceSpec("AICORE", instances=2, max_concurrency=3), "AICPU": DeviceSpec("AICPU"),
             "CPU": DeviceSpec("CPU", memory="host")}
     graph = Graph.from_onnx(conv_chain(3))
-    from xgraph.runners.testing import place
+    from testing.runtime import place
     place(graph, {"conv0": "AICORE", "relu0": "AICORE", "conv1": "AICPU", "relu1": "AICORE", "conv2": "CPU",
                   "relu2": "CPU"})
     first, second, third, last = graph.get_root_subgraph().toposort_child_subgraph()

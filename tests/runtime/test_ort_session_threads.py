@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 import xgraph  # noqa: E402
 from xgraph.runners.ort_session import ORT_INTRA_OP_THREADS, ort_session  # noqa: E402
 from xgraph.errors import RunnerError  # noqa: E402
-from xgraph.runners.testing import place  # noqa: E402
+from testing.runtime import place  # noqa: E402
 
 
 def _graph() -> xgraph.Graph:

@@ -15,7 +15,7 @@ import pytest
 
 import xgraph
 from xgraph import Graph
-from xgraph.runners.testing import (ZOO, kernel_annotation_mismatches, place, with_logits_output, zoo_device_of,
+from testing.runtime import (ZOO, kernel_annotation_mismatches, place, with_logits_output, zoo_device_of,
                                     zoo_model)
 
 CI_MODELS = ["resnet50", "squeezenet", "inception_v1"]

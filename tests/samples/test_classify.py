@@ -8,7 +8,7 @@ import pytest
 
 import xgraph
 from xgraph.errors import XGraphError
-from xgraph.runners.testing import load_script
+from testing.runtime import load_script
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 

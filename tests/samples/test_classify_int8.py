@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime.quantization")
 
 import xgraph  # noqa: E402
 from xgraph.compiler.quantize_front import split_front  # noqa: E402
-from xgraph.runners.testing import load_script  # noqa: E402
+from testing.runtime import load_script  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "classify"
 IMAGES = sorted((SAMPLE / "images").glob("*.jpg"))

@@ -18,7 +18,7 @@ from xgraph import Graph
 from xgraph.errors import RunnerError
 from xgraph.runners.device_runners import CPURunner
 from xgraph.runners.jobs import JobStatus
-from xgraph.runners.testing import place
+from testing.runtime import place
 
 BOUND = 30.0
 

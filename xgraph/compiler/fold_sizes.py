@@ -57,52 +57,100 @@ def _ints(a: np.ndarray | None) -> list[int] | None:
     return [int(v) for v in a.reshape(-1)]
 
 
+#: What a shape-from-values rule returns when the op is not one it can size (then the input shapes decide).
+_NOT_FROM_VALUES = -1
+
+
+def _constant_of_shape(t: str, data: list, first: np.ndarray | None) -> int | None:
+    dims = _ints(first) if first is not None else []
+    return None if dims is None else _numel([max(d, 0) for d in dims])
+
+
+def _expand(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) <= 1:
+        return _NOT_FROM_VALUES
+    dims = _ints(data[1])
+    if dims is None or first is None:
+        return None
+    return _numel(_broadcast([first.shape, tuple(max(d, 0) for d in dims)]))
+
+
+def _tile(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) <= 1 or first is None:
+        return _NOT_FROM_VALUES
+    repeats = _ints(data[1])
+    return None if repeats is None else first.size * _numel([max(r, 0) for r in repeats])
+
+
+def _range(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) != 3 or not all(d is not None and d.size == 1 for d in data):
+        return _NOT_FROM_VALUES
+    start, limit, delta = (float(d.reshape(-1)[0]) for d in data)
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        return None
+    return max(math.ceil((limit - start) / delta), 0)
+
+
+def _pad(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) <= 1 or first is None:
+        return _NOT_FROM_VALUES
+    pads = _ints(data[1])
+    if pads is None:
+        return None
+    rank = len(pads) // 2
+    grow = [max(pads[i], 0) + max(pads[i + rank], 0) for i in range(rank)]
+    padded = _numel([d + g for d, g in zip(first.shape[-rank:] if rank else (), grow)])
+    return padded * _numel(first.shape[:-rank] if rank else first.shape)
+
+
+def _one_hot(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) <= 1 or first is None:
+        return _NOT_FROM_VALUES
+    depth = data[1]
+    if depth is None or depth.size != 1 or not math.isfinite(float(depth.reshape(-1)[0])):
+        return None
+    return first.size * max(int(float(depth.reshape(-1)[0])), 0)
+
+
+def _resize(t: str, data: list, first: np.ndarray | None) -> int | None:
+    """Resize and Upsample: from the sizes input when given, else the scales (Resize's third input, Upsample's second)."""
+    if first is None:
+        return _NOT_FROM_VALUES
+    sizes = _ints(data[3]) if len(data) > 3 and data[3] is not None and data[3].size else None
+    if sizes is not None:
+        return _numel([max(s, 0) for s in sizes])
+    scales = data[2] if t == "Resize" and len(data) > 2 else (data[1] if len(data) > 1 else None)
+    if scales is None or scales.size > 64 or not np.isfinite(scales).all():
+        return None
+    return math.prod(math.ceil(d * max(float(s), 0.0)) for d, s in zip(first.shape, scales.reshape(-1)))
+
+
+def _eye_like(t: str, data: list, first: np.ndarray | None) -> int | None:
+    return _NOT_FROM_VALUES if first is None else first.size
+
+
+def _gather(t: str, data: list, first: np.ndarray | None) -> int | None:
+    if len(data) <= 1 or first is None or data[1] is None:
+        return _NOT_FROM_VALUES
+    return data[1].size * max(first.size, 1)  # each index picks at most the whole data
+
+
+def _non_zero(t: str, data: list, first: np.ndarray | None) -> int | None:
+    return _NOT_FROM_VALUES if first is None else first.size * max(first.ndim, 1)
+
+
+#: op type -> its output elements from its input values: fn(op type, input arrays, first input).
+_SHAPE_FROM_VALUES = {
+    "ConstantOfShape": _constant_of_shape, "Expand": _expand, "Tile": _tile, "Range": _range, "Pad": _pad,
+    "OneHot": _one_hot, "Resize": _resize, "Upsample": _resize, "EyeLike": _eye_like, "Gather": _gather,
+    "GatherND": _gather, "NonZero": _non_zero,
+}
+
+
 def _from_values(op: Op, data: list[np.ndarray | None]) -> int | None:
-    """Output elements of ops that build their shape from input values (None: not such an op)."""
-    t = op.type
-    first = data[0] if data else None
-    if t == "ConstantOfShape":
-        dims = _ints(first) if first is not None else []
-        return None if dims is None else _numel([max(d, 0) for d in dims])
-    if t == "Expand" and len(data) > 1:
-        dims = _ints(data[1])
-        return None if dims is None or first is None else _numel(_broadcast([first.shape, tuple(max(d, 0) for d in dims)]))
-    if t == "Tile" and len(data) > 1 and first is not None:
-        repeats = _ints(data[1])
-        return None if repeats is None else first.size * _numel([max(r, 0) for r in repeats])
-    if t == "Range" and len(data) == 3 and all(d is not None and d.size == 1 for d in data):
-        start, limit, delta = (float(d.reshape(-1)[0]) for d in data)
-        if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
-            return None
-        return max(math.ceil((limit - start) / delta), 0)
-    if t == "Pad" and len(data) > 1 and first is not None:
-        pads = _ints(data[1])
-        if pads is None:
-            return None
-        rank = len(pads) // 2
-        grow = [max(pads[i], 0) + max(pads[i + rank], 0) for i in range(rank)]
-        return _numel([d + g for d, g in zip(first.shape[-rank:] if rank else (), grow)]) * \
-            _numel(first.shape[:-rank] if rank else first.shape)
-    if t == "OneHot" and len(data) > 1 and first is not None:
-        depth = data[1]
-        if depth is None or depth.size != 1 or not math.isfinite(float(depth.reshape(-1)[0])):
-            return None
-        return first.size * max(int(float(depth.reshape(-1)[0])), 0)
-    if t in ("Resize", "Upsample") and first is not None:
-        sizes = _ints(data[3]) if len(data) > 3 and data[3] is not None and data[3].size else None
-        if sizes is not None:
-            return _numel([max(s, 0) for s in sizes])
-        scales = data[2] if t == "Resize" and len(data) > 2 else (data[1] if len(data) > 1 else None)
-        if scales is None or scales.size > 64 or not np.isfinite(scales).all():
-            return None
-        return math.prod(math.ceil(d * max(float(s), 0.0)) for d, s in zip(first.shape, scales.reshape(-1)))
-    if t == "EyeLike" and first is not None:
-        return first.size
-    if t in ("Gather", "GatherND") and len(data) > 1 and first is not None and data[1] is not None:
-        return data[1].size * max(first.size, 1)  # each index picks at most the whole data
-    if t == "NonZero" and first is not None:
-        return first.size * max(first.ndim, 1)
-    return -1
+    """Output elements of ops that build their shape from input values (None: unknown; -1: not such an op)."""
+    rule = _SHAPE_FROM_VALUES.get(op.type)
+    return _NOT_FROM_VALUES if rule is None else rule(op.type, data, data[0] if data else None)
 
 
 def _matmul(shapes: list[tuple[int, ...]]) -> int | None:
@@ -125,7 +173,7 @@ def estimated_output_bytes(op: Op, data: "list[np.ndarray | None] | None" = None
     present = [d for d in data if d is not None]
     shapes = [tuple(d.shape) for d in present]
     elements = _from_values(op, data)
-    if elements == -1:
+    if elements == _NOT_FROM_VALUES:
         elements = None
         if op.type in _BROADCAST and shapes:
             elements = _numel(_broadcast(shapes))

@@ -1,7 +1,7 @@
 """Exact integer convolutions and matrix products on float32 BLAS.
 
 numpy has no int8 GEMM: `np.matmul` on integer arrays runs a plain loop, hundreds of times
-slower than BLAS. An int8 unit (`xgraph.runners.qdq_fusion`) therefore computes its integer
+slower than BLAS. An int8 unit (`xgraph.runners.int8_fusion`) therefore computes its integer
 accumulation ``acc[m] = sum_k a[k] * w[k, m]`` (a = x - x_zp, w = w_q - w_zp, both small
 integers) with float BLAS, and it must come out exact.
 

@@ -26,7 +26,7 @@ from xgraph.ir.onnx.mapped import FileWatch, mapped_files
 from xgraph.modes import AUTO, NUMPY, ONNXRUNTIME
 from xgraph.registries import resolve
 from xgraph.runners.backends import Backend, make_backend
-from xgraph.runners.qdq_fusion import fuse_qdq
+from xgraph.runners.int8_fusion import fuse_qdq
 from xgraph.runners.fusion import fuse
 from xgraph.runners.liveness import assign_liveness
 from xgraph.runners.plan import ExecutionPlan, PlanOptions, Step, plan_subgraph

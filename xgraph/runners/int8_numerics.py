@@ -29,16 +29,22 @@ How each side is observed without changing what it computes:
 
 `tests/quant/test_int8_numerics.py` checks that the own outputs are the same with and without
 the probes, on both sides.
+
+Two readings more: `unit_errors` measures each unit alone, fed the oracle's own integer inputs
+(a difference carried from an earlier tensor does not count), and `unsigned_activations`
+rewrites a QDQ model so onnxruntime runs every unit as its integer kernel (the integer oracle).
 """
 from __future__ import annotations
 
 import os
 import tempfile
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
+import onnx.utils
 from onnx import helper, numpy_helper
 
 #: op type -> output indices that hold integers computed by the op (domain '' or com.microsoft).
@@ -128,9 +134,8 @@ def onnxruntime_runs(probe: Probe, feeds: Iterable[dict], every_unit_integer: bo
     model is optimized first and probed after (see the module docstring). Some groups it leaves
     in float (QDQ ResNet50: 20 of 53 Convs); `every_unit_integer` moves the int8 activations to
     uint8 first (an exact rewrite), so every group runs as an integer kernel
-    (`xgraph.runners.int8_oracle`); the integers are shifted back."""
+    (`unsigned_activations`); the integers are shifted back."""
     import onnxruntime as ort
-    from xgraph.runners.int8_oracle import unsigned_activations
     source = unsigned_activations(probe.source) if every_unit_integer else probe.source
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "optimized.onnx")
@@ -301,5 +306,152 @@ def compare(probe: Probe, expected: Iterable[dict], got: Iterable[dict]) -> Int8
     return Int8Errors(tensor_steps, output_steps, output_abs, top1, runs)
 
 
-__all__ = ["Int8Errors", "Probe", "QUANTIZED_OUTPUTS", "compare", "contrib_reference_ops", "graph_runner_runs", "onnxruntime_runs",
-           "reference_runs", "tap_name", "with_quantized_outputs"]
+# A QDQ model onnxruntime runs with every DQ -> op -> Q unit as its integer kernel: the integer oracle.
+#
+# onnxruntime (CPU, x86) runs 20 of QDQ ResNet50's 53 Conv units in float (DQ -> Conv -> Q), both
+# with and without BatchNormalization folded. Measured on its optimized model
+# (`SessionOptions.optimized_model_filepath`) and read against its QDQ selectors, the chain is:
+#
+# 1. A block's input (Sum -> Relu -> Q, or MaxPool -> Q) is read by two Convs, or by a Conv and the
+#    residual Sum, through one DequantizeLinear. `EnsureUniqueDQForNodeUnit` gives each reader
+#    its own DQ, so that Q now has two DQ readers.
+# 2. On x86 onnxruntime moves int8 activations to uint8 (`QDQS8ToU8Transformer`, zero point
+#    + 128) one Q -> DQ pair at a time: only a Q with a single DQ reader is converted. The 16
+#    block-input Qs stay int8, every other Q becomes uint8.
+# 3. The Conv reading a block input then has an int8 input and a uint8 output, and
+#    `ConvNodeGroupSelector::Check` refuses the group ("input and output types need to be
+#    same"; int8 activations are not allowed for QLinearConv without VNNI either). It stays a
+#    float Conv between a DQ and a Q: the first Conv of each of the 16 blocks and the 4
+#    projection shortcuts, 20 of 53. (The same happens to a Conv whose own output Q has two
+#    readers, as in the MobileNet-style net's residual.)
+#
+# Those 20 are onnxruntime's choice, not ONNX semantics: computed in float, their results round
+# differently from the exact integer unit near half steps (at most one step each), and the
+# difference grows through the rest of the network. An int8 device runs every unit in integers,
+# so xgraph's `run` does. To still have onnxruntime's integers as the oracle for every unit,
+# `unsigned_activations` does step 2 for every activation at once, as an exact rewrite: an int8
+# activation quantized with zero point z and the uint8 one with z + 128 hold the same values
+# shifted by 128 (the saturation bounds shift with them), and dequantize to the same floats.
+# onnxruntime then fuses every unit (all 53 Convs of ResNet50 into QLinearConv), and
+# `onnxruntime_runs(..., every_unit_integer=True)` shifts its integers back.
+
+
+def unsigned_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose int8 activations (QuantizeLinear outputs, per-tensor) are uint8, zero points + 128.
+
+    Each such Q and every DequantizeLinear reading its output take a new uint8 zero point
+    initializer ("<zero point>/u8"); weights (DQs of constants) and graph inputs and outputs are
+    left alone, as are Qs whose output is a graph output. `model` itself is not changed."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    constants = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    outputs = {o.name for o in graph.output}
+    shifted: dict[str, str] = {}  # int8 zero point -> its uint8 counterpart
+    moved: set[str] = set()
+    for q in graph.node:
+        if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx") or len(q.input) < 3:
+            continue
+        zero_point = constants.get(q.input[2])
+        if zero_point is None or zero_point.data_type != onnx.TensorProto.INT8 or q.output[0] in outputs:
+            continue
+        value = numpy_helper.to_array(zero_point)
+        if value.size != 1 or any(r.op_type != "DequantizeLinear" or len(r.input) < 3 or r.input[2] != q.input[2]
+                                  for r in readers[q.output[0]]):
+            continue  # per-axis, or read by something that is not its own DQ: left as it is
+        signed = q.input[2]
+        if signed not in shifted:
+            shifted[signed] = f"{signed}/u8"
+            graph.initializer.append(numpy_helper.from_array((value.astype(np.int16) + 128).astype(np.uint8),
+                                                             shifted[signed]))
+        for node in (q, *readers[q.output[0]]):
+            node.input[2] = shifted[signed]
+        moved.add(q.output[0])
+    for info in graph.value_info:  # declared types of the moved tensors follow
+        if info.name in moved and info.type.tensor_type.elem_type == onnx.TensorProto.INT8:
+            info.type.tensor_type.elem_type = onnx.TensorProto.UINT8
+    return out
+
+
+# Int8 error per unit: each integer tensor recomputed from the oracle's own integer inputs.
+#
+# Compared over a whole run (`compare`), a one-step difference in an early tensor is carried
+# into every later one and grows where a float op between two quantizers scales it (QDQ
+# ResNet50's BatchNormalization, kept in float by quantize_static without pre-processing,
+# doubles it). That accumulated error says how far two engines drift
+# apart, not whether either computes a unit wrongly. `unit_errors` measures the latter:
+#
+#     for each integer tensor T the oracle run shows,
+#         cut the model from the integer tensors (or graph inputs) T is computed from, to T
+#         run xgraph on that cut, fed the oracle's values of those integer tensors
+#         compare with the oracle's T (in steps of T)
+#
+# So each unit (DQ -> op -> Q, or a QOperator op) sees exactly the integers the oracle's unit saw,
+# and the error is that unit's alone. The cut is onnx's `onnx.utils.Extractor`; `compile` is
+# passed in (usually `xgraph.compile`) because the runtime does not import the compiler.
+
+
+def _sources(model: onnx.ModelProto, tensor: str, known: set[str]) -> list[str]:
+    """The tensors `tensor` is computed from: known (oracle-shown) integer tensors and graph inputs, walking back.
+
+    A known tensor written by a node the cut runs anyway (DynamicQuantizeLinear's data beside the
+    zero point the cut needs) is recomputed, not fed: a tensor cannot be both."""
+    producer = {o: node for node in model.graph.node for o in node.output}
+    weights = {t.name for t in model.graph.initializer}
+    inputs = {i.name for i in model.graph.input} - weights
+    found: list[str] = []
+    cut_nodes: set[int] = {id(producer[tensor])}
+    seen: set[str] = set()
+    stack = list(producer[tensor].input)
+    while stack:
+        name = stack.pop()
+        if not name or name in seen or name in weights:
+            continue
+        seen.add(name)
+        if name in known or name in inputs:
+            found.append(name)
+        elif name in producer:
+            cut_nodes.add(id(producer[name]))
+            stack.extend(producer[name].input)
+    recomputed = [n for n in found if n in producer and id(producer[n]) in cut_nodes]  # its inputs are walked
+    return sorted(set(found) - set(recomputed))
+
+
+def unit_errors(probe: Probe, expected: Sequence[dict], compile: Callable, mode: str = "run",
+                kernels: str = "numpy", registries=None) -> dict[str, int]:
+    """Integer tensor -> largest |difference| (steps) of xgraph's unit fed the oracle's integer inputs.
+
+    `expected` are the oracle's per-feed values (`onnxruntime_runs` / `reference_runs` of `probe`),
+    which must include the graph inputs' feeds under their own names (as `runs_with_feeds` adds)."""
+    from xgraph.runners.graph_runner import create_graph_runner
+    shown = {tap[len(tap_name("")):] for tap in probe.quantized if tap in expected[0]}
+    extractor = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(probe.source))  # cuts need value types
+    errors: dict[str, int] = {}
+    options = {} if registries is None else {"registries": registries}
+    for tensor in [t for t in (tap[len(tap_name("")):] for tap in probe.quantized) if t in shown]:
+        sources = _sources(probe.source, tensor, shown - {tensor})
+        cut = extractor.extract_model(sources, [tensor])
+        compiled = compile(cut)
+        worst = 0
+        with create_graph_runner(compiled, mode=mode, kernels=kernels, **options) as runner:
+            for run in expected:
+                feed = {s: run[tap_name(s)] if tap_name(s) in run else run[s] for s in sources}
+                (got,) = runner.run(feed)
+                want = run[tap_name(tensor)]
+                worst = max(worst, int(np.abs(want.astype(np.int64) - got.astype(np.int64)).max(initial=0)))
+        errors[tensor] = worst
+    return errors
+
+
+def runs_with_feeds(runs: Sequence[dict], feeds: Sequence[dict]) -> list[dict]:
+    """Each run's values plus the feed it was run on (the cuts that start at a graph input need it)."""
+    return [{**feed, **run} for run, feed in zip(runs, feeds)]
+
+
+__all__ = ["Int8Errors", "Probe", "QUANTIZED_OUTPUTS", "compare", "contrib_reference_ops", "graph_runner_runs",
+           "onnxruntime_runs", "reference_runs", "runs_with_feeds", "tap_name", "unit_errors",
+           "unsigned_activations", "with_quantized_outputs"]

@@ -81,7 +81,7 @@ class PlanOptions:
     fp16_ops: frozenset[str] = frozenset()  # allow_fp32_to_fp16: ops rounded to float16
     fuse: bool = False  # run-mode fusion (never together with float16 numerics)
     reference: bool = False  # the golden path: the whole subgraph in the ONNX reference evaluator
-    qdq_units: str = ""  # integer QDQ units (xgraph.runners.qdq_fusion): "" off, "exact" (run), "device" (sim)
+    qdq_units: str = ""  # integer QDQ units (xgraph.runners.int8_fusion): "" off, "exact" (run), "device" (sim)
 
 
 @dataclass(frozen=True)

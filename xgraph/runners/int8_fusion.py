@@ -25,7 +25,7 @@ is read only by the Q, and every kernel involved is xgraph's own.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -99,55 +99,87 @@ def _scalar(a: np.ndarray | None) -> bool:
     return a is not None and a.size == 1
 
 
-def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
-    core = p.steps[index]
+class _Operand(NamedTuple):
+    """An input of the unit as its builtin DequantizeLinear step reads it (constants where they are ones)."""
+    step: int  # the DequantizeLinear step's index
+    slot: int  # the quantized input
+    values: np.ndarray | None
+    scale: np.ndarray | None
+    zero_point: np.ndarray | None
+    names_zero_point: bool  # a zero point input is named, constant or not
+    axis: int
+
+
+def _operand(p: _Plan, slot: int) -> _Operand | None:
+    """What the builtin DequantizeLinear writing `slot` dequantizes; None when no such step writes it."""
+    found = p.dq(slot)
+    if found is None:
+        return None
+    index, step = found
+    ins = step.inputs
+    names_zp = len(ins) > 2 and bool(ins[2])
+    return _Operand(index, ins[0], p.const(ins[0]), p.const(ins[1]) if len(ins) > 1 else None,
+                    p.const(ins[2]) if names_zp else None, names_zp, int(step.attrs.get("axis", 1)))
+
+
+def _fusable_core(core: Step) -> bool:
+    """A builtin standard-domain Conv/MatMul/Gemm with one output and at least two inputs; a Gemm plain
+    (A not transposed, alpha = beta = 1)."""
     op = core.op
     if op.type not in _CORES or op.domain != "" or not builtin_kernel(core) or len(core.outputs) != 1:
-        return None
+        return False
     if op.type == "Gemm" and (core.attrs.get("alpha", 1.0) != 1.0 or core.attrs.get("beta", 1.0) != 1.0
                               or core.attrs.get("transA", 0)):
-        return None
-    if len(core.inputs) < 2:
-        return None
-    x_dq, w_dq = p.dq(core.inputs[0]), p.dq(core.inputs[1])
-    if x_dq is None or w_dq is None:
-        return None
-    xq_slot = x_dq[1].inputs[0]
-    xin = x_dq[1].inputs
-    xs = p.const(xin[1]) if len(xin) > 1 else None
-    xzp = p.const(xin[2]) if len(xin) > 2 and xin[2] else None
-    xt = p.view.tensor(xq_slot)
-    if xt is None or xt.dtype not in _QTYPES or not _scalar(xs) or (len(xin) > 2 and xin[2] and not _scalar(xzp)):
-        return None
-    wq = p.const(w_dq[1].inputs[0])
-    ws = p.const(w_dq[1].inputs[1]) if len(w_dq[1].inputs) > 1 else None
-    wzp = p.const(w_dq[1].inputs[2]) if len(w_dq[1].inputs) > 2 and w_dq[1].inputs[2] else None
+        return False
+    return len(core.inputs) >= 2
+
+
+def _activation_fits(p: _Plan, x: _Operand) -> bool:
+    """Integer activations with a per-tensor constant scale and zero point (if one is named)."""
+    xt = p.view.tensor(x.slot)
+    if xt is None or xt.dtype not in _QTYPES or not _scalar(x.scale):
+        return False
+    return not x.names_zero_point or _scalar(x.zero_point)
+
+
+def _weight_channels(core: Step, w: _Operand) -> int | None:
+    """The output channels of a constant integer weight whose scale and zero point are per tensor or per
+    output channel (on that axis); None when the weight does not fit."""
+    wq, ws, wzp = w.values, w.scale, w.zero_point
     if wq is None or wq.dtype not in _QTYPES or ws is None:
         return None
-    m = wq.shape[0] if op.type == "Conv" else (wq.shape[0] if core.attrs.get("transB", 0) else wq.shape[-1])
-    if wq.ndim != (wq.ndim if op.type == "Conv" else 2):
+    channels_first = core.op.type == "Conv" or bool(core.attrs.get("transB", 0))
+    m = wq.shape[0] if channels_first else wq.shape[-1]
+    if core.op.type != "Conv" and wq.ndim != 2:
         return None
-    w_axis = int(w_dq[1].attrs.get("axis", 1))
-    want_axis = 0 if (op.type == "Conv" or core.attrs.get("transB", 0)) else 1
-    if ws.size not in (1, m) or (ws.size > 1 and w_axis % wq.ndim != want_axis):
+    if ws.size not in (1, m) or (ws.size > 1 and w.axis % wq.ndim != (0 if channels_first else 1)):
         return None
     if wzp is not None and wzp.size not in (1, m):
         return None
-    bias, b_member = None, []
-    if len(core.inputs) > 2 and core.inputs[2]:
-        b_dq = p.dq(core.inputs[2])
-        if b_dq is None:
-            return None
-        bq = p.const(b_dq[1].inputs[0])
-        bs = p.const(b_dq[1].inputs[1]) if len(b_dq[1].inputs) > 1 else None
-        bzp = p.const(b_dq[1].inputs[2]) if len(b_dq[1].inputs) > 2 and b_dq[1].inputs[2] else None
-        want = (np.float32(xs.reshape(())) * ws.astype(np.float32)).reshape(-1)
-        if bq is None or bq.dtype != np.int32 or bs is None or bq.size != m or (bzp is not None and np.any(bzp)):
-            return None
-        if not np.allclose(np.broadcast_to(bs.reshape(-1), (m,)), np.broadcast_to(want, (m,)), rtol=1e-6, atol=0):
-            return None
-        bias = bq.reshape(-1).astype(np.int64)
-        b_member = [b_dq[0]] if p.view.sole_reader(core.inputs[2]) == index else []
+    return m
+
+
+def _bias(p: _Plan, index: int, x: _Operand, w: _Operand, m: int) -> tuple[np.ndarray | None, list[int]] | None:
+    """(the int64 bias, [its DequantizeLinear step when only the unit reads it]); (None, []) without a bias;
+    None when the bias does not fit: a constant int32 per channel, scale x_scale * w_scale, zero point 0."""
+    core = p.steps[index]
+    if len(core.inputs) <= 2 or not core.inputs[2]:
+        return None, []
+    b = _operand(p, core.inputs[2])
+    if b is None:
+        return None
+    bq, bs, bzp = b.values, b.scale, b.zero_point
+    want = (np.float32(x.scale.reshape(())) * w.scale.astype(np.float32)).reshape(-1)
+    if bq is None or bq.dtype != np.int32 or bs is None or bq.size != m or (bzp is not None and np.any(bzp)):
+        return None
+    if not np.allclose(np.broadcast_to(bs.reshape(-1), (m,)), np.broadcast_to(want, (m,)), rtol=1e-6, atol=0):
+        return None
+    return bq.reshape(-1).astype(np.int64), [b.step] if p.view.sole_reader(core.inputs[2]) == index else []
+
+
+def _requantizer(p: _Plan, core: Step) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(index, scale, zero point) of the builtin saturating QuantizeLinear that alone reads `core`'s output,
+    with a per-tensor constant scale and integer zero point; None when there is none."""
     reader = p.view.sole_reader(core.outputs[0])
     if reader is None:
         return None
@@ -159,15 +191,33 @@ def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, li
     ys, yzp = p.const(q.inputs[1]), p.const(q.inputs[2])
     if not _scalar(ys) or not _scalar(yzp) or yzp.dtype not in _QTYPES:
         return None
-    fn = _integer_fn(op.type, dict(core.attrs), wq, ws, wzp, bias, float(xs.reshape(())),
-                     None if xzp is None else int(xzp.reshape(())), float(ys.reshape(())), int(yzp.reshape(())),
-                     yzp.dtype, device_numerics, xt.dtype)
-    members = [w_dq[0]] if p.view.sole_reader(core.inputs[1]) == index else []
+    return reader, ys, yzp
+
+
+def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
+    """The integer unit around the Conv/MatMul/Gemm at step `index`: (its one step, the sorted indices of
+    the steps it replaces); None when the pattern does not fit."""
+    core = p.steps[index]
+    if not _fusable_core(core):
+        return None
+    x, w = _operand(p, core.inputs[0]), _operand(p, core.inputs[1])
+    if x is None or w is None or not _activation_fits(p, x):
+        return None
+    m = _weight_channels(core, w)
+    bias = None if m is None else _bias(p, index, x, w, m)
+    q = None if bias is None else _requantizer(p, core)
+    if q is None:
+        return None
+    reader, ys, yzp = q
+    xzp = None if x.zero_point is None else int(x.zero_point.reshape(()))
+    fn = _integer_fn(core.op.type, dict(core.attrs), w.values, w.scale, w.zero_point, bias[0],
+                     float(x.scale.reshape(())), xzp, float(ys.reshape(())), int(yzp.reshape(())), yzp.dtype,
+                     device_numerics, p.view.tensor(x.slot).dtype)
+    members = [w.step] if p.view.sole_reader(core.inputs[1]) == index else []
     if p.view.sole_reader(core.inputs[0]) == index:
-        members.append(x_dq[0])
-    members += b_member + [index, reader]
-    members.sort()
-    step = Step(op, fn, (xq_slot,), (q.outputs[0],), {}, 1, core.choice,
+        members.append(x.step)
+    members = sorted(members + bias[1] + [index, reader])
+    step = Step(core.op, fn, (x.slot,), (p.steps[reader].outputs[0],), {}, 1, core.choice,
                 fused=tuple(p.steps[i].op for i in members))
     return step, members
 

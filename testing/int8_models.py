@@ -1,7 +1,7 @@
 """Quantized models the int8 tests and benchmarks share: QDQ ResNet50, a QDQ MobileNet-style net, a QOperator net.
 
 They are built, not downloaded: ResNet50 is the zoo architecture of onnx's test data with seeded
-random weights (`xgraph.runners.testing.zoo_model`) upgraded to opset 13; the MobileNet-style
+random weights (`testing.runtime.zoo_model`) upgraded to opset 13; the MobileNet-style
 float model (depthwise + pointwise convs, Relu6 as Clip, an Add residual, GlobalAveragePool,
 Gemm) is written with onnx.helper; both are quantized by onnxruntime's `quantize_static` (QDQ,
 int8 activations and weights, per-channel weights). The QOperator model is written by hand
@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from xgraph.runners.testing import zoo_model
+from testing.runtime import zoo_model
 
 
 def _f32(name: str, arr: np.ndarray) -> onnx.TensorProto:
