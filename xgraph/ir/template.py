@@ -258,83 +258,99 @@ def _search_order(comp: list[TemplateOp], type_count: dict[str, int] | None) -> 
 
 def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str, list["Op"]],
                      misses: "dict[Op, NearMiss] | None" = None, label: str = "") -> list[dict[str, "Op"]]:
-    consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in order}
-    for t in order:
-        for i in t.inputs:
-            consumers[i].append(t)
-    results: list[dict[str, Op]] = []
-    mapping: dict[TemplateOp, Op] = {}
-    used: set[Op] = set()
-    template = order[0].template.name if order else ""
+    """Every match of one connected template component (`order`: its ops, each after one it touches), found by
+    backtracking from each anchor candidate; the deepest broken partial match per anchor goes to `misses`."""
+    return _ComponentSearch(order, by_type, misses, label).run()
 
-    def candidates(t: TemplateOp) -> Iterable["Op"]:
-        for i in t.inputs:
-            if i in mapping:
-                return mapping[i].get_fanout_ops()
-        for c in consumers[t]:
-            if c in mapping:
-                return mapping[c].get_input_ops()
-        return [op for ty in sorted(t.types) for op in by_type.get(ty, ())]
 
-    def problem(t: TemplateOp, op: "Op") -> str:
+class _ComponentSearch:
+    """The state of one backtracking search: the template ops matched so far and the graph ops they took."""
+
+    def __init__(self, order: list[TemplateOp], by_type: dict[str, list["Op"]],
+                 misses: "dict[Op, NearMiss] | None", label: str) -> None:
+        self.order, self.by_type, self.misses, self.label = order, by_type, misses, label
+        self.consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in order}
+        for t in order:
+            for i in t.inputs:
+                self.consumers[i].append(t)
+        self.results: list[dict[str, Op]] = []
+        self.mapping: dict[TemplateOp, Op] = {}
+        self.used: set[Op] = set()
+        self.template = order[0].template.name if order else ""
+
+    def run(self) -> list[dict[str, "Op"]]:
+        self.extend(0)
+        return self.results
+
+    def candidates(self, t: TemplateOp) -> Iterable["Op"]:
+        """The graph ops that may stand for `t`: neighbours of a matched neighbour, else every op of its types."""
+        for i in t.inputs:
+            if i in self.mapping:
+                return self.mapping[i].get_fanout_ops()
+        for c in self.consumers[t]:
+            if c in self.mapping:
+                return self.mapping[c].get_input_ops()
+        return [op for ty in sorted(t.types) for op in self.by_type.get(ty, ())]
+
+    def problem(self, t: TemplateOp, op: "Op") -> str:
         """"" when `op` may stand for `t` here, else what is wrong (the near-miss kinds)."""
         if op.type not in t.types:
             return "type"
-        if op in used:
+        if op in self.used:
             return "taken"
         for i in t.inputs:
-            if i in mapping and mapping[i] not in op.get_input_ops():
+            if i in self.mapping and self.mapping[i] not in op.get_input_ops():
                 return "edge"
-        for c in consumers[t]:
-            if c in mapping and op not in mapping[c].get_input_ops():
+        for c in self.consumers[t]:
+            if c in self.mapping and op not in self.mapping[c].get_input_ops():
                 return "edge"
         if t.filter is not None and not t.filter(op):
             return "filter"
         return ""
 
-    def consistent(t: TemplateOp, op: "Op") -> bool:
-        if op in used or op.type not in t.types or (t.filter is not None and not t.filter(op)):  # t.accepts(op)
+    def consistent(self, t: TemplateOp, op: "Op") -> bool:
+        """`problem(t, op) == ""`, asked the fast way (the search's hot path)."""
+        if op in self.used or op.type not in t.types or (t.filter is not None and not t.filter(op)):
             return False
         for i in t.inputs:
-            if i in mapping and not op._reads_from(mapping[i]):
+            if i in self.mapping and not op._reads_from(self.mapping[i]):
                 return False
-        for c in consumers[t]:
-            if c in mapping and not mapping[c]._reads_from(op):
+        for c in self.consumers[t]:
+            if c in self.mapping and not self.mapping[c]._reads_from(op):
                 return False
         return True
 
-    def note_miss(k: int, t: TemplateOp, tried: list["Op"]) -> None:
+    def note_miss(self, k: int, t: TemplateOp, tried: list["Op"]) -> None:
         """Keep the deepest broken partial match per anchor (one record each: linear)."""
-        anchor = mapping[order[0]]
-        best = misses.get(anchor)
+        anchor = self.mapping[self.order[0]]
+        best = self.misses.get(anchor)
         if best is not None and len(best.matched) >= k:
             return
-        kinds = [problem(t, op) for op in tried]
+        kinds = [self.problem(t, op) for op in tried]
         why = next((w for w in ("filter", "edge", "taken", "type") if w in kinds), "none")
         found = tuple(op for op, w in zip(tried, kinds) if w == why) if tried else ()
-        misses[anchor] = NearMiss(template, tuple((u.name, mapping[u]) for u in order[:k]), t.name,
-                                  t.types, found, why, label)
+        self.misses[anchor] = NearMiss(self.template, tuple((u.name, self.mapping[u]) for u in self.order[:k]),
+                                       t.name, t.types, found, why, self.label)
 
-    def extend(k: int) -> None:
-        if k == len(order):
-            results.append({t.name: op for t, op in mapping.items()})
+    def extend(self, k: int) -> None:
+        """Match template op `k` onwards, every way the ops matched so far allow."""
+        if k == len(self.order):
+            self.results.append({t.name: op for t, op in self.mapping.items()})
             return
-        t = order[k]
-        tried = list(candidates(t)) if misses is not None and k > 0 else candidates(t)
+        t = self.order[k]
+        recording = self.misses is not None and k > 0
+        tried = list(self.candidates(t)) if recording else self.candidates(t)
         grew = False
         for op in tried:
-            if consistent(t, op):
+            if self.consistent(t, op):
                 grew = True
-                mapping[t] = op
-                used.add(op)
-                extend(k + 1)
-                used.discard(op)
-                del mapping[t]
-        if misses is not None and k > 0 and not grew:
-            note_miss(k, t, tried)
-
-    extend(0)
-    return results
+                self.mapping[t] = op
+                self.used.add(op)
+                self.extend(k + 1)
+                self.used.discard(op)
+                del self.mapping[t]
+        if recording and not grew:
+            self.note_miss(k, t, tried)
 
 
 def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"]]:
