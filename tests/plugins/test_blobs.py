@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import xgraph
-from xgraph.errors import GraphError
+from xgraph.errors import GraphError, PluginError
 from xgraph.ir.onnx.mapped import origin
 from xgraph.ir.onnx.side_file import side_files
 from xgraph.plugins.blobs import BlobError
@@ -69,6 +69,8 @@ PLUGIN = textwrap.dedent('''
             return f"toysdk-{sdk()};opset=17"
 
         def check_blob(self, compat):
+            if os.environ.get("TOYSDK_BROKEN"):
+                raise KeyError("boom")
             built = compat.split(";")[0].removeprefix("toysdk-")
             if built == sdk():
                 return "ok"
@@ -200,6 +202,13 @@ def test_an_unsupported_blob_is_one_error_naming_plugin_subgraph_and_both_versio
     for part in ("plugin 'toy'", repr(name), "toysdk-1.0;opset=17", "toysdk-2.0;opset=17"):
         assert part in message
     assert _blob_subgraph(loaded).get_blob().compat == "toysdk-1.0;opset=17"  # refused: nothing changed
+
+
+def test_a_check_blob_that_raises_is_a_plugin_error_naming_it(toy, monkeypatch):
+    loaded, _ = _saved_then_loaded_under(toy, monkeypatch, "1.0")
+    monkeypatch.setenv("TOYSDK_BROKEN", "1")
+    with pytest.raises(PluginError, match=r"plugin 'toy'.*check_blob\('toysdk-1.0;opset=17'\) raised KeyError: 'boom'"):
+        xgraph.create_graph_runner(loaded)
 
 
 def test_a_damaged_blob_attr_is_refused_at_load(toy):

@@ -15,10 +15,10 @@ options the graph was compiled with (``plugin_options`` in the graph's "compile_
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xgraph.devices.settings import recorded_options
 from xgraph.errors import PluginError
 from xgraph.plugins.loader import load_plugin
 
@@ -44,25 +44,24 @@ class BlobCheck:
 
 
 def _plugin_options(subgraph: "Subgraph", plugin: str) -> dict[str, Any]:
-    graph = subgraph.graph
-    try:
-        options = json.loads(graph.get_attr("compile_options")) if graph.has_attr("compile_options") else {}
-    except ValueError:
-        return {}
-    found = (options.get("plugin_options") or {}).get(plugin) if isinstance(options, dict) else None
+    """The options `plugin` was compiled with (the graph's recorded compile options); GraphError when damaged."""
+    options = recorded_options(subgraph.graph)
+    found = (options.get("plugin_options") or {}).get(plugin)
     return dict(found) if isinstance(found, dict) else {}
 
 
-def _make_plugin(subgraph: "Subgraph", name: str, plugin_path: "list[str] | None") -> Any:
+def _make_plugin(subgraph: "Subgraph", name: str, plugin_path: "list[str] | None") -> tuple[Any, Any]:
+    """(the plugin, its call wrapper: every call into the plugin raises a PluginError naming it)."""
     from xgraph.plugins.chain import _Call, make_plugin
     loaded = load_plugin(name, plugin_path, importable=False)
-    plugin, _ = make_plugin(_Call(loaded), loaded, _plugin_options(subgraph, name))
-    return plugin
+    call = _Call(loaded)
+    plugin, _ = make_plugin(call, loaded, _plugin_options(subgraph, name))
+    return plugin, call
 
 
-def _current_compat(plugin: Any) -> "str | None":
+def _current_compat(plugin: Any, call: Any) -> "str | None":
     blob_compat = getattr(plugin, "blob_compat", None)
-    return blob_compat() if callable(blob_compat) else None
+    return call("blob_compat()", blob_compat) if callable(blob_compat) else None
 
 
 def check_subgraph_blob(subgraph: "Subgraph", plugin_path: "list[str] | None" = None) -> "BlobCheck | None":
@@ -75,15 +74,15 @@ def check_subgraph_blob(subgraph: "Subgraph", plugin_path: "list[str] | None" = 
     if not isinstance(name, str) or not name:
         raise BlobError(f"{where} carries a compiled blob ({blob.compat!r}) but no 'plugin' attr naming who "
                         "compiled it, so it cannot be checked; compile the model again")
-    plugin = _make_plugin(subgraph, name, plugin_path)
+    plugin, call = _make_plugin(subgraph, name, plugin_path)
     check = getattr(plugin, "check_blob", None)
     if not callable(check):
         return BlobCheck(subgraph.name, name, "ok", blob.compat)
-    verdict = check(blob.compat)
+    verdict = call(f"check_blob({blob.compat!r})", check, blob.compat)
     if verdict not in VERDICTS:
         raise BlobError(f"plugin {name!r}: check_blob({blob.compat!r}) for {where} returned {verdict!r}; "
                         f"return one of {', '.join(VERDICTS)}")
-    now = _current_compat(plugin)
+    now = _current_compat(plugin, call)
     if verdict == "unsupported":
         raise BlobError(f"plugin {name!r} cannot load the compiled blob of {where}: it was built for "
                         f"{blob.compat!r} and this plugin builds {now or 'another version'!r}, which cannot "
