@@ -216,3 +216,10 @@ def test_the_report_estimates_a_graph_whose_instances_its_options_do_not_record(
     child.set_attr("instance", 1)
     instances = xgraph.report(compiled)["cost"]["chosen"]["instances"]
     assert list(instances) == ["AICORE:1"] and instances["AICORE:1"]["busy_seconds"] > 0
+
+
+def test_two_values_of_one_card_setting_are_refused(models):
+    with pytest.raises(OptionError, match="two values of 'instances': 2 for AICORE and 3 for AICPU"):
+        xgraph.compile(models.matmul_chain(2), {"devices": {"AICORE": {"instances": 2}, "AICPU": {"instances": 3}}})
+    same = xgraph.compile(models.matmul_chain(2), {"devices": {"AICORE": {"instances": 2}, "AICPU": {"instances": 2}}})
+    assert same.get_op_num() == 2

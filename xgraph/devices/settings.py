@@ -105,9 +105,17 @@ def apply_device_settings(devices: Mapping[str, DeviceSpec],
     if not settings:
         return dict(devices)
     card: dict[str, Any] = {}
+    said_by: dict[str, str] = {}
     for name, entry in settings.items():
-        if devices[name].memory == "device":
-            card.update({k: v for k, v in entry.items() if k in CARD_KEYS})
+        if devices[name].memory != "device":
+            continue
+        for key, value in entry.items():
+            if key in CARD_KEYS and key in card and card[key] != value:
+                raise OptionError(f"option 'devices' gives the card two values of {key!r}: {card[key]!r} for "
+                                  f"{said_by[key]} and {value!r} for {name}; AICORE, AICPU and DVPP share one "
+                                  f"card, so give {key!r} once")
+            if key in CARD_KEYS:
+                card[key], said_by[key] = value, name
     table = {}
     for name, spec in devices.items():
         entry = dict(card) if spec.memory == "device" else {}
