@@ -33,6 +33,8 @@ from xgraph.compiler.pipeline import compile as compile_graph
 from xgraph.errors import XGraphError
 from xgraph.registries import Registries, resolve
 from xgraph.runners import Runner
+from xgraph.runners.random_inputs import random_value
+from xgraph.runners.reference_run import run_onnxruntime
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Op, Subgraph, Tensor
@@ -41,32 +43,16 @@ if TYPE_CHECKING:
 DEFAULT_REPEAT = 10
 
 
-def _random_value(tensor: "Tensor", rng: np.random.Generator) -> np.ndarray:
-    shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in (tensor.shape or ()))
-    dtype = tensor.dtype if tensor.dtype is not None else np.dtype(np.float32)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0, 4, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
 def reference_values(graph: "Graph", seed: int = 0) -> dict[str, np.ndarray]:
-    """Every tensor's value in one onnxruntime run of `graph` on seeded random inputs; {} when it cannot run."""
+    """Every tensor's value in one onnxruntime run of `graph` on seeded random inputs; just the inputs when
+    onnxruntime is missing or cannot run the graph (each op then gets seeded random inputs)."""
     rng = np.random.default_rng(seed)
-    feeds = {t.name: _random_value(t, rng) for t in graph.get_input_tensors()}
-    model = graph.to_onnx()
-    wanted = [t for op in graph.toposort() for t in op.get_output_tensors() if t.dtype is not None]
-    known = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(t.name, onnx.helper.np_dtype_to_tensor_dtype(t.dtype),
-                                                                 None) for t in wanted if t.name not in known)
+    feeds = {t.name: random_value(t, rng) for t in graph.get_input_tensors()}
+    wanted = [t.name for op in graph.toposort() for t in op.get_output_tensors() if t.dtype is not None]
     try:
-        import onnxruntime as ort
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        values = dict(zip(names, session.run(names, feeds)))
-    except (ImportError, RuntimeError, ValueError, TypeError):  # no engine, or it cannot run this graph
-        return dict(feeds)  # each op then gets seeded random inputs
+        values = dict(zip(wanted, run_onnxruntime(graph.to_onnx(), feeds, wanted)))
+    except Exception:  # no engine, an op it lacks, a graph it refuses: onnxruntime's errors have no common base
+        return dict(feeds)
     return {**feeds, **values}
 
 
@@ -82,7 +68,7 @@ def time_runner(runner: Runner, inputs: list[np.ndarray], repeat: int) -> float:
 
 
 def _inputs(tensors: "list[Tensor]", values: Mapping[str, np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
-    return [values[t.name] if t.name in values else _random_value(t, rng) for t in tensors]
+    return [values[t.name] if t.name in values else random_value(t, rng) for t in tensors]
 
 
 def _device_subgraph(compiled: "Graph", op_name: str) -> "Subgraph | None":
@@ -138,19 +124,27 @@ def profile_costs(model: Any, options: "Mapping[str, Any] | str | None" = None,
             sg = _device_subgraph(single, op.name)
             if sg is None or str(sg.get_attr("device")) != device:
                 continue
-            runner = Runner.create_runner(sg, "run", kernels, registries=registries)
-            seconds[device] = time_runner(runner, _inputs(runner.get_input_tensors(), values, rng), repeat)
+            seconds[device] = _time_subgraph(sg, kernels, registries, None, values, rng, repeat)
         ops[op.name] = {"signature": op_signature(op), "seconds": seconds}
     candidates = []
     for sg in compiled.get_root_subgraph().toposort_child_subgraph():
         if not sg.has_attr("plugin"):
             continue
-        runner = Runner.create_runner(sg, "run", kernels, registries=registries, plugin_path=plugin_path)
         candidates.append({"plugin": str(sg.get_attr("plugin")), "device": str(sg.get_attr("device")),
                            "ops": sorted(op.name for op in sg.get_ops()),
-                           "seconds": time_runner(runner, _inputs(runner.get_input_tensors(), values, rng), repeat)})
+                           "seconds": _time_subgraph(sg, kernels, registries, plugin_path, values, rng, repeat)})
     return {"version": COST_TABLE_VERSION, "model": compiled.name, "repeat": repeat, "kernels": kernels,
             "ops": ops, "signatures": _by_signature(ops), "candidates": candidates}
+
+
+def _time_subgraph(sg: "Subgraph", kernels: str, registries: Registries, plugin_path: "list[str] | None",
+                   values: Mapping[str, np.ndarray], rng: np.random.Generator, repeat: int) -> float:
+    """The median run time of `sg` on its own runner, which is closed afterwards (its sessions go with it)."""
+    runner = Runner.create_runner(sg, "run", kernels, registries=registries, plugin_path=plugin_path)
+    try:
+        return time_runner(runner, _inputs(runner.get_input_tensors(), values, rng), repeat)
+    finally:
+        runner.close()
 
 
 def _by_signature(ops: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:

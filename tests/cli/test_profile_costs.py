@@ -77,3 +77,15 @@ def test_bad_arguments_fail_before_any_work_and_write_nothing(tmp_path, capsys, 
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no/such/dir/t.json" in line and "does not exist" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.onnx"]
+
+
+def test_reference_values_fall_back_to_the_inputs_when_onnxruntime_cannot_run_the_graph():
+    from onnx import TensorProto, helper
+
+    from xgraph.profiling import reference_values
+    node = helper.make_node("Mystery", ["x"], ["y"], name="m", domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    values = reference_values(xgraph.Graph.from_onnx(model))
+    assert list(values) == ["x"] and values["x"].shape == (2, 3)

@@ -85,7 +85,7 @@ def _why_not(model: CostModel, assignment: Mapping[int, tuple[str, int]], index:
     if solver_first == chosen[0]:  # the same card, whose cheapest device for the unit may not be first fit's
         real = model.device_of(index, chosen[0])
         return "" if real == first else f"by {objective}: {real}, not {first}: the card's cheaper device for it"
-    here, there = chosen, (solver_first, 0 if solver_first != chosen[0] else chosen[1])
+    here, there = chosen, (solver_first, 0)  # first fit knows one instance of each device
     saving = costs[chosen[0]][0] - costs[solver_first][0]
     copies_here = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, here))
     copies_there = sum(t for t, memory in _neighbour_memory(model, assignment, index) if memory != _memory(model, there))
