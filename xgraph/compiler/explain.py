@@ -19,7 +19,6 @@ with (its "compile_options" attr).
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from xgraph.compiler.cost_model import op_seconds
 from xgraph.compiler.placement import candidate_devices
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices
+from xgraph.devices.settings import recorded_options as read_recorded_options
 
 #: Near misses listed per op and template before the rest are counted.
 SHOWN_MISSES = 3
@@ -49,8 +49,7 @@ def recorded_options(source: Any) -> Any:
         from xgraph.ir.graph import load
         graph = load(source)
     if isinstance(graph, Graph) and graph.has_attr("compile_options"):
-        value = graph.get_attr("compile_options")
-        return json.loads(value) if isinstance(value, str) else value
+        return read_recorded_options(graph)  # GraphError naming the graph when the attr is damaged
     return None
 
 
