@@ -189,14 +189,6 @@ class GraphBuilder:
             self._leaf_of.update(dict.fromkeys(made, self._root))
         return made
 
-    def add_output(self, op: Op, name: str) -> Tensor:
-        """One more output tensor of `op` (import adds outputs while naming omitted ones)."""
-        t = Tensor(self.graph, name)
-        t._producer = op
-        self._tensors[name] = t
-        op._outputs.append(t)
-        return t
-
     def remove_ops(self, ops: "Sequence[Op]") -> None:
         """Take each of `ops` and its output tensors out of the tables, the links and the tree (emptied subgraphs
         go too); constant folding removes thousands at once."""

@@ -229,14 +229,6 @@ class JobTable:
         with self._lock:
             return sorted(self._pending.values(), key=lambda j: j.id)
 
-    def cancel_all(self, reason: str) -> int:
-        """Cancel every pending job with a RunnerError saying `reason`; returns how many."""
-        n = 0
-        for job in self.pending():
-            if self.finish(job, JobStatus.CANCELLED, RunnerError(f"{self._owner}: job {job.id} cancelled: {reason}")):
-                n += 1
-        return n
-
 
 def drop_traces(error: BaseException) -> None:
     """Let `error`, its causes and its contexts forget their tracebacks (types and messages stay).
@@ -274,13 +266,6 @@ def check_timeout(value: Any, what: str, allow_zero: bool = False) -> float | No
     if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise RunnerError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds (or None), got {value!r}")
     return None if math.isinf(seconds) else seconds
-
-
-def job_error_message(job: Job) -> str:
-    """A one-line description of why `job` did not succeed ("" when it did)."""
-    if job.status is JobStatus.OK:
-        return ""
-    return str(job.error) if job.error is not None else job.status.name.lower()
 
 
 class JobSlots:
