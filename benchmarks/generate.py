@@ -2,7 +2,7 @@
 
 The generate sample's decoder (samples/generate/decoder.onnx, GPT-2-style, 2 layers, past
 key/values in, presents out) is compiled as the sample does (one token per step, batch 1, past
-length dynamic: 5 device subgraphs, AI Core and AI CPU alternating per layer). Both loops decode
+length dynamic: one AI Core subgraph, its attention on dynamic-shape operators). Both loops decode
 the same prompt, feeding each step's presents back as the next step's pasts:
 
   onnxruntime   one InferenceSession on the original model (default options), `session.run` per step
@@ -20,7 +20,7 @@ that: input checks, job records, scheduling, host<->device copies, result checks
 
 With --gears the decoder is compiled with one gear per past length (`dynamic_dims`), so every
 step is static and one AI Core subgraph. With --devices aicpu the whole step is one AI CPU
-subgraph with the past dynamic: what a step costs when no AI Core / AI CPU alternation splits it.
+subgraph with the past dynamic.
 """
 from __future__ import annotations
 
@@ -196,9 +196,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hidden", type=int, default=0, help="... and of this width (a multiple of 4)")
     parser.add_argument("--vocab", type=int, default=0, help="... and of this vocabulary (default 64)")
     parser.add_argument("--devices", default="", help="the compile option 'devices' (e.g. aicpu: the whole step on "
-                        "AI CPU, one subgraph with the past dynamic, as if nothing alternated)")
+                        "AI CPU, one subgraph with the past dynamic)")
     parser.add_argument("--gears", action="store_true", help="compile one gear per past length (all on AI Core) "
-                        "instead of leaving the past length dynamic (its attention on AI CPU)")
+                        "instead of leaving the past length dynamic")
     args = parser.parse_args(argv)
     r = measure(args.tokens, args.rounds, args.kernels, args.layers, args.hidden, gears=args.gears, vocab=args.vocab,
                 devices=args.devices)

@@ -4,10 +4,9 @@
     python samples/generate/generate.py [--tokens 16] [--prompt 3,17,42] [--gears]
 
 The decoder is compiled once with one token per step and batch 1 fixed (`input_shape`); the past
-length stays dynamic (-1). Shapes resolve to a fixpoint, so every op whose shape is known (the
-embedding lookups, QKV, output and MLP MatMuls, LayerNorms, GELU, LM head) goes to AI Core, and
-the attention over the cache (Concat with the past, QK^T, mask, Softmax, probs @ V), whose shapes
-grow with every step, goes to AI CPU, which shares device memory with AI Core (no host copies).
+length stays dynamic (-1). Shapes resolve to a fixpoint; the attention over the cache, whose
+shapes grow with every step, runs on AI Core's dynamic-shape operators and the causal mask's
+shape values (the cache's length, the mask's first row) with it: one AI Core subgraph per step.
 With --gears the past length is a gear instead (`dynamic_dims`, one static partition per past
 length the loop reaches), so every step is static and the whole step is one AI Core subgraph.
 The presents of one step are the next step's pasts, kept on the device in between (`keep_on_device`:

@@ -121,3 +121,19 @@ def test_register_free_text_device_and_name_clash():
     finally:
         unregister_device("SMFC")
     assert "SMFC" not in get_devices()
+
+
+def test_shape_values_section_is_parsed_and_checked():
+    aicore = get_devices()["AICORE"].ops.shape_values
+    assert aicore is not None and "Shape" in aicore.ops and aicore.max_elements == 8
+    assert {str(d) for d in aicore.dtypes} == {"int32", "int64"}
+    assert get_devices()["CPU"].ops.shape_values is None  # the host runs any op anyway
+    base = {"device": {"name": "X"}}
+    spec = device_from_dict({**base, "shape_values": {"ops": ["Shape"], "dtypes": ["int64"], "max_elements": 4}})
+    assert spec.ops.shape_values.max_elements == 4 and spec.ops.shape_values.ops == frozenset({"Shape"})
+    with pytest.raises(PluginError, match="shape_values.*needs ops"):
+        device_from_dict({**base, "shape_values": {"dtypes": ["int64"]}}, "x.toml")
+    with pytest.raises(PluginError, match="shape_values.*unknown key|shape_values.*maxelements"):
+        device_from_dict({**base, "shape_values": {"ops": ["Shape"], "dtypes": ["int64"], "maxelements": 4}}, "x.toml")
+    with pytest.raises(PluginError, match="max_elements"):
+        device_from_dict({**base, "shape_values": {"ops": ["Shape"], "dtypes": ["int64"], "max_elements": 0}}, "x.toml")

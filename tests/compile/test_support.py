@@ -50,17 +50,33 @@ def test_dynamic_shapes_go_past_ai_core_with_a_hint(models):
     assert v["AICPU"].ok
 
 
-def test_shape_arithmetic_is_refused_by_ai_core_and_taken_by_ai_cpu(models):
-    v = verdicts(models.one_op("Add", [(I64, [2]), np.array([1, 1], np.int64)]))
+def test_shape_values_are_taken_by_ai_core_and_larger_integer_math_is_not(models):
+    # a shape, a dim, an offset: computed in line by the dynamic-shape executor ([shape_values])
+    assert verdicts(models.one_op("Add", [(I64, [2]), np.array([1, 1], np.int64)]))["AICORE"].ok
+    for op_type in ("Shape", "Size"):  # only the descriptor of the input is read, whatever its size
+        assert verdicts(models.one_op(op_type, [(F32, [1, 3, 800, 800])]))["AICORE"].ok
+        assert verdicts(models.one_op(op_type, [(F32, [1, "seq", 8])]))["AICORE"].ok
+    gather = verdicts(models.one_op("Gather", [(I64, [3]), np.array(0, np.int64)], {"axis": 0}))
+    assert gather["AICORE"].ok and gather["AICPU"].ok
+    # beyond 8 elements int64 arithmetic is data, not a shape: the op rule decides, and refuses
+    v = verdicts(models.one_op("Add", [(I64, [16]), np.ones(16, np.int64)]))
     assert v["AICORE"].reason == "AICORE: Add with dtype int64 unsupported: takes float16, float32, int8, int32"
     assert v["AICPU"].ok
-    for op_type in ("Shape", "Size"):
-        v = verdicts(models.one_op(op_type, [(F32, [1, 3, 8])]))
-        assert v["AICORE"].reason == f"AICORE: {op_type} is not in its op-info library" and v["AICPU"].ok
-    gather = verdicts(models.one_op("Gather", [(I64, [3]), np.array(0, np.int64)], {"axis": 0}))
-    assert gather["AICPU"].ok
-    assert gather["AICORE"].reason == \
-        "AICORE: Gather with dtype int64 unsupported: takes float16, float32, int8, int32, bool"
+    # an unknown element count is not a shape value either
+    v = verdicts(models.one_op("Sub", [(I64, ["n"]), np.array([1], np.int64)]))
+    assert v["AICORE"].reason == "AICORE: Sub with dtype int64 unsupported: takes float16, float32, int8, int32"
+    # nor is an op the section does not list
+    v = verdicts(models.one_op("CumSum", [(I64, [4]), np.array(0, np.int64)]))
+    assert not v["AICORE"].ok
+
+
+def test_a_bool_mask_slice_with_computed_offsets_is_on_ai_core(models):
+    tril = np.tril(np.ones((64, 64), bool))
+    v = verdicts(models.one_op("Slice", [tril, (I64, [1]), (I64, [1]), np.array([0], np.int64)]))
+    assert v["AICORE"] == ACCEPT
+    steps = verdicts(models.one_op("Slice", [tril, (I64, [1]), (I64, [1]), np.array([0], np.int64), (I64, [1])]))
+    assert steps["AICORE"].reason == ("AICORE: Slice with non-constant input 4 ('in4') unsupported: "
+                                        "steps must be constant")
 
 
 def test_embedding_gather_is_on_ai_core_whatever_the_index_width(models):

@@ -24,7 +24,7 @@ from xgraph.compiler.checks import (
     known_ranks, max_rank, refuse, shape_text, static_shapes)
 from xgraph.compiler.host import host_runnable
 from xgraph.devices import CHECK_NAMES, DeviceSpec
-from xgraph.devices.oprules import NO_DEFAULT, OpRule, Ref, TensorRule, ValueRule
+from xgraph.devices.oprules import NO_DEFAULT, OpRule, Ref, ShapeValues, TensorRule, ValueRule
 
 if TYPE_CHECKING:
     from xgraph.ir import Op
@@ -252,11 +252,40 @@ def op_rule(rule: OpRule, precision_mode: str = DEFAULT_PRECISION) -> Check:
     return all_of(*checks)
 
 
+#: Ops that read only their input's descriptor (its shape), never its data.
+DESCRIPTOR_OPS = frozenset({"Shape", "Size"})
+
+
+def _small_int(t: Any, values: ShapeValues) -> bool:
+    if t is None or t.dtype is None or np.dtype(t.dtype) not in values.dtypes or t.shape is None:
+        return False
+    if not all(isinstance(d, int) and d >= 0 for d in t.shape):
+        return False
+    return int(np.prod(t.shape, dtype=np.int64)) <= values.max_elements
+
+
+def shape_value(op: "Op", values: ShapeValues) -> bool:
+    """True when `op` computes a shape value the table's `[shape_values]` takes (see ShapeValues)."""
+    if op.type not in values.ops or op.domain:
+        return False
+    if not all(_small_int(t, values) for t in op.get_output_tensors()):
+        return False
+    if op.type in DESCRIPTOR_OPS:
+        return True
+    return all(t is None or _small_int(t, values) for t in op.get_input_tensors())
+
+
 def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION) -> Check:
-    """The device's op-info library as a check; refusals start with the device name."""
+    """The device's op-info library as a check; refusals start with the device name.
+
+    An op its own rule refuses (or that has none) is still taken as a shape value when the
+    table's `[shape_values]` covers it."""
     compiled: dict[int, Check] = {}
+    values = spec.ops.shape_values
 
     def check(op: "Op") -> Verdict:
+        if values is not None and shape_value(op, values):
+            return ACCEPT
         rule = spec.ops.rule_for(op.type, op.domain)
         if rule is None:
             why = spec.ops.exclude.get(op.type)

@@ -180,7 +180,7 @@ def _capacity(d: Mapping[str, Any], where: Location) -> int | None:
 def device_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DeviceSpec:
     """A DeviceSpec from a parsed device document (the TOML schema above); PluginError naming file and key."""
     root = Location(source)
-    doc = check_keys(dict(doc), ("device", "cost", "link", "defaults", "ops", "group", "any_op"), root)
+    doc = check_keys(dict(doc), ("device", "cost", "link", "defaults", "ops", "group", "any_op", "shape_values"), root)
     if "device" not in doc:
         raise root.error("needs a [device] table with at least name = \"...\"")
     d = check_keys(doc["device"], ("name", "description", "cost_rank", "memory", "runner", "instances",

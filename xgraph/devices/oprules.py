@@ -108,12 +108,32 @@ class OpRule:
 
 
 @dataclass(frozen=True)
+class ShapeValues:
+    """The `[shape_values]` of a table: small integer tensors (a shape, a dim, an offset) the device's
+    dynamic-shape executor computes on the host in line with the device work, as Ascend's Graph
+    Engine runs Shape and the arithmetic on it (host CPU kernels) inside the model it executes.
+
+    An op of one of `ops` qualifies when each output has a dtype of `dtypes` and a known element
+    count of at most `max_elements`, and so has each data input, except the input of Shape and
+    Size, of which only the descriptor is read.
+    """
+
+    ops: frozenset[str] = frozenset()
+    dtypes: frozenset = frozenset()
+    max_elements: int = 8
+    note: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class OpTable:
-    """A device's op-info library: rules by (domain, op type), an optional catch-all, exclusions."""
+    """A device's op-info library: rules by (domain, op type), an optional catch-all, exclusions,
+    and the shape values it computes in line (`[shape_values]`)."""
 
     rules: Mapping[tuple[str, str], OpRule] = field(default_factory=dict)
     any_op: OpRule | None = None
     exclude: Mapping[str, str] = field(default_factory=dict)  # op type -> why
+    shape_values: ShapeValues | None = None
 
     def rule_for(self, op_type: str, domain: str) -> OpRule | None:
         """The rule that governs `op_type` in `domain`: its own entry, else the catch-all (unless excluded)."""
@@ -332,4 +352,17 @@ def parse_op_table(doc: dict, source: str, known_checks: frozenset[str]) -> OpTa
             any_op = parse_op_rule("*", {**defaults, **entry}, where, known_checks)
         elif entry:
             raise where.error("has rule keys but any = false; set any = true or remove the table")
-    return OpTable(rules=rules, any_op=any_op, exclude=exclude)
+    return OpTable(rules=rules, any_op=any_op, exclude=exclude,
+                   shape_values=_shape_values(doc["shape_values"], root / "shape_values") if "shape_values" in doc else None)
+
+
+def _shape_values(table: Any, where: Location) -> ShapeValues:
+    t = check_keys(table, ("ops", "dtypes", "max_elements", "note"), where)
+    if "ops" not in t or "dtypes" not in t:
+        raise where.error('needs ops = ["Shape", ...] and dtypes = ["int64", ...]')
+    dtypes = parse_dtypes(t["dtypes"], where / "dtypes")
+    if not dtypes:
+        raise (where / "dtypes").error("must list the integer dtypes of shape values, e.g. [\"int32\", \"int64\"]")
+    return ShapeValues(ops=frozenset(_str(o, where / "ops") for o in _list(t["ops"], where / "ops")),
+                       dtypes=dtypes, max_elements=_int(t.get("max_elements", 8), where / "max_elements", 1),
+                       note=_str(t.get("note", ""), where / "note"), source=str(where))
