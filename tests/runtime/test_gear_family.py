@@ -1,4 +1,4 @@
-"""One shared runner for the gears of a model that are one onnxruntime session (xgraph/runners/gear_family.py).
+"""One shared runner for the gears of a model that are one onnxruntime session (xgraph/runners/gears.py).
 
 The oracle is onnxruntime on the original model, and each gear's own runner: the shared runner
 must give the same tokens, accept exactly what the gears accept, refuse what they refuse with
@@ -173,7 +173,7 @@ def test_gears_that_are_not_one_session_or_are_profiled_keep_their_own_runners(d
     [((1, 1), (1, 1)), ((1, 1), (1, 2)), ((1, 2), (1, 1))],  # no single input does: the whole signature
 ])
 def test_the_gear_result_check_finds_each_gears_check(shapes):
-    from xgraph.runners.gear_family import GearResults
+    from xgraph.runners.gears import GearResults
     from xgraph.runners.result_check import ResultCheck
     f32 = np.dtype(np.float32)
     gears = [s if isinstance(s[0], tuple) else (s, (1, 1)) for s in shapes]

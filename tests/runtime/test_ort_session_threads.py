@@ -67,7 +67,7 @@ def test_the_gears_of_a_model_take_turns():
     with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
         sessions = [r._executor._backend._session for r in runner.runners.values()]
         np.testing.assert_array_equal(runner.run({"x": -np.ones((2, 8), np.float32)})[0], np.zeros((2, 8)))
-    # one graph but for shapes: one session, for both gears and the runner they share (gear_family.py)
+    # one graph but for shapes: one session, for both gears and the runner they share (serve_gears)
     assert len(sessions) == 3 and all(s is sessions[0] for s in sessions)
     with pytest.raises(RuntimeError):  # nothing runs between its runs: it keeps spinning, as a lone session
         sessions[0].get_session_options().get_session_config_entry("session.force_spinning_stop")

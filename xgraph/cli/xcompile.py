@@ -277,7 +277,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(rep, args.model, output, seconds)
         if compiled.get_gears():
-            from xgraph.view.gears import gear_facts, gear_lines
+            from xgraph.view.text import gear_facts, gear_lines
             lines = gear_lines(compiled, gear_facts(compiled))
             print("\n".join(lines[:-1] + [f"  (the summary above is {compiled.get_gears()[0].name}'s; "
                                            f"xgraph inspect {output} shows every gear)"]))

@@ -1,6 +1,7 @@
-"""Gears: ATC's way of compiling a dynamic model as a few static ones.
+"""Gears: ATC's way of compiling a dynamic model as a few static ones, from the gear option to
+the compiled gears.
 
-`input_shape` marks the dynamic dims with -1 and one gear option lists the values they take:
+The option: `input_shape` marks the dynamic dims with -1 and one gear option lists the values they take:
 
 - `dynamic_batch_size` "1,2,4,8": every -1 is the first dim (the batch) of its input; one
   value per gear;
@@ -16,12 +17,33 @@ The options exclude each other, as in ATC, and take 2 to `MAX_GEARS` gears. Each
     >>> shape = {"ids": (1, -1), "mask": (1, -1)}
     >>> gear_shapes(shape, parse_gears("dynamic_dims", "8,8;16,16", shape))
     [{'ids': (1, 8), 'mask': (1, 8)}, {'ids': (1, 16), 'mask': (1, 16)}]
+
+Compiling (`compile_gears`): the whole pipeline once per gear, weights shared between the
+results. Every gear is a fully static model: prepare fixes the input dims, folds shape
+arithmetic to a fixpoint, and placement can put the dense ops on AI Core. The gears start from
+one loaded graph (copies share its weight arrays); after compiling, weights that came out equal
+are made one array again (`xgraph.ir.gears.share_weights`), so constants prepare folded the
+same way in every gear are stored and held once too.
+
+The result is gear 0's compiled graph carrying all gears (`graph.get_gears()`). Every gear's
+graph, gear 0's included, records its own static options in "compile_options" (so compiling
+or explaining the saved gear 0 again reproduces it); gear 0 also keeps the options as given,
+gear option included, in "gear_options", and the weight sharing counts in "gear_weights".
+
+`xgraph.compiler.options` parses the gear option with this module's parsers, and
+`compile_gears` takes those parsed options, so it names `CompileOptions` for type checking only.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from xgraph.errors import OptionError
+from xgraph.errors import OptionError, XGraphError
+from xgraph.ir import Graph
+from xgraph.ir.gears import Gear, share_weights
+
+if TYPE_CHECKING:
+    from xgraph.compiler.options import CompileOptions
 
 #: The largest dim ONNX can hold (dims are int64): input_shape and gear values beyond it are refused.
 MAX_DIM = (1 << 63) - 1
@@ -45,6 +67,8 @@ _FORMS = {
 }
 
 Gears = tuple[tuple[int, ...], ...]
+#: Compiles one static gear: (a fresh graph it may consume, the gear's own options) -> the compiled graph.
+CompileOne = Callable[[Graph, "CompileOptions"], Graph]
 
 
 def _bad(key: str, value: Any, why: str) -> OptionError:
@@ -176,5 +200,61 @@ def format_gears(key: str, gears: Gears) -> str:
     return ";".join(",".join(str(v) for v in g) for g in gears)
 
 
-__all__ = ["GEAR_OPTIONS", "Gears", "MAX_GEARS", "MIN_GEARS", "format_gears", "gear_shapes", "parse_gear_options",
-           "parse_gears"]
+# -- compiling the gears ----------------------------------------------------------------------------
+
+def gear_name(index: int) -> str:
+    """The name of gear `index` ("gear0", "gear1", ...)."""
+    return f"gear{index}"
+
+
+def _in_gear(error: XGraphError, index: int, shapes: str) -> XGraphError:
+    """The same error, its message saying which gear it came from."""
+    message = f"gear {gear_name(index)} (input_shape {shapes}): {error}"
+    try:
+        return type(error)(message)
+    except TypeError:  # an error class that takes other arguments
+        return XGraphError(message)
+
+
+def _static_inputs(graph: Graph, index: int, shapes: str) -> dict[str, tuple[int, ...]]:
+    """Each input's static shape; OptionError naming an input the gear leaves dynamic."""
+    result: dict[str, tuple[int, ...]] = {}
+    for t in graph.get_input_tensors():
+        if t.shape is None or not all(isinstance(d, int) for d in t.shape):
+            shown = "unknown" if t.shape is None else "(" + ", ".join(str(d) for d in t.shape) + ")"
+            raise OptionError(f"gear {gear_name(index)} (input_shape {shapes}) leaves input {t.name!r} with dynamic "
+                              f"shape {shown}; name every input in option 'input_shape' (-1 for the gear dims) so "
+                              "each gear is static")
+        result[t.name] = tuple(t.shape)
+    return result
+
+
+def compile_gears(graph: Graph, opts: CompileOptions, compile_one: CompileOne) -> Graph:
+    """Compile `graph` once per gear of `opts` with `compile_one(graph, static options)`; gear 0 carries all.
+
+    `graph` is a fresh graph this call may consume. Any gear's error is raised naming the
+    gear, and nothing is returned half-built.
+    """
+    shapes = opts.gear_shapes()
+    compiled: list[Graph] = []
+    records: list[dict[str, tuple[int, ...]]] = []
+    for index, gear_shape in enumerate(shapes):
+        gear_opts = replace(opts, input_shape=gear_shape, gear_option="", gears=())
+        shown = gear_opts.to_dict()["input_shape"]  # the gear's input_shape option, as its compile records it
+        source = graph if index == len(shapes) - 1 else graph.copy()
+        try:
+            result = compile_one(source, gear_opts)
+        except XGraphError as e:
+            raise _in_gear(e, index, shown) from e
+        records.append(_static_inputs(result, index, shown))
+        compiled.append(result)
+    sharing = share_weights(compiled)
+    primary = compiled[0]
+    primary.set_gears([Gear(gear_name(i), records[i], g) for i, g in enumerate(compiled)])
+    primary.set_attr("gear_options", opts.to_json())  # as given; "compile_options" stays gear 0's own
+    primary.set_attr("gear_weights", sharing)
+    return primary
+
+
+__all__ = ["GEAR_OPTIONS", "Gears", "MAX_GEARS", "MIN_GEARS", "compile_gears", "format_gears", "gear_name",
+           "gear_shapes", "parse_gear_options", "parse_gears"]

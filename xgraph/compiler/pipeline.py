@@ -25,6 +25,7 @@ import onnx
 from xgraph.errors import XGraphError
 from xgraph.ir import Graph
 from xgraph.devices.settings import apply_device_settings
+from xgraph.compiler.gears import compile_gears
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.devices.settings import with_plugin_devices
@@ -202,7 +203,6 @@ def _compile(graph_or_path: Any, options: Any, plugin_path: Any, progress: Progr
     _report_stage(progress, "load")
     graph = load_for_compile(graph_or_path)
     if opts.gears:  # one static partition per gear, each through the stages below
-        from xgraph.compiler.gear_compile import compile_gears
         return compile_gears(graph, opts, lambda g, o: _compile_loaded(g, o, plugin_path, progress, registries))
     return _compile_loaded(graph, opts, plugin_path, progress, registries)
 

@@ -200,7 +200,7 @@ def create_graph_runner(graph: "Graph | str | Path | bytes", mode: str = "run", 
         loaded = xgraph.load(data)
         graph = loaded if loaded.get_gears() else data
     if isinstance(graph, xgraph.Graph) and graph.get_gears():
-        from xgraph.runners.gear_runner import GearRunner
+        from xgraph.runners.gears import GearRunner
         require_ray()
         return GearRunner(graph, mode, kernels, runner_class=RayGraphRunner, **options)  # type: ignore[return-value]
     return RayGraphRunner(graph, mode, kernels, **options)

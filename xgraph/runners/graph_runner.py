@@ -151,7 +151,7 @@ class GraphRunner:
     """Runs a compiled graph: `run(feeds)` or `execute_async`/`wait` with several jobs in flight."""
 
     #: gears that are one onnxruntime session may share one runner of this class for their runs
-    #: (`xgraph.runners.gear_family`); runners that execute elsewhere (xgraph.ray's) say False
+    #: (`xgraph.runners.gears.serve_gears`); runners that execute elsewhere (xgraph.ray's) say False
     shares_gears = True
 
     def __init__(self, graph: "Graph", mode: str = "run", kernels: str = "auto", *,
@@ -585,6 +585,6 @@ def create_graph_runner(graph: "Graph", mode: str = "run", kernels: str = "auto"
     (where the plugins that check compiled blobs are found, besides the installed ones).
     """
     if hasattr(graph, "get_gears") and graph.get_gears():  # one static partition per gear (xgraph/ir/gears.py)
-        from xgraph.runners.gear_runner import GearRunner
+        from xgraph.runners.gears import GearRunner
         return GearRunner(graph, mode, kernels, runner_class=GraphRunner, **options)  # type: ignore[return-value]
     return GraphRunner(graph, mode, kernels, **options)

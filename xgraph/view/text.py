@@ -2,6 +2,10 @@
 
 Both are stable across runs (topological order, sorted attributes, no ids), so two dumps
 of the same model are identical and two compiles can be compared with `diff`.
+
+A graph compiled with a gear option has gears: for it `inspect` adds a "gears" key (JSON) and a
+"gears:" block (text) ahead of gear 0's subgraph tree, per gear its input shapes and subgraphs
+per device (`gear_facts`, `gear_lines`; `xcompile` prints the same block after its summary).
 """
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from typing import Any
 from xgraph.ir import Graph, Subgraph
 from xgraph.view.describe import (annotation, attribute_texts, crossing_copies, estimated_time_us, placement, safe,
                                   subgraph_device, subgraph_runner, tensor_facts, tensor_text)
-from xgraph.view.gears import gear_facts, gear_lines
 
 
 def _plural(n: int, word: str) -> str:
@@ -39,7 +42,7 @@ def inspect_data(graph: Graph) -> dict[str, Any]:
     ({device: {"subgraphs", "ops", "estimated_time_us"}}, in order of first appearance) and
     "subgraphs" (each: "name", "depth", "device", "ops", "runner", "estimated_time_us",
     "inputs", "outputs", "children"). Tensors are {"name", "dtype", "shape"}. A graph compiled
-    with gears also has "gears" (`xgraph.view.gears.gear_facts`), and the rest is gear 0's.
+    with gears also has "gears" (`gear_facts`), and the rest is gear 0's.
     """
     root = graph.get_root_subgraph()
     subgraphs = [subgraph_facts(c) for c in root.toposort_child_subgraph()]
@@ -63,6 +66,37 @@ def inspect_data(graph: Graph) -> dict[str, Any]:
     if graph.get_gears():  # only compiled with a gear option: the rest of the data is gear 0's
         data["gears"] = gear_facts(graph)
     return data
+
+
+def gear_facts(graph: Graph) -> list[dict[str, Any]]:
+    """[{"name", "inputs": [tensor facts], "ops", "subgraphs", "devices": {device: {"subgraphs", "ops"}}}] per gear."""
+    facts = []
+    for gear in graph.get_gears():
+        devices: dict[str, dict[str, int]] = {}
+        children = gear.graph.get_root_subgraph().toposort_child_subgraph()
+        for sg in children:
+            entry = devices.setdefault(subgraph_device(sg), {"subgraphs": 0, "ops": 0})
+            entry["subgraphs"] += 1
+            entry["ops"] += sg.get_op_num()
+        facts.append({"name": gear.name, "inputs": [tensor_facts(t) for t in gear.graph.get_input_tensors()],
+                      "ops": gear.graph.get_op_num(), "subgraphs": len(children), "devices": devices})
+    return facts
+
+
+def gear_lines(graph: Graph, facts: list[dict[str, Any]]) -> list[str]:
+    """The "gears:" block of `xgraph inspect`: one line per gear, then its subgraphs per device."""
+    sharing = graph.get_attr("gear_weights") if graph.has_attr("gear_weights") else None
+    shared = f"; weights stored once, {sharing['own']} folded constant(s) differ between gears" if sharing else ""
+    lines = ["", f"gears ({len(facts)}; the runtime picks the gear equal to the input shapes{shared}):"]
+    width = max(len(f["name"]) for f in facts)
+    for f in facts:
+        shapes = "  ".join(f"{t['name']}:{','.join(str(d) for d in t['shape'] or ())}" for t in f["inputs"])
+        per_device = ", ".join(f"{device or '(no device)'} {_plural(e['subgraphs'], 'subgraph')} "
+                               f"{_plural(e['ops'], 'op')}" for device, e in f["devices"].items())
+        lines.append(f"  {f['name']:<{width}}  {shapes}")
+        lines.append(f"  {'':<{width}}  {f['ops']} ops, {f['subgraphs']} subgraphs: {per_device}")
+    lines.append(f"  (the inputs, outputs and subgraphs below are {facts[0]['name']}'s)")
+    return lines
 
 
 def _tensor_line(facts: dict[str, Any]) -> str:
@@ -129,4 +163,4 @@ def dump_text(graph: Graph) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["dump_text", "inspect_data", "inspect_text", "subgraph_facts"]
+__all__ = ["dump_text", "gear_facts", "gear_lines", "inspect_data", "inspect_text", "subgraph_facts"]
