@@ -84,6 +84,12 @@ def test_minimal_file_gets_defaults(tmp_path):
     ('[ops.Conv]\nmax_rank = "four"\n', "ops.Conv.max_rank", "must be an integer"),
     ('[ops.Conv]\n[[group]]\nops = ["Conv"]\n', "group[0].Conv", "already defined at"),
     ('[cost]\npeak_gflops = { float32 = -1 }\n', "cost.peak_gflops", "positive number"),
+    ('[ops.MatMul]\ndynamic_dims = true\ndynamic_range = [4096]\n', "ops.MatMul.dynamic_range",
+     "must be [low, high], got [4096]"),
+    ('[ops.MatMul]\ndynamic_dims = true\ndynamic_range = [8, 2]\n', "ops.MatMul.dynamic_range", "low <= high"),
+    ('[ops.MatMul]\ndynamic_dims = true\ndynamic_range = [-1, 8]\n', "ops.MatMul.dynamic_range", "must be >= 0"),
+    ('[ops.MatMul]\ndynamic_dims = true\ndynamic_range = "1..8"\n', "ops.MatMul.dynamic_range", "must be a list"),
+    ('[ops.MatMul]\ndynamic_range = [1, 4096]\n', "ops.MatMul.dynamic_range", "set dynamic_dims = true beside it"),
     ('[weird]\n', "", "unknown key(s) ['weird']"),
 ])
 def test_validation_names_file_and_key(tmp_path, extra, key, problem):
@@ -94,6 +100,13 @@ def test_validation_names_file_and_key(tmp_path, extra, key, problem):
     assert str(path) in msg and problem in msg
     if key:
         assert f"key {key!r}" in msg
+
+
+def test_a_rule_declares_the_range_of_its_dynamic_dims(tmp_path):
+    spec = load_device_file(write(tmp_path, MINIMAL + '[ops.MatMul]\nstatic_shapes = true\ndynamic_dims = true\n'
+                                  'dynamic_range = [1, 4096]\n[ops.Relu]\ndynamic_dims = true\n'))
+    assert spec.ops.rule_for("MatMul", "").dynamic_range == (1, 4096)
+    assert spec.ops.rule_for("Relu", "").dynamic_range is None  # none declared: any dynamic dim, as before
 
 
 def test_bad_device_fields_and_files(tmp_path):

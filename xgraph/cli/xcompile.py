@@ -184,6 +184,9 @@ def cost_lines(cost: "dict[str, Any] | None") -> list[str]:
             memory = f"{entry['memory'] / 2**20:.1f} MiB" + (f" of {capacity / 2**30:.3g} GiB" if capacity else "")
             copies = f"{entry['copies']} cop{'y' if entry['copies'] == 1 else 'ies'}"
             lines.append(f"  {name}: busy {_ms(entry['busy_seconds'])}, {memory}, {copies} ({_ms(entry['copy_seconds'])})")
+    if cost.get("assumed_dims"):
+        from xgraph.compiler.dim_ranges import assumed_text
+        lines.append(f"dynamic dims estimated at: {assumed_text(cost['assumed_dims'])}")
     if cost.get("sources"):
         counts = ", ".join(f"{source} {n}" for source, n in cost["sources"].items())
         lines.append(f"unit costs: {counts}" + (f" (table {cost['costs']})" if cost.get("costs") else ""))

@@ -9,7 +9,9 @@ assembles from a device's op-info table:
     >>> check(op)                          # doctest: +SKIP
     Verdict(ok=False, reason='Conv with dtype float64 unsupported: takes float16, float32')
 
-Checks are pure: they read the op, its tensors and the rule, never the rest of the graph.
+Checks are pure: they read the op, its tensors and the rule, never the rest of the graph (a
+check built for one compile may also read what that compile was given: `within_range` its
+dims' ranges).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 from xgraph.devices.oprules import DTYPE_NAMES
 
 if TYPE_CHECKING:
+    from xgraph.compiler.dim_ranges import DimRanges
     from xgraph.ir import Op, Tensor
 
 
@@ -193,6 +196,42 @@ def max_rank(limit: int) -> Check:
     return check
 
 
+def within_range(low: int, high: int, dims: "DimRanges") -> Check:
+    """Accept when every dynamic dim of the inputs and used outputs stays within `low..high` whatever values
+    its symbols take in the ranges `dims` gives them (a dim without an upper bound does not), as Ascend
+    refuses a shape outside a dynamic-shape operator's declared range."""
+    declared = f"its dynamic range {low}..{high}"
+
+    def problem(op: "Op", where: str, dim: Any) -> str | None:
+        if not isinstance(dim, str):  # None: a dim shape inference left unnamed, which no range can bound
+            return (f"{op.type} dim {where} is unnamed and unbounded, beyond {declared}; fix or name the input's "
+                    "dims with the input_shape option")
+        least, most = dims.bounds(dim)
+        if most is None:
+            hint = f'"{dim}:{low}..{high}"' if dims.is_symbol(dim) else "a range for each of its symbols"
+            return f"{op.type} dim {dim} has no upper bound, beyond {declared}; bound it with input_shape ({hint})"
+        if most > high:
+            return f"{op.type} dim {dim} up to {most} exceeds {declared}"
+        if least < low:
+            return f"{op.type} dim {dim} down to {least} is below {declared}"
+        return None
+
+    def check(op: "Op") -> Verdict:
+        tensors = [(f"input {i}", t) for i, t in enumerate(op.get_input_tensors())] + \
+            [(f"output {op.get_output_tensors().index(t)}", t) for t in _used_outputs(op)]
+        for label, t in tensors:
+            if t is None or t.is_const or t.shape is None:
+                continue
+            for axis, dim in enumerate(t.shape):
+                if isinstance(dim, int) and dim >= 0:
+                    continue
+                why = problem(op, f"{axis} of {label}", dim)
+                if why is not None:
+                    return refuse(why)
+        return ACCEPT
+    return check
+
+
 def max_outputs(limit: int) -> Check:
     """Accept when at most `limit` outputs are used."""
     def check(op: "Op") -> Verdict:
@@ -205,4 +244,5 @@ def max_outputs(limit: int) -> Check:
 
 
 __all__ = ["ACCEPT", "Check", "Verdict", "all_of", "any_of", "compute_dtype", "dtype_in", "dtype_name", "dtype_names",
-           "format_value", "known_ranks", "labelled", "max_outputs", "max_rank", "not_dtype", "refuse", "shape_text", "static_shapes"]
+           "format_value", "known_ranks", "labelled", "max_outputs", "max_rank", "not_dtype", "refuse", "shape_text",
+           "static_shapes", "within_range"]

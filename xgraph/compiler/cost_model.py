@@ -5,7 +5,8 @@ plugin subgraph, which stays where its plugin put it) into an `xgraph.partition.
 
 - **nodes**: a unit's cost on each device that may run it is the roofline time of its ops
   (`xgraph.devices.cost`: max(FLOPs / peak, bytes / bandwidth) + launch, from the graph's
-  static shapes; an unknown dim counts as 1), or its measured time where a cost table (the
+  shapes, a dynamic dim at the size `xgraph.compiler.dim_ranges` assumes for it: the top of its
+  input_shape range, else 1), or its measured time where a cost table (the
   "costs" option) has one; on a plugin's device, the plugin's estimate or measured time. AICORE, AICPU and DVPP of one card share its
   memory, so the solver sees the card as one device, ``card``, costing what the cheapest of
   its devices that accept the unit costs; that device takes the unit when the card does. A
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from xgraph.compiler.dim_ranges import DimRanges
 from xgraph.devices import DeviceSpec, LinkProfile
 from xgraph.devices.cost import Roofline, op_flops
 
@@ -38,30 +40,34 @@ if TYPE_CHECKING:
 
 #: The solver's name for one card (the devices of memory kind "device", sharing its memory).
 CARD = "card"
+#: No ranges known: every dynamic dim at `dim_ranges.DEFAULT_SIZE`.
+NO_RANGES = DimRanges()
 
 
-def _shape(tensor: "Tensor | None") -> "tuple[int, ...] | None":
+def _shape(tensor: "Tensor | None", dims: DimRanges) -> "tuple[int, ...] | None":
     if tensor is None or tensor.shape is None:
         return None
-    return tuple(d if isinstance(d, int) and d >= 0 else 1 for d in tensor.shape)
+    return dims.shape(tensor.shape)
 
 
-def tensor_bytes(tensor: "Tensor | None") -> int:
-    """Bytes of a tensor from its static shape and dtype (unknown dims count as 1, unknown dtype as 4 bytes)."""
-    shape = _shape(tensor)
+def tensor_bytes(tensor: "Tensor | None", dims: DimRanges = NO_RANGES) -> int:
+    """Bytes of a tensor from its shape (dynamic dims at the sizes `dims` assumes) and dtype (unknown: 4 bytes)."""
+    shape = _shape(tensor, dims)
     if shape is None:
         return 0
     itemsize = tensor.dtype.itemsize if tensor.dtype is not None else 4
     return int(np.prod(shape, dtype=np.int64)) * itemsize
 
 
-def op_seconds(op: "Op", spec: DeviceSpec) -> float:
-    """The roofline time of `op` on one instance of `spec`, from the graph's static shapes."""
+def op_seconds(op: "Op", spec: DeviceSpec, dims: DimRanges = NO_RANGES) -> float:
+    """The roofline time of `op` on one instance of `spec`, from the graph's shapes (dynamic dims at the sizes
+    `dims` assumes)."""
     inputs = op.get_input_tensors()
     outputs = op.get_output_tensors()
     dtype = next((t.dtype.name for t in inputs if t is not None and t.dtype is not None), "float32")
-    flops = op_flops(op.type, op.get_onnx_attrs(), [_shape(t) for t in inputs], [_shape(t) for t in outputs])
-    nbytes = sum(map(tensor_bytes, inputs)) + sum(map(tensor_bytes, outputs))
+    flops = op_flops(op.type, op.get_onnx_attrs(), [_shape(t, dims) for t in inputs],
+                     [_shape(t, dims) for t in outputs])
+    nbytes = sum(tensor_bytes(t, dims) for t in inputs) + sum(tensor_bytes(t, dims) for t in outputs)
     return Roofline(spec.name, spec.cost, dtype).op_time(flops, nbytes, dtype)
 
 
@@ -140,8 +146,8 @@ def _weights(ops: "list[Op]") -> int:
     return sum(seen.values())
 
 
-def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]", outputs: "Sequence[Tensor]"
-           ) -> list[dict[str, Any]]:
+def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]", outputs: "Sequence[Tensor]",
+           dims: DimRanges) -> list[dict[str, Any]]:
     """Edges between units, from the graph inputs' node (id len(units)) and to the outputs' (len(units) + 1)."""
     unit_of: dict[Any, int] = {}
     for i, unit in enumerate(units):
@@ -151,7 +157,7 @@ def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]",
     flows: dict[tuple[int, int], float] = {}
 
     def flow(i: int, j: int, tensor: "Tensor") -> None:
-        flows[i, j] = flows.get((i, j), 0.0) + link.seconds(tensor_bytes(tensor))
+        flows[i, j] = flows.get((i, j), 0.0) + link.seconds(tensor_bytes(tensor, dims))
 
     for t in inputs:
         for j in sorted({unit_of[c] for c in t.consumers if c in unit_of}):
@@ -167,12 +173,13 @@ def _edges(units: Sequence[Unit], link: LinkProfile, inputs: "Sequence[Tensor]",
     return [{"src": i, "dst": j, "transfer": seconds} for (i, j), seconds in sorted(flows.items())]
 
 
-def unit_seconds(unit: Unit, spec: DeviceSpec, table: "CostTable | None" = None) -> tuple[float, str]:
+def unit_seconds(unit: Unit, spec: DeviceSpec, table: "CostTable | None" = None,
+                 dims: DimRanges = NO_RANGES) -> tuple[float, str]:
     """(seconds of `unit` on one instance of `spec`, the source: "estimate", "measured", "roofline" or "mixed").
 
     On a plugin's device: the plugin's estimate, else the table's time for that candidate subgraph.
     Else per op: the table's time for the op on `spec` where it has one, the roofline elsewhere
-    ("mixed" when both count)."""
+    ("mixed" when both count), dynamic dims at the sizes `dims` assumes."""
     if unit.plugin is not None and spec is unit.allowed[0]:
         if unit.estimate is not None:
             return unit.estimate, "estimate"
@@ -183,24 +190,26 @@ def unit_seconds(unit: Unit, spec: DeviceSpec, table: "CostTable | None" = None)
     for op in unit.ops:
         seconds = table.op_seconds(op, spec.name) if table is not None else None
         kinds.add("roofline" if seconds is None else "measured")
-        times.append(op_seconds(op, spec) if seconds is None else seconds)
+        times.append(op_seconds(op, spec, dims) if seconds is None else seconds)
     # fsum: the same total whatever order a subgraph's op set comes in
     return math.fsum(times), kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "roofline")
 
 
 def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
                   inputs: "Sequence[Tensor]" = (), outputs: "Sequence[Tensor]" = (),
-                  min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None) -> CostModel:
+                  min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None,
+                  dims: DimRanges = NO_RANGES) -> CostModel:
     """The `PlacementProblem` of `units` (in dependency order) with copies over `link`, the graph's `inputs`
     and `outputs` in `host`'s memory; see the module doc. `min_instances` raises a solver device's instance
-    count (a compiled graph may name instances its device table no longer has); `table`: measured costs."""
+    count (a compiled graph may name instances its device table no longer has); `table`: measured costs;
+    `dims`: the compile's dim ranges, which size the dynamic dims."""
     from xgraph.partition import PlacementProblem
     nodes, choices, sources = [], [], []
     for i, unit in enumerate(units):
         by_solver: dict[str, tuple[float, str]] = {}
         source: dict[str, str] = {}
         for spec in unit.allowed:
-            seconds, kind = unit_seconds(unit, spec, table)
+            seconds, kind = unit_seconds(unit, spec, table, dims)
             name = solver_device(spec)
             if name not in by_solver or seconds < by_solver[name][0]:
                 by_solver[name] = (seconds, spec.name)
@@ -217,7 +226,7 @@ def build_problem(units: Sequence[Unit], link: LinkProfile, host: DeviceSpec,
     for name, count in (min_instances or {}).items():
         if name in devices:
             devices[name]["instances"] = max(devices[name]["instances"], count)
-    edges = _edges(units, link, inputs, outputs)
+    edges = _edges(units, link, inputs, outputs, dims)
     problem = PlacementProblem(nodes=nodes, edges=edges, devices=list(devices.values()))
     return CostModel(problem, list(units), choices, link, devices, io_nodes, nodes, edges, sources)
 
@@ -230,5 +239,5 @@ def card_link(devices: Mapping[str, DeviceSpec]) -> LinkProfile:
     return min(links, key=lambda link: (link.bandwidth_gbps or float("inf"), -link.latency_us))
 
 
-__all__ = ["CARD", "CostModel", "Unit", "build_problem", "card_link", "op_seconds", "solver_device", "tensor_bytes",
-           "unit_seconds"]
+__all__ = ["CARD", "NO_RANGES", "CostModel", "Unit", "build_problem", "card_link", "op_seconds", "solver_device",
+           "tensor_bytes", "unit_seconds"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from xgraph.compiler.cost_model import CostModel, Unit, build_problem, card_link, solver_device
+from xgraph.compiler.cost_model import NO_RANGES, CostModel, Unit, build_problem, card_link, solver_device
+from xgraph.compiler.dim_ranges import DimRanges, tensor_dims
 from xgraph.devices import DeviceSpec, memory_of
 from xgraph.plugins.costs import ESTIMATE_ATTR, PREFERENCE_ATTR
 
@@ -159,16 +160,17 @@ def estimate(model: CostModel, assignment: Mapping[int, tuple[str, int]]) -> dic
 
 
 def place_by_cost(graph: "Graph", units: Sequence[Unit], first_fit: Sequence[str], objective: str,
-                  devices: Mapping[str, DeviceSpec], time_limit: float = TIME_LIMIT, table: "CostTable | None" = None
-                  ) -> tuple[list[tuple[str, int]], list[str], dict[str, Any]]:
+                  devices: Mapping[str, DeviceSpec], time_limit: float = TIME_LIMIT, table: "CostTable | None" = None,
+                  dims: DimRanges = NO_RANGES) -> tuple[list[tuple[str, int]], list[str], dict[str, Any]]:
     """(device and instance per unit, a cost reason per unit ("" where first fit agrees), the estimate).
 
     `units` are in dependency order, plugin units included (fixed, or free for a preference);
     `first_fit` is first fit's device per unit, for the reasons and the comparison the report
-    shows; `table`: measured costs (the "costs" option), roofline where it has none.
+    shows; `table`: measured costs (the "costs" option), roofline where it has none; `dims`: the
+    compile's dim ranges, which size the dynamic dims.
     """
     from xgraph.partition import solve_placement
-    model = _model(graph, units, devices, table=table)
+    model = _model(graph, units, devices, table=table, dims=dims)
     solution = solve_placement(model.problem, objective=objective, time_limit=time_limit)
     chosen = dict(solution.assignment)
     first = {i: _first_place(model, i, device) for i, device in enumerate(first_fit)}
@@ -200,7 +202,8 @@ def _sources(model: CostModel, chosen: Mapping[int, tuple[str, int]], table: "Co
 
 
 def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict[str, Any]:
-    """The estimate of a compiled graph's split as it stands (each device subgraph one fixed unit)."""
+    """The estimate of a compiled graph's split as it stands (each device subgraph one fixed unit), dynamic dims
+    at the sizes its recorded ranges give (`DimRanges.of_graph`)."""
     units, assignment = [], {}
     for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph()):
         name = str(child.get_attr("device")) if child.has_attr("device") else "CPU"
@@ -218,7 +221,7 @@ def compiled_estimate(graph: "Graph", devices: Mapping[str, DeviceSpec]) -> dict
     needed: dict[str, int] = {}
     for device, instance in assignment.values():
         needed[device] = max(needed.get(device, 0), instance + 1)
-    model = _model(graph, units, devices, needed)
+    model = _model(graph, units, devices, needed, dims=DimRanges.of_graph(graph))
     assignment.update({i: (host_spec(devices).name, 0) for i in model.io_nodes})
     return estimate(model, assignment)
 
@@ -230,9 +233,10 @@ def host_spec(devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
 
 
 def _model(graph: "Graph", units: Sequence[Unit], devices: Mapping[str, DeviceSpec],
-           min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None) -> CostModel:
+           min_instances: "Mapping[str, int] | None" = None, table: "CostTable | None" = None,
+           dims: DimRanges = NO_RANGES) -> CostModel:
     return build_problem(units, card_link(devices), host_spec(devices), graph.get_input_tensors(),
-                         graph.get_output_tensors(), min_instances, table)
+                         graph.get_output_tensors(), min_instances, table, dims)
 
 
 def _first_place(model: CostModel, index: int, device: str) -> tuple[str, int]:
@@ -247,13 +251,18 @@ COPY_SHARE_WARNING = 0.2
 
 def placement_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], placement: str) -> dict[str, Any]:
     """The report's "cost" entry: the chosen split's estimate (and, for a cost placement, first fit's and the
-    solver's numbers), with a note when first fit loses more than `COPY_SHARE_WARNING` of its time to copies."""
+    solver's numbers), with a note when first fit loses more than `COPY_SHARE_WARNING` of its time to copies,
+    and, when the graph has dynamic dims, "assumed_dims": the size the estimates take for each
+    (`DimRanges.assumed`: {symbol: {"size", "range"}})."""
     stored = graph.get_attr("placement_estimate") if graph.has_attr("placement_estimate") else None
     if isinstance(stored, dict) and "chosen" in stored:
         cost = dict(stored)
     else:
         cost = {"objective": "first_fit", "chosen": compiled_estimate(graph, devices)}
     cost["placement"] = placement
+    assumed = DimRanges.of_graph(graph).assumed(tensor_dims(graph.get_tensors()))
+    if assumed:
+        cost["assumed_dims"] = assumed
     share = cost["chosen"].get("crossing_share", 0.0)
     if placement == "first_fit" and share > COPY_SHARE_WARNING:
         cost["note"] = (f"first fit loses {share:.0%} of its estimated time to copies between its subgraphs; "

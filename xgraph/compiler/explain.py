@@ -7,7 +7,9 @@ per op from three sources:
 * the compiled graph: the op's device and subgraph, the plugin that took it (or the
   built-in placement) and the recorded placement reason;
 * the built-in devices' support checks (`op_info`), asked again for this op: each
-  candidate device's verdict with its reason, cheapest first;
+  candidate device's verdict with its reason and the cost model's estimate, cheapest first,
+  under the dim ranges the graph was compiled with; for an op with dynamic dims, the size the
+  estimates assume for each (`DimRanges.assumed`);
 * the match log of each plugin's `partition` call: every template the plugin matched with,
   whether this op was in a full match, and the partial matches touching it with the
   template op where they broke ("conv matched n4 (Conv), bn matched n5
@@ -31,6 +33,7 @@ from xgraph.ir import Graph, Op
 from xgraph.ir.template import MatchLog, record_matches
 from xgraph.compiler.options import parse_options
 from xgraph.compiler.cost_model import op_seconds
+from xgraph.compiler.dim_ranges import DimRanges, assumed_text, tensor_dims
 from xgraph.compiler.placement import candidate_devices
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices
@@ -102,21 +105,23 @@ def _owner(graph: Graph, op: Op) -> tuple[str, str, str]:
     return device, child.name, plugin
 
 
-def device_verdicts(op: Op, options: Any) -> list[dict[str, Any]]:
+def device_verdicts(op: Op, options: Any, dims: DimRanges | None = None) -> list[dict[str, Any]]:
     """Each built-in candidate device's verdict on `op`, cheapest first: {"device", "accepts", "reason", "seconds"}
-    (the cost model's estimate of the op alone on one instance of the device)."""
+    (the cost model's estimate of the op alone on one instance of the device); `dims`: the compile's dim ranges
+    (`DimRanges.of_graph`), which the verdicts check and the estimates size the dynamic dims with."""
+    dims = dims if dims is not None else DimRanges()
     devices = get_devices()
     opts = parse_options(options, devices)
     candidates, host = candidate_devices(devices, opts)
     specs = candidates + ([host] if host is not None and host not in candidates else [])
     result = []
     for spec in specs:
-        verdict = op_info(spec, opts.precision_mode)(op)
+        verdict = op_info(spec, opts.precision_mode, dims)(op)
         reason = "" if verdict.ok else verdict.reason
         if reason.startswith(f"{spec.name}: "):
             reason = reason[len(spec.name) + 2:]
         result.append({"device": spec.name, "accepts": bool(verdict.ok), "reason": reason,
-                       "seconds": op_seconds(op, spec)})
+                       "seconds": op_seconds(op, spec, dims)})
     return result
 
 
@@ -139,6 +144,7 @@ def template_findings(log: MatchLog, plugin: str, op: Op) -> list[dict[str, Any]
 def explain_op(graph: Graph, log: MatchLog, op: Op, options: Any) -> dict[str, Any]:
     """The explanation of one compiled op (see the module docstring)."""
     device, subgraph, plugin = _owner(graph, op)
+    dims = DimRanges.of_graph(graph)
     reason = op.get_attr("placement_reason") if op.is_annotation("placement_reason") else ""
     runs = graph.get_attr("plugin_runs") if graph.has_attr("plugin_runs") else []
     plugins = []
@@ -148,7 +154,8 @@ def explain_op(graph: Graph, log: MatchLog, op: Op, options: Any) -> dict[str, A
                         "declined": declined, "templates": template_findings(log, run["name"], op)})
     return {"name": op.name, "type": op.type, "device": device, "subgraph": subgraph,
             "taken_by": f"plugin {plugin}" if plugin else "placement", "reason": str(reason),
-            "devices": device_verdicts(op, options), "plugins": plugins}
+            "devices": device_verdicts(op, options, dims), "plugins": plugins,
+            "assumed_dims": dims.assumed(tensor_dims(op.get_input_tensors() + op.get_output_tensors()))}
 
 
 def explain(compiled_or_path: Source, ops: "Iterable[str] | str | None" = None,
@@ -171,6 +178,8 @@ def explain_text(entries: list[dict[str, Any]]) -> str:
                  f"taken by {'the built-in placement' if e['taken_by'] == 'placement' else e['taken_by']}"]
         if e["taken_by"] == "placement":
             lines.append(f"  why: {e['reason'] or 'the cheapest device that accepts it'}")
+        if e.get("assumed_dims"):
+            lines.append(f"  estimated at: {assumed_text(e['assumed_dims'])}")
         lines.append("  devices, cheapest first:")
         for v in e["devices"]:
             mark = " (chosen)" if v["device"] == e["device"] and e["taken_by"] == "placement" else ""

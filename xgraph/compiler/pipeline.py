@@ -30,6 +30,7 @@ from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
+from xgraph.compiler.dim_ranges import DimRanges
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
@@ -227,7 +228,7 @@ def _compile_loaded(graph: Graph, opts: CompileOptions, plugin_path: Any, progre
     _report_stage(progress, "placement")
     bind_nested_graph_inputs(graph)
     signatures = Signatures(graph)  # shared by placement and kernel choice: one signature per op
-    placed = place(graph, devices, opts, signatures=signatures)
+    placed = place(graph, devices, opts, signatures=signatures, dims=DimRanges(summary.get("dim_ranges")))
     _annotate_declined_ops(graph, runs)
     _report_stage(progress, "kernels")
     annotate_kernels(graph, devices, registries.kernels, signatures=signatures, placed=placed)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.errors import GraphError, PartitionError
 from xgraph.compiler.checks import Verdict
+from xgraph.compiler.dim_ranges import DimRanges
 from xgraph.partition.merge import plan_merge
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.prepare import outer_scope_inputs
@@ -120,17 +121,18 @@ def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
     return join_refusals(refusals)
 
 
-def _memo(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions, signatures: Signatures | None) -> VerdictMemo:
+def _memo(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions, signatures: Signatures | None,
+          dims: DimRanges) -> VerdictMemo:
     """One verdict memo over `specs`' op-info checks (one check per op signature and device)."""
-    checks = {s.name: op_info(s, options.precision_mode) for s in specs}
+    checks = {s.name: op_info(s, options.precision_mode, dims) for s in specs}
     return VerdictMemo(checks, signatures if signatures is not None else Signatures(graph))
 
 
 def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
-           signatures: Signatures | None, ordered: bool = True) -> list[_Unit]:
+           signatures: Signatures | None, dims: DimRanges, ordered: bool = True) -> list[_Unit]:
     """The unassigned children in dependency order (`ordered`), else in the order of their first ops (which
     costs no walk over the links); verdicts come from one memo (one check per op signature)."""
-    memo = _memo(graph, specs, options, signatures)
+    memo = _memo(graph, specs, options, signatures, dims)
     root = graph.get_root_subgraph()
     children = graph.index().children_in_op_order(root, graph.get_ops()) if not ordered else []
     if len(children) != root.get_children_num():  # ordered, or a child without ops
@@ -225,14 +227,14 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
 
 
 def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, signatures: Signatures | None,
-             ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, tuple[str, ...]]]]:
+             dims: DimRanges, ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, tuple[str, ...]]]]:
     """(the units, {unit: (device, the reason per op in `unit.ops` order)}): `propose_placement`'s decisions. The units come in
     dependency order when `ordered`; else in whatever order let first fit skip the walk (its decisions do
     not depend on the order; the failure message and the host islands are worked out in dependency order)."""
     options = parse_options(options, devices)
     candidates, host = candidate_devices(devices, options)
     specs = candidates + ([host] if host is not None and host not in candidates else [])
-    units = _units(graph, specs, options, signatures, ordered)
+    units = _units(graph, specs, options, signatures, dims, ordered)
     choice, failures = _first_fit(units, candidates, host)
     if failures and not ordered:  # the message lists them in dependency order
         units = _in_dependency_order(graph, units)
@@ -256,19 +258,21 @@ def _in_dependency_order(graph: "Graph", units: list[_Unit]) -> list[_Unit]:
 
 def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
                       options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
-                      signatures: Signatures | None = None) -> Proposal:
+                      signatures: Signatures | None = None, dims: DimRanges | None = None) -> Proposal:
     """{op: (device, reason)} for every op of an unassigned child; pure. PartitionError under fallback "error".
 
     Devices are asked lazily, cheapest first, and each device's op-info check runs once per
     distinct op signature (`xgraph.compiler.verdicts`); `signatures` lets a caller share the
-    signatures with later stages. Cost: O(V + E) signing, one check per (signature, device
-    asked), plus one `plan_merge` when min_subgraph_ops > 1: O(V * D + (V + E) log V) at worst.
+    signatures with later stages. `dims`: the ranges of the dynamic dims (prepare's), which an
+    op-info rule's `dynamic_range` checks (None: no range given, every dynamic dim unbounded).
+    Cost: O(V + E) signing, one check per (signature, device asked), plus one `plan_merge` when
+    min_subgraph_ops > 1: O(V * D + (V + E) log V) at worst.
 
         >>> g = Graph.from_onnx("net.onnx"); g.get_root_subgraph().create_child_subgraph()  # doctest: +SKIP
         >>> propose_placement(g, get_devices(), {"devices": "aicpu,cpu"})[g.get_op("conv")]  # doctest: +SKIP
         ('AICPU', '')
     """
-    units, choice = _propose(graph, devices, options, signatures)
+    units, choice = _propose(graph, devices, options, signatures, dims if dims is not None else DimRanges())
     proposal: Proposal = {}
     for unit in units:
         device, reasons = choice[unit]
@@ -279,15 +283,17 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
 
 def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
           options: "CompileOptions | Mapping[str, Any] | str | None" = None, *,
-          signatures: Signatures | None = None) -> list["Subgraph"]:
+          signatures: Signatures | None = None, dims: DimRanges | None = None) -> list["Subgraph"]:
     """`apply_placement(graph, propose_placement(graph, devices, options), devices)` in one step (what compile
     runs): the decisions go straight to the merge and the annotations, without a proposal to build and check.
     Under ``"placement": "latency"`` or ``"throughput"`` the solver decides instead of first fit
-    (`xgraph.compiler.cost_placement`), and the graph attr "placement_estimate" records its arithmetic."""
+    (`xgraph.compiler.cost_placement`), and the graph attr "placement_estimate" records its arithmetic.
+    `dims`: as for `propose_placement`; the cost model also sizes the dynamic dims from them."""
     options = parse_options(options, devices)
-    units, choice = _propose(graph, devices, options, signatures, ordered=False)
+    dims = dims if dims is not None else DimRanges()
+    units, choice = _propose(graph, devices, options, signatures, dims, ordered=False)
     if options.placement != "first_fit":
-        return _place_by_cost(graph, devices, options, units, choice)
+        return _place_by_cost(graph, devices, options, units, choice, dims)
     decisions = list(map(choice.__getitem__, units))
     labels = dict(zip([unit.child for unit in units], [device for device, _ in decisions]))
     ops = [op for unit in units for op in unit.ops]
@@ -297,7 +303,7 @@ def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
 
 
 def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: CompileOptions,
-                   units: list[_Unit], choice: dict) -> list["Subgraph"]:
+                   units: list[_Unit], choice: dict, dims: DimRanges) -> list["Subgraph"]:
     """The solver's split of `units` (first fit's verdicts say which devices may take each), plugin subgraphs fixed."""
     from xgraph.compiler.cost_model import Unit
     from xgraph.compiler.cost_placement import place_by_cost, plugin_units
@@ -312,7 +318,7 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
         """The built-in devices that may take a plugin's preference whole (None: it stays a claim)."""
         if not child.is_leaf:  # the plugin built deeper children for its device
             return None
-        memo = units[0].memo if units else _memo(graph, candidates + ([host] if host else []), options, None)
+        memo = units[0].memo if units else _memo(graph, candidates + ([host] if host else []), options, None, dims)
         unit = _Unit(child, sorted(child.get_ops(), key=lambda op: op.name), memo)
         memo.sign(unit.ops)
         return allowed(unit)
@@ -322,7 +328,7 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
     own = {unit.child: unit for unit in units}
     first_fit = [choice[own[u.key]][0] if u.key in own else u.allowed[0].name for u in every]
     places, cost_reasons, estimate = place_by_cost(graph, every, first_fit, options.placement, devices,
-                                                   table=options.cost_table)
+                                                   table=options.cost_table, dims=dims)
     labels, ops, placed, reasons = {}, [], [], []
     for u, (device, instance), why in zip(every, places, cost_reasons):
         if u.fixed or (u.key not in own and device == u.allowed[0].name):

@@ -21,7 +21,8 @@ import onnx
 
 from xgraph.compiler.checks import (
     ACCEPT, Check, Verdict, all_of, compute_dtype, dtype_in, dtype_name, dtype_names, format_value, max_outputs,
-    known_ranks, max_rank, refuse, shape_text, static_shapes)
+    known_ranks, max_rank, refuse, shape_text, static_shapes, within_range)
+from xgraph.compiler.dim_ranges import DimRanges
 from xgraph.compiler.host import host_runnable
 from xgraph.devices import CHECK_NAMES, DeviceSpec
 from xgraph.devices.oprules import NO_DEFAULT, OpRule, Ref, ShapeValues, TensorRule, ValueRule
@@ -234,8 +235,9 @@ if set(NAMED_CHECKS) != set(CHECK_NAMES):  # the table loader validates names ag
 
 # ------------------------------------------------------------------------------ op-info tables
 
-def op_rule(rule: OpRule, precision_mode: str = DEFAULT_PRECISION) -> Check:
-    """One table entry as a composed check (without the device label)."""
+def op_rule(rule: OpRule, precision_mode: str = DEFAULT_PRECISION, dims: DimRanges | None = None) -> Check:
+    """One table entry as a composed check (without the device label); `dims`: the compile's dim ranges, which a
+    `dynamic_range` checks (None: none given, every dynamic dim unbounded)."""
     checks: list[Check] = [precision(rule, precision_mode)]
     if rule.max_outputs is not None:
         checks.append(max_outputs(rule.max_outputs))
@@ -245,6 +247,8 @@ def op_rule(rule: OpRule, precision_mode: str = DEFAULT_PRECISION) -> Check:
     checks += [attr_rule(name, r) for name, r in rule.attrs.items()]
     if rule.static_shapes:
         checks.append(known_ranks() if rule.dynamic_dims else static_shapes())
+    if rule.dynamic_range is not None:
+        checks.append(within_range(*rule.dynamic_range, dims if dims is not None else DimRanges()))
     if rule.max_rank is not None:
         checks.append(max_rank(rule.max_rank))
     checks += [tensor_rule("output", i, r) for i, r in rule.outputs.items()]
@@ -275,8 +279,8 @@ def shape_value(op: "Op", values: ShapeValues) -> bool:
     return all(t is None or _small_int(t, values) for t in op.get_input_tensors())
 
 
-def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION) -> Check:
-    """The device's op-info library as a check; refusals start with the device name.
+def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION, dims: DimRanges | None = None) -> Check:
+    """The device's op-info library as a check; refusals start with the device name. `dims`: as for `op_rule`.
 
     An op its own rule refuses (or that has none) is still taken as a shape value when the
     table's `[shape_values]` covers it."""
@@ -295,7 +299,7 @@ def op_info(spec: DeviceSpec, precision_mode: str = DEFAULT_PRECISION) -> Check:
             return refuse(f"{spec.name}: {op.type}{domain} is not in its op-info library")
         c = compiled.get(id(rule))
         if c is None:
-            c = compiled[id(rule)] = op_rule(rule, precision_mode)
+            c = compiled[id(rule)] = op_rule(rule, precision_mode, dims)
         v = c(op)
         return v if v.ok else refuse(f"{spec.name}: {v.reason}", v.names)
     return check

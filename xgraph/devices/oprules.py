@@ -11,7 +11,9 @@ Vocabulary of a rule (all keys optional unless said):
   (list of dtype names, or "any"), ``dtype_input`` (which input carries the compute dtype,
   default 0), ``needs_fp16`` (dtypes accepted only when precision_mode lets them run in
   float16), ``static_shapes``, ``dynamic_dims`` (with ``static_shapes``: dims may still be
-  symbolic, as long as every rank is known, as for Ascend's dynamic-shape operators), ``max_rank``,
+  symbolic, as long as every rank is known, as for Ascend's dynamic-shape operators),
+  ``dynamic_range`` (``[low, high]``, with ``dynamic_dims``: the sizes each dynamic dim may take,
+  as the operator declares them; a dim whose input_shape range can leave it is refused), ``max_rank``,
   ``max_outputs``, ``inputs``/``outputs`` (index -> tensor rule), ``attrs`` (name -> value rule),
   ``checks`` (names of built-in checks), ``note``.
 - tensor rule: ``dtypes``, ``rank`` (allowed ranks), ``const`` (must be a weight), ``static``,
@@ -97,6 +99,7 @@ class OpRule:
     needs_fp16: frozenset = frozenset()
     static_shapes: bool = False
     dynamic_dims: bool = False
+    dynamic_range: tuple[int, int] | None = None  # (low, high) every dynamic dim must stay within
     max_rank: int | None = None
     max_outputs: int | None = None
     inputs: Mapping[int, TensorRule] = field(default_factory=dict)
@@ -274,8 +277,23 @@ def parse_tensor_rule(table: Any, where: Location) -> TensorRule:
         why=_str(t.get("why", ""), where / "why"))
 
 
-OP_KEYS = ("domain", "dtypes", "dtype_input", "needs_fp16", "static_shapes", "dynamic_dims", "max_rank", "max_outputs",
-           "inputs", "outputs", "attrs", "checks", "note")
+OP_KEYS = ("domain", "dtypes", "dtype_input", "needs_fp16", "static_shapes", "dynamic_dims", "dynamic_range", "max_rank",
+           "max_outputs", "inputs", "outputs", "attrs", "checks", "note")
+
+
+def _dynamic_range(entry: dict, where: Location) -> tuple[int, int] | None:
+    """`dynamic_range = [low, high]` (0 <= low <= high), only beside `dynamic_dims = true`."""
+    if "dynamic_range" not in entry:
+        return None
+    value = _list(entry["dynamic_range"], where)
+    if len(value) != 2:
+        raise where.error(f"must be [low, high], got {value!r}")
+    low, high = _int(value[0], where, 0), _int(value[1], where, 0)
+    if high < low:
+        raise where.error(f"must be [low, high] with low <= high, got {value!r}")
+    if entry.get("dynamic_dims") is not True:
+        raise where.error("bounds the dims of a dynamic-shape operator; set dynamic_dims = true beside it")
+    return low, high
 
 
 def parse_op_rule(op_type: str, entry: dict, where: Location, known_checks: frozenset[str]) -> OpRule:
@@ -296,6 +314,7 @@ def parse_op_rule(op_type: str, entry: dict, where: Location, known_checks: froz
         needs_fp16=parse_dtypes(e.get("needs_fp16", []), where / "needs_fp16") or frozenset(),
         static_shapes=_bool(e.get("static_shapes", False), where / "static_shapes"),
         dynamic_dims=_bool(e.get("dynamic_dims", False), where / "dynamic_dims"),
+        dynamic_range=_dynamic_range(e, where / "dynamic_range"),
         max_rank=_int(e["max_rank"], where / "max_rank", 0) if "max_rank" in e else None,
         max_outputs=_int(e["max_outputs"], where / "max_outputs", 1) if "max_outputs" in e else None,
         inputs=_index_map(e.get("inputs", {}), where / "inputs", parse_tensor_rule),
