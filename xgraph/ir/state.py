@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
+from xgraph.ir.attr_store import copy_attrs, copy_value
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore
@@ -129,25 +130,6 @@ class GraphState:
         """Subgraph -> its position in `subgraph_columns`."""
         subgraphs = self.subgraph_columns.subgraphs
         return dict(zip(subgraphs, range(len(subgraphs))))
-
-
-def copy_value(value: Any) -> Any:
-    """Dicts and lists copied (recursively) so in-place edits of them can be undone and seen; the rest shared."""
-    if isinstance(value, dict):
-        return {k: copy_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_value(v) for v in value]
-    return value
-
-
-def copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """`copy_value` of each attribute (a plain copy when no value is a container, the usual case)."""
-    if not attrs:
-        return {}
-    for v in attrs.values():
-        if isinstance(v, (dict, list)):
-            return {k: copy_value(v) for k, v in attrs.items()}
-    return attrs.copy()
 
 
 def type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
@@ -487,5 +469,4 @@ def check_tree(graph: "GraphCore") -> None:
 
 
 __all__ = ["EMPTY", "GraphState", "ModelState", "OpColumns", "StateDiff", "SubgraphColumns", "TensorColumns",
-           "capture_state", "changes_since", "check_links", "check_tree", "copy_attrs", "copy_value", "restore_state",
-           "type_bytes"]
+           "capture_state", "changes_since", "check_links", "check_tree", "restore_state", "type_bytes"]

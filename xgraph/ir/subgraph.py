@@ -13,11 +13,10 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
-from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value, copy_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
 from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves, unmerge_child
 from xgraph.ir.quotient import merge_makes_cycle
-from xgraph.ir.state import copy_value
 
 if TYPE_CHECKING:
     import onnx
