@@ -6,8 +6,8 @@ A seeded 1% or 25% of the ops are unsupported; the supported ones are merged.
 
 Columns (times in seconds, best of --repeat, garbage collector paused for every contender):
 
-* ours s: `merge_subgraph` end to end (checks, plan, apply to the subgraph tree).
-* plan s: `plan_merge` alone, the part comparable to the baselines, which only plan.
+* ours s: `merge_subgraph` end to end (checks, grouping, apply to the subgraph tree).
+* group s: `group_children` alone, the part comparable to the baselines, which only group.
 * wave: plain topological waves (group supported children by longest-path level, where the
   level grows at every supported/unsupported boundary), implemented below.
 * naive: torch.fx CapabilityBasedPartitioner style: children in reverse topological order,
@@ -30,7 +30,7 @@ from typing import Any
 import networkx as nx
 
 from xgraph import Graph, Subgraph
-from xgraph.partition import merge_subgraph, plan_merge
+from xgraph.partition import group_children, merge_subgraph
 
 FAMILIES = ("chain", "ladder", "random")
 UNSUPPORTED = (0.01, 0.25)
@@ -176,12 +176,12 @@ def measure(family: str, n: int, fraction: float, repeat: int, naive_max_ops: in
         graph = build(family, n)
         supported = supported_children(graph, fraction)
         root = graph.get_root_subgraph()
-        t_plan, _ = timed(lambda: plan_merge(root, dict.fromkeys(supported, "AICORE")))
+        t_group, _ = timed(lambda: group_children(root, dict.fromkeys(supported, "AICORE")))
         t_wave, waves = timed(lambda: wave_baseline(graph, supported))
         t_ours, ours = timed(lambda: merge_subgraph(supported))
-        for key, t in (("plan", t_plan), ("wave", t_wave), ("ours", t_ours)):
+        for key, t in (("group", t_group), ("wave", t_wave), ("ours", t_ours)):
             best[key] = min(best.get(key, t), t)
-    row.update({"ours s": best["ours"], "plan s": best["plan"], "ours #": len(ours),
+    row.update({"ours s": best["ours"], "group s": best["group"], "ours #": len(ours),
                 "wave s": best["wave"], "wave #": len(waves)})
     if n > naive_max_ops:
         row["naive s"] = row["naive #"] = "skipped"
@@ -194,14 +194,14 @@ def measure(family: str, n: int, fraction: float, repeat: int, naive_max_ops: in
         except BudgetExceeded:
             row["naive s"] = row["naive #"] = f"skipped (>{naive_budget:g}s)"
     row["#/wave"] = len(ours) / max(1, len(waves))
-    row["t/wave"] = best["plan"] / best["wave"]
+    row["t/wave"] = best["group"] / best["wave"]
     row["check"] = "ok" if len(ours) <= len(waves) and acyclic(graph) else "FAIL"
     return row
 
 
 def print_table(rows: list[dict]) -> None:
     """Rows as an aligned text table."""
-    columns = ["family", "ops", "unsupported", "ours s", "plan s", "ours #", "wave s", "wave #",
+    columns = ["family", "ops", "unsupported", "ours s", "group s", "ours #", "wave s", "wave #",
                "naive s", "naive #", "#/wave", "t/wave", "check"]
     cells = [[_cell(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]

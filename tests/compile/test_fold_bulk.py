@@ -159,11 +159,11 @@ def _queries_model() -> "xgraph.Graph":
 
 
 def test_queries_replaced_in_the_fold_edit_equal_queries_replaced_first():
-    from xgraph.compiler.shape_fixpoint import plan_shape_queries, resolve_shapes
+    from xgraph.compiler.shape_fixpoint import foldable_shape_queries, resolve_shapes
     merged, first = _queries_model(), _queries_model()
-    plan = plan_shape_queries(merged)
-    assert [op.name for op, _ in plan] == ["shape_of_sum", "shape_x", "shape_of_shape"]
-    assert prep.fold_constants(merged, keep_unread=False, queries=plan) == 6
+    queries = foldable_shape_queries(merged)
+    assert [op.name for op, _ in queries] == ["shape_of_sum", "shape_x", "shape_of_shape"]
+    assert prep.fold_constants(merged, keep_unread=False, queries=queries) == 6
     assert fold_shape_queries(first, prep.replace_by_weights) == 3 and prep.fold_constants(first) == 6
     assert prep.remove_dead_ops(merged) == prep.remove_dead_ops(first)
     assert state(merged) == state(first)

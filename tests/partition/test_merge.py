@@ -1,4 +1,4 @@
-"""merge_subgraph, plan_merge and their algorithm: few groups, never a cycle, deterministic, all-or-nothing.
+"""merge_subgraph, group_children and their algorithm: few groups, never a cycle, deterministic, all-or-nothing.
 
 Oracles are independent of the code under test: networkx for cycles among the root's
 children, and a few-line topological-wave count for the "never worse than waves" bound.
@@ -18,7 +18,7 @@ import xgraph.partition.levels as levels_module
 import xgraph.partition.merge as merge_module
 from xgraph import Graph, Subgraph
 from xgraph.errors import GraphError, PartitionError
-from xgraph.partition import filter_by_type, merge_subgraph, plan_merge
+from xgraph.partition import filter_by_type, group_children, merge_subgraph
 from xgraph.partition.levels import FIXED, coalesce_groups, group_nodes, level_partition
 
 
@@ -206,26 +206,26 @@ def test_merge_subgraph_rejects_a_single_subgraph_with_a_hint():
         merge_subgraph(g.get_leaf_subgraph("a"))
 
 
-# -- plan_merge --------------------------------------------------------------------------------
-def test_plan_merge_several_labels():
+# -- group_children ----------------------------------------------------------------------------
+def test_group_children_several_labels():
     spec = [("a", "Conv", []), ("b", "NonZero", ["a"]), ("c", "Conv", ["b"]), ("d", "Relu", ["a"]),
             ("e", "Gather", ["d"]), ("f", "Add", ["c", "e"])]
     g = build(spec)
     device = {"a": "AICORE", "b": "AICPU", "c": "AICORE", "d": "AICORE", "e": "AICPU", "f": "AICORE"}
     labels = {g.get_leaf_subgraph(n): dev for n, dev in device.items()}
-    groups = plan_merge(g.get_root_subgraph(), labels)
+    groups = group_children(g.get_root_subgraph(), labels)
     assert [sorted(sg.name[-1] for sg in group) for group in groups] == [["a", "d"], ["b", "e"], ["c", "f"]]
     g.get_root_subgraph().merge_child_groups(groups, check_cycles=False)
     assert_partition_sound(g)
 
 
-def test_plan_merge_leaves_unlabelled_children_out_and_changes_nothing():
+def test_group_children_leaves_unlabelled_children_out_and_changes_nothing():
     g = build(CHAIN)
     before = snapshot(g)
-    groups = plan_merge(g.get_root_subgraph(), dict.fromkeys(children_of(g, "acd"), "X"))
+    groups = group_children(g.get_root_subgraph(), dict.fromkeys(children_of(g, "acd"), "X"))
     assert sorted(sorted(sg.name[-1] for sg in grp) for grp in groups) == [["a"], ["c", "d"]]
     assert snapshot(g) == before
-    assert plan_merge(g.get_root_subgraph(), {}) == []
+    assert group_children(g.get_root_subgraph(), {}) == []
 
 
 @pytest.mark.parametrize("make_call, message", [
@@ -235,12 +235,12 @@ def test_plan_merge_leaves_unlabelled_children_out_and_changes_nothing():
     (lambda g: (g.get_root_subgraph(), {split(g): "X"}), "has children"),
     (lambda g: (g.get_root_subgraph(), {g.get_leaf_subgraph("a"): ["X"]}), "not hashable"),
 ])
-def test_plan_merge_rejects_bad_input(make_call, message):
+def test_group_children_rejects_bad_input(make_call, message):
     g = build(CHAIN)
     root, labels = make_call(g)
     before = snapshot(g)
     with pytest.raises(PartitionError, match=message):
-        plan_merge(root, labels)
+        group_children(root, labels)
     assert snapshot(g) == before
 
 
@@ -322,7 +322,7 @@ def test_level_partition_and_coalescing_on_integer_dags(dag, budget):
 @settings(max_examples=300, deadline=None)
 @given(integer_dags(max_nodes=60), st.integers(1, 64), st.integers(1, 3))
 def test_group_nodes_is_levels_then_coalescing(dag, budget, attempts):
-    preds, labels = dag  # the one-pass path plan_merge runs against the two public steps it fuses
+    preds, labels = dag  # the one-pass path group_children runs against the two public steps it fuses
     levels = level_partition(preds, labels)
     expected = coalesce_groups(preds, labels, levels, attempts=attempts, budget=budget)
     assert group_nodes(preds, labels, attempts=attempts, budget=budget) == expected
@@ -439,13 +439,13 @@ def test_merge_subgraph_is_deterministic(case):
 
 @FAST
 @given(random_graphs())
-def test_plan_merge_with_several_labels(case):
+def test_group_children_with_several_labels(case):
     g, labels = make_random(case)
     root = g.get_root_subgraph()
     bound = wave_counts(g, labels)
     unlabelled = root.get_children() - set(labels)
 
-    groups = plan_merge(root, labels)
+    groups = group_children(root, labels)
 
     assert sorted(id(c) for group in groups for c in group) == sorted(id(c) for c in labels)
     assert all(len({labels[c] for c in group}) == 1 for group in groups)

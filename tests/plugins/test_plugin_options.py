@@ -136,11 +136,11 @@ def test_unknown_template_op_types_are_warned_about(setup):
     assert not any("'MatMul'" in w for w in warnings)
 
 
-def test_check_plugin_warns_about_template_types_at_load_and_reports_options(setup):
-    from xgraph.plugins.check import check_plugin
+def test_probe_plugin_warns_about_template_types_at_load_and_reports_options(setup):
+    from xgraph.plugins.probe import probe_plugin
     plugin_dir, _ = setup
-    check = check_plugin("typo_template", [str(plugin_dir)])
-    assert check.ok and len(check.warnings) == 1 and "'Softmx'" in check.warnings[0]  # 'late' is built in partition
-    check = check_plugin("smfc", [str(plugin_dir)], {"typs": "x"})
-    assert check.problems == ["plugin_options for plugin 'smfc': unknown option(s) 'typs' (did you mean 'types'?); "
+    probe = probe_plugin("typo_template", [str(plugin_dir)])
+    assert probe.ok and len(probe.warnings) == 1 and "'Softmx'" in probe.warnings[0]  # 'late' is built in partition
+    probe = probe_plugin("smfc", [str(plugin_dir)], {"typs": "x"})
+    assert probe.problems == ["plugin_options for plugin 'smfc': unknown option(s) 'typs' (did you mean 'types'?); "
                               "plugin 'smfc' takes: types, max_ops, scale (see `xgraph plugins`)"]

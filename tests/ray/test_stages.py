@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import xgraph
 from xgraph.ray.graph_runner import RemoteRunner
-from xgraph.ray.stages import plan_stages
+from xgraph.ray.stages import cut_stages
 from xgraph.runners.graph_runner import build_plan, device_subgraphs
 from testing.runtime import place
 
@@ -58,7 +58,7 @@ def test_stages_are_in_dependency_order_and_cover_every_task_once(case):
     place(graph, device_of)
     plan, devices = plan_of(graph)
     actor_of = {name: (device if group_by_device else name) for name, device in devices.items()}
-    stages = plan_stages(plan, actor_of)
+    stages = cut_stages(plan, actor_of)
     seen = [t.index for s in stages for t in s.tasks]
     assert sorted(seen) == list(range(len(plan.tasks)))
     made: set = set(plan.feeds) | set(plan.constants)
@@ -82,7 +82,7 @@ def test_stages_are_in_dependency_order_and_cover_every_task_once(case):
 def test_the_classifier_is_four_stages_with_its_copies_on_the_device_side():
     graph = xgraph.compile(Path(__file__).resolve().parents[2] / "samples" / "classify" / "classifier.onnx")
     plan, devices = plan_of(graph)
-    stages = plan_stages(plan, devices)
+    stages = cut_stages(plan, devices)
     assert [(s.actor, [t.name for t in s.tasks]) for s in stages] == [
         ("DVPP", ["copy jpeg H2D", "subgraph_decode"]),
         ("AICORE", ["subgraph_add_batch"]),
@@ -95,7 +95,7 @@ def test_a_device_visited_twice_gets_two_stages_on_one_actor():
     graph = random_dag([[-1], [0], [1]])
     place(graph, {"op00": "AICORE", "op01": "CPU", "op02": "AICORE"})
     plan, devices = plan_of(graph)
-    stages = plan_stages(plan, devices)
+    stages = cut_stages(plan, devices)
     assert [(s.actor, [t.name for t in s.tasks]) for s in stages] == [
         ("AICORE", ["copy x H2D", "subgraph_op00", "copy t0 D2H"]), ("CPU", ["subgraph_op01"]),
         ("AICORE", ["copy t1 H2D", "subgraph_op02", "copy t2 D2H"])]

@@ -14,7 +14,7 @@ import xgraph
 from xgraph import Graph, Runner
 from xgraph.errors import RunnerError
 from xgraph.runners.inline import InlineSchedule, dependency_order
-from xgraph.runners.scheduler import Plan, Task
+from xgraph.runners.scheduler import Task, TaskPlan
 
 
 class ScaleRunner(Runner):
@@ -167,7 +167,7 @@ def test_inline_schedule_orders_by_dependencies_and_frees_each_value_after_its_l
     # listed out of order: t0 reads what t2 makes; t1 is the first to run
     plus = lambda args: [args[0] + args[1]]  # noqa: E731
     tasks = [_task(0, ["b", "a"], ["c"], plus), _task(1, ["x", "w"], ["a"], plus), _task(2, ["a", "x"], ["b"], plus)]
-    plan = Plan(tasks, ["x"], ["c"], {"w": np.float32(10)})
+    plan = TaskPlan(tasks, ["x"], ["c"], {"w": np.float32(10)})
     plan.link()
     assert [t.name for t in dependency_order(plan)] == ["t1", "t2", "t0"]
     schedule = InlineSchedule(plan, {"S": threading.Lock()})

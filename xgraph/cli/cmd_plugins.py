@@ -1,5 +1,5 @@
 """`xgraph plugins`: the partition plugins (with their device and runner), devices and runners this
-installation can find; `--check` imports and checks plugins (see `plugin_check`)."""
+installation can find; `--check` imports and checks plugins (`xgraph.cli.plugin_probe`)."""
 from __future__ import annotations
 
 import argparse
@@ -40,21 +40,21 @@ def run(args: argparse.Namespace) -> int:
 
     plugin_path = [d for entry in args.plugin_path for d in entry.split(os.pathsep) if d] or None
     if args.check or args.model:
-        from xgraph.cli.plugin_check import run_check
-        return run_check(args.names, plugin_path, args.model, args.options)
+        from xgraph.cli.plugin_probe import run_probe
+        return run_probe(args.names, plugin_path, args.model, args.options)
     if args.names:
         raise XGraphError("plugin names are for --check: xgraph plugins --check NAME ...")
-    from xgraph.cli.plugin_check import check_all
+    from xgraph.cli.plugin_probe import probe_all
     console = make_console(markup=False)  # names print as they are
 
     plugins = Table(title="Partition plugins")
     for column in ("name", "device", "runner", "options", "status", "found at"):
         plugins.add_column(column, overflow="fold")
     found = discover_plugins(plugin_path)
-    for (name, source), check in zip(found, check_all([n for n, _ in found], plugin_path)):
-        runner = ", ".join(f"{m}={n}" for m, n in check.runner.items())
-        status = "ok" if check.ok else f"{len(check.problems)} problem(s): xgraph plugins --check {name}"
-        plugins.add_row(*(Text(shown(v)) for v in (name, check.device, runner, check.options or "-", status, source)))
+    for (name, source), probe in zip(found, probe_all([n for n, _ in found], plugin_path)):
+        runner = ", ".join(f"{m}={n}" for m, n in probe.runner.items())
+        status = "ok" if probe.ok else f"{len(probe.problems)} problem(s): xgraph plugins --check {name}"
+        plugins.add_row(*(Text(shown(v)) for v in (name, probe.device, runner, probe.options or "-", status, source)))
     console.print(plugins if found else Text(shown("No partition plugins found (searched entry points and "
                   f"{os.pathsep.join(plugin_search_path(plugin_path)) or 'no plugin path'}).")))
 

@@ -45,7 +45,7 @@ EXIT_MISMATCH = 1
 
 
 @dataclass
-class OutputCheck:
+class OutputComparison:
     """The comparison of one output against the reference."""
 
     name: str
@@ -106,12 +106,12 @@ def _errors(got: Any, ref: Any) -> tuple[float, float, str]:
     return float(diff.max()), float(finite.max()) if finite.size else 0.0, note
 
 
-def check_output(name: str, got: Any, ref: Any, rtol: float, atol: float) -> OutputCheck:
+def compare_output(name: str, got: Any, ref: Any, rtol: float, atol: float) -> OutputComparison:
     """Compare one output: ok when max|err| <= rtol * max|ref| + atol and nothing structural differs."""
     err, mag, note = _errors(got, ref)
     limit = rtol * (0.0 if np.isnan(mag) else mag) + atol
     dtype, shape = _describe(got)
-    return OutputCheck(name, dtype, shape, err, mag, limit, err <= limit and (not note or err == 0.0), note)
+    return OutputComparison(name, dtype, shape, err, mag, limit, err <= limit and (not note or err == 0.0), note)
 
 
 @dataclass
@@ -119,7 +119,7 @@ class ReferenceModel:
     """The original model for the references: `model` with its large external-data weights left
     external, and those weights as read-only maps of their data file (`weights`, name -> array).
 
-    A model of several GB is then never copied into memory for the check: onnxruntime reads the
+    A model of several GB is then never copied into memory for the comparison: onnxruntime reads the
     weights from their data file in `folder` itself (as when it opens the model by path), the
     reference evaluator gets the maps as extra inputs."""
 
@@ -152,7 +152,7 @@ def reference_model(path: Path, graph: "Graph") -> ReferenceModel:
 def run_reference(ref: ReferenceModel, feeds: dict[str, Any], names: Sequence[str],
                   label: str, allow_onnxruntime: bool = True) -> tuple[str, list[Any]]:
     """(which reference ran, its outputs): onnxruntime, else the ONNX reference evaluator with xgraph's
-    inference fixes. When onnxruntime runs the path being checked the evaluator comes first, and
+    inference fixes. When onnxruntime runs the path being verified the evaluator comes first, and
     onnxruntime stands in only when the evaluator cannot run the model (the name then says so)."""
     order = (ONNXRUNTIME, EVALUATOR) if allow_onnxruntime else (EVALUATOR, ONNXRUNTIME)
     result = run_reference_model(ref.model, feeds, names, label, order=order, weights=ref.weights, folder=ref.folder)
@@ -205,7 +205,7 @@ def _onnxruntime_installed() -> bool:
 
 
 def kernel_paths(args: argparse.Namespace) -> list[str]:
-    """The kernels choices to check: the one asked for, else xgraph's own (numpy) and, where
+    """The kernels choices to verify: the one asked for, else xgraph's own (numpy) and, where
     onnxruntime is installed, also the default `auto` path."""
     if args.kernels is not None:
         return [args.kernels]
@@ -221,7 +221,7 @@ class References:
         self._results: dict[bool, tuple[str, list[Any]]] = {}
 
     def get(self, avoid_onnxruntime: bool) -> tuple[str, list[Any]]:
-        """(which reference ran, its outputs); never onnxruntime when the checked path runs on it."""
+        """(which reference ran, its outputs); never onnxruntime when the verified path runs on it."""
         if avoid_onnxruntime not in self._results:
             self._results[avoid_onnxruntime] = run_reference(self.model, self.feeds, self.names, self.label,
                                                              allow_onnxruntime=not avoid_onnxruntime)
@@ -253,10 +253,10 @@ def degenerate_warnings(refs: References, filled: Sequence[str], graph: "Graph",
     return notes
 
 
-def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kernels: str,
-               rtol: float, atol: float, source: str, out: list[str]) -> bool:
+def verify_path(args: argparse.Namespace, graph: "Graph", refs: References, kernels: str,
+                rtol: float, atol: float, source: str, out: list[str]) -> bool:
     """Run the compiled graph on one kernels choice, compare with a reference independent of it; the
-    report goes to `out` (printed once every check has run, so an error never follows a verdict)."""
+    report goes to `out` (printed once every path has run, so an error never follows a verdict)."""
     print = out.append
     import xgraph
     with warnings.catch_warnings(), xgraph.create_graph_runner(graph, args.mode, kernels,
@@ -268,19 +268,19 @@ def check_path(args: argparse.Namespace, graph: "Graph", refs: References, kerne
     where = "on the original model" if reference.startswith("onnxruntime") else "on the original model, fixed for inference"
     print(f"verify {args.model}: mode {args.mode}, kernels {kernels} ({', '.join(backends)}) on the compiled "
           f"partition vs reference {reference} {where}; inputs: {source}")
-    checks = [check_output(n, g, e, rtol, atol) for n, g, e in zip(refs.names, got, expected)]
-    width = max([len(c.name) for c in checks] + [6])
+    comparisons = [compare_output(n, g, e, rtol, atol) for n, g, e in zip(refs.names, got, expected)]
+    width = max([len(c.name) for c in comparisons] + [6])
     print(f"  {'output':<{width}}  {'dtype':<9} {'shape':<16} {'max|err|':>10} {'max|ref|':>10} {'limit':>10}  result")
-    for c in checks:
+    for c in comparisons:
         result = "ok" if c.ok else "MISMATCH" + (f" ({c.note})" if c.note else "")
         print(f"  {c.name:<{width}}  {c.dtype:<9} {c.shape:<16} {c.max_err:>10.3g} {c.max_ref:>10.3g} "
               f"{c.limit:>10.3g}  {result}")
-    bad = [c.name for c in checks if not c.ok]
+    bad = [c.name for c in comparisons if not c.ok]
     if bad:
-        print(f"verify: FAIL: kernels {kernels}: {len(bad)} of {len(checks)} outputs differ from {reference} "
+        print(f"verify: FAIL: kernels {kernels}: {len(bad)} of {len(comparisons)} outputs differ from {reference} "
               f"({', '.join(bad)}); tolerance max|err| <= {rtol:g} * max|ref| + {atol:g}")
         return False
-    print(f"verify: PASS: {len(checks)} outputs match {reference} within max|err| <= {rtol:g} * max|ref| + {atol:g} "
+    print(f"verify: PASS: {len(comparisons)} outputs match {reference} within max|err| <= {rtol:g} * max|ref| + {atol:g} "
           f"(kernels {kernels})")
     return True
 
@@ -337,7 +337,7 @@ def verify_graph(args: argparse.Namespace, graph: "Graph", given: dict[str, Any]
     given = [n for n in feeds if n not in filled]
     source = ", ".join(filter(None, [f"{len(filled)} random (seed {args.seed})" if filled else "",
                                      f"{len(given)} from files" if given else ""])) or "none"
-    results = [check_path(args, graph, refs, kernels, rtol, atol, source, lines) for kernels in kernel_paths(args)]
+    results = [verify_path(args, graph, refs, kernels, rtol, atol, source, lines) for kernels in kernel_paths(args)]
     lines.extend(degenerate_warnings(refs, filled, graph, args.seed))
     lines.extend(precision_notes(graph))
     if out is None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.devices import DeviceSpec, memory_of
 from xgraph.devices.instances import HOST, copy_direction, residences
-from xgraph.partition.merge import plan_merge
+from xgraph.partition.merge import group_children
 
 if TYPE_CHECKING:
     from xgraph.compiler.placement import _Unit
@@ -43,7 +43,7 @@ def demote_small_islands(graph: "Graph", units: list["_Unit"], choice: dict, dev
         return
     by_child = {u.child: u for u in units}
     memory_of_op = _memory_lookup(graph, units, choice, devices)
-    groups = plan_merge(graph.get_root_subgraph(), {u.child: choice[u][0] for u in units})
+    groups = group_children(graph.get_root_subgraph(), {u.child: choice[u][0] for u in units})
     small = [[by_child[c] for c in g] for g in groups
              if _memory(choice[by_child[g[0]]][0], devices) == "device" and sum(len(by_child[c].ops) for c in g) < min_ops]
     for cluster in _touching(small):

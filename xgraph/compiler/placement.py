@@ -9,7 +9,7 @@ op each after `create_child_subgraph`, unless a plugin merged some without takin
    ``fallback: "cpu"`` the host takes what nobody accepts; with ``"error"`` such ops are a
    PartitionError listing each op and every device's refusal.
 2. **Small islands.** With ``min_subgraph_ops: n``, every device-memory subgraph the merge
-   would form (`plan_merge`, per device) with fewer than n ops goes back to the host, unless
+   would form (`group_children`, per device) with fewer than n ops goes back to the host, unless
    that adds host/device copies (an island between device-memory neighbours): then it stays,
    and its reason says how many copies the move would have added.
 3. **No ping-pong.** Every host island (connected host ops) whose ops a device-memory
@@ -20,7 +20,7 @@ op each after `create_child_subgraph`, unless a plugin merged some without takin
    it to the host would cost two copies to save one launch.
 
 `apply_placement` is the one place that mutates: it merges each device's children with
-`plan_merge` and sets "device"/"runner" on the subgraphs and "device"/"placement_reason"
+`group_children` and sets "device"/"runner" on the subgraphs and "device"/"placement_reason"
 annotations on the ops. Before proposing, `bind_nested_graph_inputs` merges every op whose
 nested graphs (If/Loop/Scan bodies) read tensors by name with those tensors' producers: such
 reads are invisible edges, and a runner only sees what its own subgraph holds.
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from xgraph.errors import GraphError, PartitionError
 from xgraph.compiler.checks import Verdict
 from xgraph.compiler.dim_ranges import DimRanges
-from xgraph.partition.merge import plan_merge
+from xgraph.partition.merge import group_children
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.prepare import outer_scope_inputs
 from xgraph.compiler.support import op_info
@@ -265,7 +265,7 @@ def propose_placement(graph: "Graph", devices: Mapping[str, DeviceSpec],
     distinct op signature (`xgraph.compiler.verdicts`); `signatures` lets a caller share the
     signatures with later stages. `dims`: the ranges of the dynamic dims (prepare's), which an
     op-info rule's `dynamic_range` checks (None: no range given, every dynamic dim unbounded).
-    Cost: O(V + E) signing, one check per (signature, device asked), plus one `plan_merge` when
+    Cost: O(V + E) signing, one check per (signature, device asked), plus one `group_children` when
     min_subgraph_ops > 1: O(V * D + (V + E) log V) at worst.
 
         >>> g = Graph.from_onnx("net.onnx"); g.get_root_subgraph().create_child_subgraph()  # doctest: +SKIP
@@ -349,7 +349,7 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
 
 
 def apply_placement(graph: "Graph", proposal: Proposal, devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
-    """Merge each device's children (`plan_merge`), set subgraph "device"/"runner" and op annotations
+    """Merge each device's children (`group_children`), set subgraph "device"/"runner" and op annotations
     ("device", "placement_reason"; an ONNX attribute of either name is left alone)."""
     root = graph.get_root_subgraph()
     labels: dict["Subgraph", str] = {}
@@ -380,7 +380,7 @@ def _apply(graph: "Graph", labels: "dict[Subgraph, str] | dict[Subgraph, tuple[s
            devices: Mapping[str, DeviceSpec]) -> list["Subgraph"]:
     """Merge the labelled children per device, label the merged subgraphs, annotate `ops` (columns by op)."""
     root = graph.get_root_subgraph()
-    groups = plan_merge(root, labels)
+    groups = group_children(root, labels)
     merged = root.merge_child_groups(groups, check_cycles=False)
     by_label: dict[Any, list["Subgraph"]] = {}
     for group, sg in zip(groups, merged):

@@ -56,7 +56,7 @@ def _input_symbols(graph: Graph) -> set[str]:
     return {d for t in graph.get_input_tensors() if t.shape is not None for d in t.shape if isinstance(d, str)}
 
 
-def plan_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple], dict[str, int]]:
+def input_shape_changes(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple], dict[str, int]]:
     """({input name: new shape}, {symbolic dim: value}) for ATC-style input shapes; OptionError if they do not fit.
 
     A name that is no input but a symbolic dim of the inputs (`past:16`) with one value fixes that dim."""
@@ -100,7 +100,7 @@ def plan_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple
     return new_shapes, symbols
 
 
-def plan_dim_ranges(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> dict[str, list[int]]:
+def symbolic_dim_ranges(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> dict[str, list[int]]:
     """{symbolic dim: [low, high]} from input_shape's ranges (by input and dim, or by the dim's own name);
     a ranged dim the model left unnamed is named `<input>_<index>`. OptionError when the model fixes it."""
     inputs = {t.name: t for t in graph.get_input_tensors()}
@@ -109,7 +109,7 @@ def plan_dim_ranges(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, i
         t = inputs.get(name)
         for i, (low, high) in dims.items():
             if t is None:
-                symbol = name  # `past:0..2048`: plan_input_shape checked that it is a dim name of the inputs
+                symbol = name  # `past:0..2048`: input_shape_changes checked that it is a dim name of the inputs
             elif t.shape is None or i >= len(t.shape):
                 raise OptionError(f"option 'input_shape' gives dim {i} of {name!r} a range, but its rank is "
                                   f"{'unknown' if t.shape is None else len(t.shape)}; give the input's full shape")
@@ -126,7 +126,7 @@ def plan_dim_ranges(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, i
 
 
 def _name_ranged_dims(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
-    """Give the unnamed dims that have a range the name `plan_dim_ranges` uses for them."""
+    """Give the unnamed dims that have a range the name `symbolic_dim_ranges` uses for them."""
     for t in graph.get_input_tensors():
         dims = ranges.get(t.name, {})
         if t.shape is not None and any(t.shape[i] is None for i in dims if i < len(t.shape)):
@@ -135,7 +135,7 @@ def _name_ranged_dims(graph: Graph, ranges: Mapping[str, Mapping[int, tuple[int,
 
 def apply_input_shape(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> None:
     """Fix input dims (and the symbolic dims they name, everywhere), then re-infer shapes."""
-    new_shapes, symbols = plan_input_shape(graph, shapes)
+    new_shapes, symbols = input_shape_changes(graph, shapes)
     if not new_shapes and not symbols:
         return
     for name, shape in new_shapes.items():
@@ -153,7 +153,7 @@ def _fmt_shape(shape: Sequence) -> str:
 
 # ------------------------------------------------------------------------------ output cut
 
-def plan_output_cut(graph: Graph, names: Sequence[str]) -> tuple[list[Op], set[Op]]:
+def output_cut(graph: Graph, names: Sequence[str]) -> tuple[list[Op], set[Op]]:
     """(the named ops, every op they depend on); OptionError naming an unknown op."""
     targets = []
     for name in names:
@@ -175,7 +175,7 @@ def plan_output_cut(graph: Graph, names: Sequence[str]) -> tuple[list[Op], set[O
 
 def cut_at_output_ops(graph: Graph, names: Sequence[str]) -> int:
     """Keep only the named ops and what they depend on; their outputs become the graph outputs. Returns ops removed."""
-    targets, keep = plan_output_cut(graph, names)
+    targets, keep = output_cut(graph, names)
     graph.set_outputs([t for op in targets for t in op.get_output_tensors() if not _unused_placeholder(t)])
     removed = 0
     for op in reversed(graph.toposort()):
@@ -206,8 +206,8 @@ def fold_constants(graph: Graph, max_bytes: int = MAX_FOLD_BYTES, keep_unread: b
     One worklist pass in topological order, the IR edited once at the end (`fold_pass`).
     `keep_unread=False` leaves out the weights only folded ops read (for a caller that removes
     unread weights next, as the stage does): the graph is then what folding and
-    `remove_unused_weights` leave. `queries`: the planned shape queries
-    (`shape_fixpoint.plan_shape_queries`) to replace in the same edit, as if they had been replaced
+    `remove_unused_weights` leave. `queries`: the foldable shape queries
+    (`shape_fixpoint.foldable_shape_queries`) to replace in the same edit, as if they had been replaced
     first; not counted in the result."""
     keep = set(graph.get_output_tensors()) | _read_by_nested_graphs(graph)  # tensors that must stay op outputs
     folded = fold_pass(graph, keep, max_bytes, keep_unread, queries)
@@ -252,10 +252,10 @@ def _remove_unused_weights(graph: Graph) -> int:
 
 def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
     """Run the whole stage in place; returns what it did (for the compile report)."""
-    new_shapes, _ = plan_input_shape(graph, options.input_shape)
-    ranges = plan_dim_ranges(graph, options.input_shape_ranges)
+    new_shapes, _ = input_shape_changes(graph, options.input_shape)
+    ranges = symbolic_dim_ranges(graph, options.input_shape_ranges)
     if options.output_ops:
-        plan_output_cut(graph, options.output_ops)
+        output_cut(graph, options.output_ops)
     summary: dict[str, Any] = {"input_shape": {k: list(v) for k, v in new_shapes.items()}}
     if ranges:
         summary["dim_ranges"] = ranges
@@ -269,5 +269,5 @@ def prepare(graph: Graph, options: CompileOptions) -> dict[str, Any]:
 
 
 __all__ = ["MAX_FOLD_BYTES", "apply_input_shape", "copy_graph", "cut_at_output_ops", "fold_constants",
-           "outer_scope_inputs", "plan_dim_ranges", "plan_input_shape", "plan_output_cut", "prepare", "remove_dead_ops",
-           "replace_by_weights"]
+           "input_shape_changes", "outer_scope_inputs", "output_cut", "prepare", "remove_dead_ops",
+           "replace_by_weights", "symbolic_dim_ranges"]

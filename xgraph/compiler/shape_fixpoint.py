@@ -32,7 +32,7 @@ Replace = Callable[[Graph, Op, "list[np.ndarray]"], None]
 #: One folding pass (`prepare.fold_constants`) or dead-op removal: returns ops changed.
 Step = Callable[[Graph], int]
 
-#: The stage's fold given the planned shape queries (op, [value]) to replace in the same edit: returns ops
+#: The stage's fold given the foldable shape queries (op, [value]) to replace in the same edit: returns ops
 #: folded besides the queries.
 FoldWithQueries = Callable[[Graph, "list[tuple[Op, list[np.ndarray]]]"], int]
 
@@ -87,7 +87,8 @@ def _known_value(op: Op, known: "dict[Tensor, list]") -> np.ndarray | None:
 _NOT_FOLDED = frozenset({"Constant"})
 
 
-def plan_shape_queries(graph: Graph, known: "dict[Tensor, list] | None" = None) -> "list[tuple[Op, list[np.ndarray]]]":
+def foldable_shape_queries(graph: Graph,
+                           known: "dict[Tensor, list] | None" = None) -> "list[tuple[Op, list[np.ndarray]]]":
     """(op, [value]) for each `Shape`/`Size` of a statically shaped tensor, and with `known` (the values
     `symbolic_shapes.propagate` found) each op whose integer value is fully known, in topological
     order: what `fold_shape_queries` replaces (a query of a query's result reads its value's shape). Pure."""
@@ -102,7 +103,7 @@ def plan_shape_queries(graph: Graph, known: "dict[Tensor, list] | None" = None) 
     else:
         walk = queries if graph.index().table_order_is_topological() else \
             [op for op in graph.toposort() if op.type in _QUERIES]
-    plan: list = []
+    replacements: list = []
     pending: dict[Tensor, np.ndarray] = {}
     for op in walk:
         if not keep.isdisjoint(op.get_output_tensors()):
@@ -113,8 +114,8 @@ def plan_shape_queries(graph: Graph, known: "dict[Tensor, list] | None" = None) 
         if value is None:
             continue
         pending[op.get_output_tensor()] = value
-        plan.append((op, [value]))
-    return plan
+        replacements.append((op, [value]))
+    return replacements
 
 
 def fold_shape_queries(graph: Graph, replace: "Replace | None" = None,
@@ -124,13 +125,13 @@ def fold_shape_queries(graph: Graph, replace: "Replace | None" = None,
 
     With `replace` each op is replaced by that call, in topological order; without, all of them in
     one edit (`replace_ops_by_weights`), which leaves the graph those calls would."""
-    plan = plan_shape_queries(graph, known)
+    replacements = foldable_shape_queries(graph, known)
     if replace is not None:
-        for op, value in plan:
+        for op, value in replacements:
             replace(graph, op, value)
-    elif plan:
-        replace_ops_by_weights(graph, plan)
-    return len(plan)
+    elif replacements:
+        replace_ops_by_weights(graph, replacements)
+    return len(replacements)
 
 
 def _reinfer(graph: Graph) -> None:
@@ -173,18 +174,19 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     `fold`, `remove_dead` and `replace` are the prepare stage's own steps (passed in, so this module
     does not import the stage that calls it); without `replace` the shape queries of a round are
     replaced in one edit. With `fold_with_queries` (and no `replace`) a round whose topological order
-    is the table order hands it the planned queries (`plan_shape_queries`) to replace within its
+    is the table order hands it the foldable queries (`foldable_shape_queries`) to replace within its
     folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
     for _ in range(MAX_ROUNDS):
         known = refine_shapes(graph) if _has_dynamic_outputs(graph) else None
         if fold_with_queries is not None and replace is None:
-            plan = plan_shape_queries(graph, known)  # ordered (and the order's kind known) only when there are queries
-            queries = len(plan)
-            if plan and not graph.index().table_order_is_topological():
-                replace_ops_by_weights(graph, plan)  # removing them may change the order: replaced first
-                plan = []
-            folded = fold_with_queries(graph, plan)
+            # ordered (and the order's kind known) only when there are queries
+            replacements = foldable_shape_queries(graph, known)
+            queries = len(replacements)
+            if replacements and not graph.index().table_order_is_topological():
+                replace_ops_by_weights(graph, replacements)  # removing them may change the order: replaced first
+                replacements = []
+            folded = fold_with_queries(graph, replacements)
         else:
             queries = fold_shape_queries(graph, replace, known)
             folded = fold(graph)
@@ -201,4 +203,4 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     return summary
 
 
-__all__ = ["MAX_ROUNDS", "fold_shape_queries", "plan_shape_queries", "refine_shapes", "resolve_shapes"]
+__all__ = ["MAX_ROUNDS", "fold_shape_queries", "foldable_shape_queries", "refine_shapes", "resolve_shapes"]

@@ -1,4 +1,5 @@
-"""Attribute storage shared by Graph, Subgraph and Tensor (Op has its own, ONNX-typed)."""
+"""Attribute storage shared by Graph, Subgraph and Tensor (Op has its own, ONNX-typed), and the copy of attr
+values that snapshots and subgraph attrs take."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,6 +31,25 @@ def check_attr_value(owner: str, key: str, value: Any, depth: int = 0) -> None:
         return
     raise GraphError(f"{owner}: attribute {key!r} has unsupported type {type(value).__name__}; "
                      "use str, int, float, bool, lists, dicts or numpy arrays")
+
+
+def copy_value(value: Any) -> Any:
+    """Dicts and lists copied (recursively) so in-place edits of them can be undone and seen; the rest shared."""
+    if isinstance(value, dict):
+        return {k: copy_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_value(v) for v in value]
+    return value
+
+
+def copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """`copy_value` of each attribute (a plain copy when no value is a container, the usual case)."""
+    if not attrs:
+        return {}
+    for v in attrs.values():
+        if isinstance(v, (dict, list)):
+            return {k: copy_value(v) for k, v in attrs.items()}
+    return attrs.copy()
 
 
 class AttrsMixin:

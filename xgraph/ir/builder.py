@@ -22,7 +22,7 @@ from collections import deque
 from itertools import chain
 from types import MappingProxyType
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -32,11 +32,12 @@ from xgraph.ir.op import ANNOTATION, Op
 from xgraph.ir.tensor import Tensor
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph_core import GraphCore
-    from xgraph.ir.subgraph import Subgraph
+    from xgraph.ir.protocols import GraphTables, TreeNode
 
-# New subgraphs are made as `type(parent)(graph, name, parent, ops)`: the writer sits beneath `subgraph.py`,
-# whose tree edits call it.
+# The writer sits beneath `graph_core.py` and `subgraph.py`, whose edits call it: it sees the graph and its
+# subgraphs through `xgraph.ir.protocols`, and makes new subgraphs as `type(parent)(graph, name, parent, ops)`.
+#: a subgraph of the tree (a Subgraph): what a tree edit is given is what it makes
+Node = TypeVar("Node", bound="TreeNode")
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _NAME, _OUTPUTS = attrgetter("name"), attrgetter("_outputs")
@@ -81,7 +82,7 @@ def rewire(readers: "Iterable[Op]", old: Tensor, new: Tensor) -> None:
                 set_input(c, i, new)
 
 
-def _leave_tree(leaf: "Subgraph | None", op: Op) -> None:
+def _leave_tree(leaf: "TreeNode | None", op: Op) -> None:
     """Take `op` out of `leaf` and its ancestors; a subgraph left without ops leaves its parent."""
     s = leaf
     while s is not None:
@@ -97,7 +98,7 @@ class GraphBuilder:
 
     __slots__ = ("graph", "_tensors", "_ops", "_root_ops", "_leaf_of", "_root", "_split_root")
 
-    def __init__(self, graph: "GraphCore"):
+    def __init__(self, graph: "GraphTables"):
         self.graph = graph
         self._tensors = graph._tensors
         self._ops = graph._ops
@@ -236,7 +237,7 @@ class GraphBuilder:
         op._attr_types[name] = kind
 
     @staticmethod
-    def set_annotations(obj: "Tensor | Subgraph | GraphCore", attrs: dict[str, Any]) -> None:
+    def set_annotations(obj: "Tensor | TreeNode | GraphTables", attrs: dict[str, Any]) -> None:
         """Attrs of a tensor, subgraph or graph read back from a file (already checked by the reader)."""
         obj._attrs.update(attrs)
 
@@ -264,14 +265,14 @@ class GraphBuilder:
         self._ops, self._tensors = graph._ops, graph._tensors
 
     # -- subgraph tree -------------------------------------------------------------------------
-    def add_subgraph(self, parent: Subgraph, name: str, attrs: dict[str, Any]) -> Subgraph:
+    def add_subgraph(self, parent: Node, name: str, attrs: dict[str, Any]) -> Node:
         """A new (for now empty) child of `parent`; its ops come from `place_ops` on its leaves."""
         sg = type(parent)(self.graph, name, parent)
         sg._attrs = attrs
         parent._children[sg] = None
         return sg
 
-    def place_ops(self, leaf: Subgraph, ops: Sequence[Op]) -> None:
+    def place_ops(self, leaf: "TreeNode", ops: Sequence[Op]) -> None:
         """Put `ops` in `leaf` and every subgraph above it (the root already holds them): a file's tree, read back."""
         self._leaf_of.update(dict.fromkeys(ops, leaf))
         s = leaf
@@ -284,7 +285,7 @@ class GraphBuilder:
         self.graph._touch()
 
 
-def mark_nested(graph: "GraphCore", op: Op, nested: bool) -> None:
+def mark_nested(graph: "GraphTables", op: Op, nested: bool) -> None:
     """Record whether `op` holds a graph attribute (an If/Loop/Scan body): the graph's set of such ops."""
     if nested:
         graph._nested_ops.add(op)
@@ -296,7 +297,7 @@ def mark_nested(graph: "GraphCore", op: Op, nested: bool) -> None:
 _NOT_GIVEN = object()
 
 
-def write_op_annotations(graph: "GraphCore", ops: "Sequence[Op]", columns: "Mapping[str, Sequence[Any]]",
+def write_op_annotations(graph: "GraphTables", ops: "Sequence[Op]", columns: "Mapping[str, Sequence[Any]]",
                          missing: Any = _NOT_GIVEN) -> None:
     """Set annotation `key` to `values[i]` on `ops[i]` for each (key, values) of `columns`, keys in order, except
     where a value is `missing`; all or nothing. An op carrying an ONNX attribute named `key` keeps it; a later
@@ -323,13 +324,13 @@ def write_op_annotations(graph: "GraphCore", ops: "Sequence[Op]", columns: "Mapp
 
 
 # -- weights ---------------------------------------------------------------------------------------
-def replace_op_by_weights(graph: "GraphCore", op: Op, arrays: "Sequence[np.ndarray]") -> "list[Tensor]":
+def replace_op_by_weights(graph: "GraphTables", op: Op, arrays: "Sequence[np.ndarray]") -> "list[Tensor]":
     """`replace_ops_by_weights` of one op: remove `op` and make each of its outputs that has readers a weight of
     the same name holding `arrays[i]`, read by the same ops in the same slots. Returns the new weights."""
     return replace_ops_by_weights(graph, [(op, arrays)])
 
 
-def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequence[np.ndarray]]]",
+def replace_ops_by_weights(graph: "GraphTables", folds: "Sequence[tuple[Op, Sequence[np.ndarray]]]",
                            keep_unread: bool = True) -> "list[Tensor]":
     """For each (op, arrays) of `folds` in turn: remove the op and make each of its outputs that has readers a
     weight of the same name holding `arrays[i]` (a read-only view, as `create_const` keeps it), read by the same
@@ -394,7 +395,7 @@ def replace_ops_by_weights(graph: "GraphCore", folds: "Sequence[tuple[Op, Sequen
     return made
 
 
-def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> int:
+def remove_unused_weights(graph: "GraphTables", keep: "Iterable[Tensor]" = ()) -> int:
     """Remove every weight nobody reads (not consumed, not a graph output, not read by a nested graph,
     not in `keep`), in one step; returns how many went."""
     index = graph.index()
@@ -408,7 +409,7 @@ def remove_unused_weights(graph: "GraphCore", keep: "Iterable[Tensor]" = ()) -> 
     return len(unused)
 
 
-def set_weights(graph: "GraphCore", pairs: "Iterable[tuple[Tensor, Tensor]]") -> None:
+def set_weights(graph: "GraphTables", pairs: "Iterable[tuple[Tensor, Tensor]]") -> None:
     """Each (tensor, source) of `pairs`: `tensor` of `graph` holds `source`'s read-only array (the same object: gears
     keep one copy of equal weights); a graph input made a weight leaves the inputs. Checked by the caller."""
     for t, source in pairs:
@@ -418,7 +419,7 @@ def set_weights(graph: "GraphCore", pairs: "Iterable[tuple[Tensor, Tensor]]") ->
 
 
 # -- the subgraph tree ----------------------------------------------------------------------------
-def split_into_leaves(sg: Subgraph) -> None:
+def split_into_leaves(sg: "TreeNode") -> None:
     """Give the leaf `sg` one leaf child per op, named "subgraph_<op name>", in creation order (checked by caller)."""
     graph = sg._graph
     ops = sorted(sg._ops, key=attrgetter("_seq"))
@@ -428,7 +429,7 @@ def split_into_leaves(sg: Subgraph) -> None:
     graph._leaf_of.update(zip(ops, children))
 
 
-def merge_children(parent: Subgraph, groups: "Sequence[Sequence[Subgraph]]") -> "list[Subgraph]":
+def merge_children(parent: Node, groups: "Sequence[Sequence[Node]]") -> "list[Node]":
     """Each group of leaf children of `parent` (checked by the caller) becomes one new child named
     "subgraph_<smallest op name>", without attrs; a group of one keeps its child. Returns the child per group."""
     leaf_of = parent._graph._leaf_of
@@ -449,7 +450,7 @@ def merge_children(parent: Subgraph, groups: "Sequence[Sequence[Subgraph]]") -> 
     return result
 
 
-def unmerge_child(parent: "Subgraph", child: "Subgraph", parts: "Sequence[Subgraph]") -> None:
+def unmerge_child(parent: Node, child: Node, parts: "Sequence[Node]") -> None:
     """Put back `parts`, the leaves a merge replaced by `child`, in place of `child` (checked by the caller)."""
     del parent._children[child]
     parent._children.update(dict.fromkeys(parts))
@@ -458,7 +459,7 @@ def unmerge_child(parent: "Subgraph", child: "Subgraph", parts: "Sequence[Subgra
         leaf_of.update(dict.fromkeys(p._ops, p))
 
 
-def set_subgraph_attrs(subgraphs: "Iterable[Subgraph]", attrs: "Mapping[str, Any]",
+def set_subgraph_attrs(subgraphs: "Iterable[TreeNode]", attrs: "Mapping[str, Any]",
                        copies: "Sequence[tuple[str, Callable[[Any], Any]]]" = ()) -> None:
     """`attrs` on each of `subgraphs` (checked by the caller); each (key, copy) of `copies` gives every subgraph
     its own `copy(attrs[key])`."""

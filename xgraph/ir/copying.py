@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 import numpy as np
 import onnx
@@ -11,12 +11,15 @@ from xgraph.ir.builder import GraphBuilder
 from xgraph.ir.op import ANNOTATION
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph_core import GraphCore
     from xgraph.ir.op import Op
+    from xgraph.ir.protocols import GraphTables
     from xgraph.ir.tensor import Tensor
 
+#: a graph (a GraphCore, whose `copy` calls this module: it is seen through `xgraph.ir.protocols.GraphTables`)
+G = TypeVar("G", bound="GraphTables")
 
-def carries_annotations(graph: "GraphCore", keys: "Iterable[str]") -> bool:
+
+def carries_annotations(graph: "GraphTables", keys: "Iterable[str]") -> bool:
     """True when an op of `graph` carries an annotation named in `keys` (`op.is_annotation(key)`).
 
     One set test per op: an op whose attribute names miss every key is passed over in C."""
@@ -27,7 +30,7 @@ def carries_annotations(graph: "GraphCore", keys: "Iterable[str]") -> bool:
     return False
 
 
-def copy_graph(graph: "GraphCore", drop_annotations: frozenset[str] = frozenset()) -> "GraphCore":
+def copy_graph(graph: G, drop_annotations: frozenset[str] = frozenset()) -> G:
     """A deep copy of `graph` of the same class, without the subgraph tree (see `Graph.copy`). O(V+E).
 
     Attribute values (dicts, lists, arrays, nested GraphProtos) are copied, so editing the copy
@@ -71,7 +74,7 @@ def copy_graph(graph: "GraphCore", drop_annotations: frozenset[str] = frozenset(
     return new
 
 
-def _creation_order(graph: "GraphCore") -> "list[Op]":
+def _creation_order(graph: "GraphTables") -> "list[Op]":
     """The ops in insertion order when that is topological (the usual case), else in toposort order."""
     seen: set = set()
     ops = graph.get_ops()

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     import networkx as nx
     import numpy as np
 
-    from xgraph.ir.graph_core import GraphCore
     from xgraph.ir.op import Op
+    from xgraph.ir.protocols import GraphTables
     from xgraph.ir.subgraph import Subgraph
     from xgraph.ir.tensor import Tensor
 
@@ -67,7 +67,7 @@ class GraphIndex:
 
     __slots__ = ("graph", "_table_order", "_order", "_positions", "_producers", "_outputs", "_implicit", "_digraph")
 
-    def __init__(self, graph: "GraphCore", table_order_topological: bool = False) -> None:
+    def __init__(self, graph: "GraphTables", table_order_topological: bool = False) -> None:
         self.graph = graph
         #: the table order is known topological (None: not checked yet)
         self._table_order: "bool | None" = True if table_order_topological else None

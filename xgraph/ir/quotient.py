@@ -1,13 +1,16 @@
 """Cycle checks on the quotient graph of a subgraph's children (the "would this merge cycle?" question)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from xgraph.ir.subgraph import Subgraph
+    from xgraph.ir.protocols import TreeNode
+
+#: a subgraph (a Subgraph, which calls this module: it is seen through `xgraph.ir.protocols.TreeNode`)
+Node = TypeVar("Node", bound="TreeNode")
 
 
-def merge_makes_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> str | None:
+def merge_makes_cycle(parent: Node, groups: "list[list[Node]]") -> str | None:
     """Describe the first group whose contraction makes `parent`'s children graph cyclic, else None.
 
     One group: a search from the group's successors, pruned by topological index (a child
@@ -22,18 +25,18 @@ def merge_makes_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> str
     return _many_groups_cycle(parent, groups)
 
 
-def _describe(group: "list[Subgraph]") -> str:
+def _describe(group: "list[Node]") -> str:
     names = sorted(c.name for c in group)
     return "{" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "}"
 
 
-def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
+def _single_group_cycles(parent: Node, group: "list[Node]") -> bool:
     index = parent.graph.index().positions()
     members = set(group)
     last = max(index[op] for c in group for op in c.get_ops())
-    first_of: dict[Subgraph, int] = {}
-    frontier: list[Subgraph] = []
-    seen: set[Subgraph] = set()
+    first_of: dict[Node, int] = {}
+    frontier: list[Node] = []
+    seen: set[Node] = set()
 
     def visit_successors(ops) -> bool:
         for op in ops:
@@ -62,8 +65,8 @@ def _single_group_cycles(parent: "Subgraph", group: "list[Subgraph]") -> bool:
     return False
 
 
-def _many_groups_cycle(parent: "Subgraph", groups: "list[list[Subgraph]]") -> str | None:
-    node: dict[Subgraph, int] = {}
+def _many_groups_cycle(parent: Node, groups: "list[list[Node]]") -> str | None:
+    node: dict[Node, int] = {}
     for i, g in enumerate(groups):
         for c in g:
             node[c] = i

@@ -37,10 +37,11 @@ import numpy as np
 import onnx
 
 from xgraph.errors import GraphError
+from xgraph.ir.attr_store import copy_attrs, copy_value
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph_core import GraphCore
     from xgraph.ir.op import Op
+    from xgraph.ir.protocols import GraphTables
     from xgraph.ir.subgraph import Subgraph
     from xgraph.ir.tensor import Tensor
 
@@ -105,7 +106,7 @@ class GraphState:
     `subgraph_columns`, the root first).
     """
 
-    graph: "GraphCore"
+    graph: "GraphTables"
     #: bumped by every structural mutation (ops or tensors added, removed, rewired)
     version: int
     name: str
@@ -131,25 +132,6 @@ class GraphState:
         return dict(zip(subgraphs, range(len(subgraphs))))
 
 
-def copy_value(value: Any) -> Any:
-    """Dicts and lists copied (recursively) so in-place edits of them can be undone and seen; the rest shared."""
-    if isinstance(value, dict):
-        return {k: copy_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_value(v) for v in value]
-    return value
-
-
-def copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """`copy_value` of each attribute (a plain copy when no value is a container, the usual case)."""
-    if not attrs:
-        return {}
-    for v in attrs.values():
-        if isinstance(v, (dict, list)):
-            return {k: copy_value(v) for k, v in attrs.items()}
-    return attrs.copy()
-
-
 def type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
     """A TypeProto as comparable bytes (None stays None)."""
     return None if tp is None else tp.SerializeToString(deterministic=True)
@@ -169,7 +151,7 @@ def _tree(root: "Subgraph") -> "list[Subgraph]":
     return found
 
 
-def capture_state(g: "GraphCore") -> GraphState:
+def capture_state(g: "GraphTables") -> GraphState:
     """The state of `g` now (`Graph.snapshot`)."""
     functions = tuple(g.functions)
     ops, tensors, subgraphs = list(g._ops.values()), list(g._tensors.values()), _tree(g._root)
@@ -197,7 +179,7 @@ def capture_state(g: "GraphCore") -> GraphState:
         seq=g._seq, nested_ops=frozenset(g._nested_ops))
 
 
-def restore_state(g: "GraphCore", state: GraphState) -> None:
+def restore_state(g: "GraphTables", state: GraphState) -> None:
     """Put `g` back exactly as `state` recorded it (`Graph.restore`)."""
     if state.graph is not g:
         raise GraphError(f"graph {g.name!r}: cannot restore a state captured from graph {state.graph.name!r}")
@@ -312,7 +294,7 @@ def changed_keys(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return sorted(k for k in keys if k not in before or k not in after or not same_value(before[k], after[k]))
 
 
-def changes_since(g: "GraphCore", state: GraphState) -> StateDiff:
+def changes_since(g: "GraphTables", state: GraphState) -> StateDiff:
     """What differs in `g` now from `state` (see `StateDiff`)."""
     diff = StateDiff()
     diff.structure = (g._version != state.version or g._ops.keys() != state.ops.keys()
@@ -326,7 +308,7 @@ def changes_since(g: "GraphCore", state: GraphState) -> StateDiff:
     return diff
 
 
-def _model_changes(before: ModelState, g: "GraphCore") -> list[str]:
+def _model_changes(before: ModelState, g: "GraphTables") -> list[str]:
     found = []
     if before.opset_imports != g.opset_imports:
         found.append(f"the model's opset imports ({before.opset_imports} -> {g.opset_imports})")
@@ -342,7 +324,7 @@ def _model_changes(before: ModelState, g: "GraphCore") -> list[str]:
     return found
 
 
-def _tree_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
+def _tree_diff(g: "GraphTables", state: GraphState, diff: StateDiff) -> None:
     root = g._root
     diff.root_replaced = root is not state.root
     diff.root_children = tuple(root._children)
@@ -378,7 +360,7 @@ def _same_columns(now: list, before: list) -> bool:
         return False
 
 
-def _op_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
+def _op_diff(g: "GraphTables", state: GraphState, diff: StateDiff) -> None:
     c = state.op_columns
     ops = c.ops
     if (_same_columns([op.name for op in ops], c.names) and _same_columns([op.type for op in ops], c.types)
@@ -400,7 +382,7 @@ def _op_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
             diff.ops[op] = found
 
 
-def _tensor_diff(g: "GraphCore", state: GraphState, diff: StateDiff) -> None:
+def _tensor_diff(g: "GraphTables", state: GraphState, diff: StateDiff) -> None:
     c = state.tensor_columns
     ts = c.tensors
     if (_same_columns([t.name for t in ts], c.names) and _same_columns([t._attrs for t in ts], c.attrs)
@@ -430,7 +412,7 @@ def _type_text(dtype, shape) -> str:
 
 
 # -- the invariants a graph's state keeps (IR tests check them after every mutation) --------------
-def check_links(graph: "GraphCore") -> None:
+def check_links(graph: "GraphTables") -> None:
     """Raise GraphError unless every producer/consumer link and name index is consistent. O(V+E)."""
     for name, t in graph._tensors.items():
         if t.name != name or t._graph is not graph:
@@ -459,7 +441,7 @@ def check_links(graph: "GraphCore") -> None:
     check_tree(graph)
 
 
-def check_tree(graph: "GraphCore") -> None:
+def check_tree(graph: "GraphTables") -> None:
     """Raise GraphError unless every level of the subgraph tree partitions its parent's ops."""
     root = graph._root
     if root._ops != set(graph._ops.values()):
@@ -487,5 +469,4 @@ def check_tree(graph: "GraphCore") -> None:
 
 
 __all__ = ["EMPTY", "GraphState", "ModelState", "OpColumns", "StateDiff", "SubgraphColumns", "TensorColumns",
-           "capture_state", "changes_since", "check_links", "check_tree", "copy_attrs", "copy_value", "restore_state",
-           "type_bytes"]
+           "capture_state", "changes_since", "check_links", "check_tree", "restore_state", "type_bytes"]

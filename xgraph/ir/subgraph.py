@@ -13,11 +13,10 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from xgraph.errors import GraphError
-from xgraph.ir.attr_store import AttrsMixin, check_attr_value
+from xgraph.ir.attr_store import AttrsMixin, check_attr_value, copy_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
 from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves, unmerge_child
 from xgraph.ir.quotient import merge_makes_cycle
-from xgraph.ir.state import copy_value
 
 if TYPE_CHECKING:
     import onnx
@@ -137,12 +136,12 @@ class Subgraph(AttrsMixin):
                            check_cycles: bool = True) -> "list[Subgraph]":
         """Merge each group of leaf children into one new child, all groups at once or none.
 
-        Plan, then apply: every group is checked (non-empty, leaf children of this subgraph, no
+        Check, then apply: every group is checked (non-empty, leaf children of this subgraph, no
         child in two groups) and, with `check_cycles`, the children graph contracted by all the
         groups must stay acyclic; only then is anything changed. A group of one child keeps that
         child. Returns the resulting child per group, in the groups' order. Pass
-        `check_cycles=False` only for groups a planner proved acyclic (`xgraph.partition.merge.
-        plan_merge`); the check costs O(V+E). Merged children's attrs are dropped; a new child is
+        `check_cycles=False` only for groups proved acyclic as they were made (`xgraph.partition.merge.
+        group_children`); the check costs O(V+E). Merged children's attrs are dropped; a new child is
         named "subgraph_<smallest op name>".
 
         >>> from xgraph import Graph

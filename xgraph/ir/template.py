@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from xgraph.errors import GraphError
 
 if TYPE_CHECKING:
-    from xgraph.ir.graph_core import GraphCore as Graph
     from xgraph.ir.op import Op
+    from xgraph.ir.protocols import GraphTables
 
 
 class TemplateOp:
@@ -256,7 +256,7 @@ def _search_order(comp: list[TemplateOp], type_count: dict[str, int] | None) -> 
     return order
 
 
-def _match_component(graph: "Graph", order: list[TemplateOp], by_type: dict[str, list["Op"]],
+def _match_component(graph: "GraphTables", order: list[TemplateOp], by_type: dict[str, list["Op"]],
                      misses: "dict[Op, NearMiss] | None" = None, label: str = "") -> list[dict[str, "Op"]]:
     """Every match of one connected template component (`order`: its ops, each after one it touches), found by
     backtracking from each anchor candidate; the deepest broken partial match per anchor goes to `misses`."""
@@ -353,7 +353,7 @@ class _ComponentSearch:
             self.note_miss(k, t, tried)
 
 
-def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"]]:
+def find_matches(graph: "GraphTables", template: GraphTemplate) -> list[dict[str, "Op"]]:
     """Every match of `template` in `graph`, deterministic (anchors in graph insertion order)."""
     if not isinstance(template, GraphTemplate):
         raise GraphError(f"isomorphism: argument 'template' must be an xgraph.GraphTemplate, got "
@@ -383,7 +383,7 @@ def find_matches(graph: "Graph", template: GraphTemplate) -> list[dict[str, "Op"
     return matches
 
 
-def _find_matches(graph: "Graph", template: GraphTemplate, misses: "dict[Op, NearMiss] | None" = None,
+def _find_matches(graph: "GraphTables", template: GraphTemplate, misses: "dict[Op, NearMiss] | None" = None,
                   flow_order: bool = False, label: str = "") -> list[dict[str, "Op"]]:
     if not template.get_ops():
         return []

@@ -4,7 +4,7 @@ The placement solver (`PlacementProblem`, `solve_placement`) is loaded on first 
 importing this package does not import scipy.
 """
 from xgraph.partition.filters import filter, filter_by_name, filter_by_template, filter_by_type
-from xgraph.partition.merge import merge_subgraph, plan_merge
+from xgraph.partition.merge import group_children, merge_subgraph
 
 _LAZY = {
     "PlacementProblem": "xgraph.partition.placement_problem",
@@ -12,7 +12,7 @@ _LAZY = {
     "solve_placement": "xgraph.partition.placement_solver",
 }
 
-__all__ = ["filter", "filter_by_name", "filter_by_template", "filter_by_type", "merge_subgraph", "plan_merge",
+__all__ = ["filter", "filter_by_name", "filter_by_template", "filter_by_type", "group_children", "merge_subgraph",
            *_LAZY]
 
 

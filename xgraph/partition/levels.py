@@ -9,7 +9,7 @@ for a node that stays alone).
   (label, level) is acyclic and never worse than topological waves.
 * `coalesce_groups(preds, labels, levels)` joins those groups further wherever an exact,
   budgeted path search allows.
-* `group_nodes(preds, labels)` is the two in one go (what `plan_merge` runs): the same
+* `group_nodes(preds, labels)` is the two in one go (what `group_children` runs): the same
   groups with a pass over the nodes less.
 * `topological_order(preds)` numbers a DAG given in any order (Kahn's algorithm), so that
   it can be fed to the two above.

@@ -8,14 +8,14 @@ Layers, each usable on its own:
   every node a level so that grouping by (label, level) is acyclic and never worse than
   topological waves; the second joins those groups further wherever an exact, budgeted path
   search allows.
-* `plan_merge(root, labels)`: the root's children as such a DAG, any number of labels at
+* `group_children(root, labels)`: the root's children as such a DAG, any number of labels at
   once (the device placer passes one device per child). Pure: returns merge groups.
-* `merge_subgraph(subgraphs)`: checks its input, plans with a single label, and applies the
-  plan with one all-or-nothing `Subgraph.merge_child_groups` call.
+* `merge_subgraph(subgraphs)`: checks its input, groups with a single label, and applies the
+  groups with one all-or-nothing `Subgraph.merge_child_groups` call.
 
 A merge must never make the root's children depend on each other in a cycle: a runner
 executes a subgraph as a unit, so a cycle (A feeds B, B feeds A) could never be scheduled.
-The planner guarantees acyclicity by construction, so the plan is applied without the IR's
+The grouping guarantees acyclicity by construction, so the groups are applied without the IR's
 own cycle check.
 """
 from __future__ import annotations
@@ -76,14 +76,14 @@ def _numbered_forward(preds: list[list[int]]) -> bool:
     return all(map(lt, sources, nodes))
 
 
-def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
+def group_children(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
     """Groups of the root's children to merge: one label per group, no cycle, at most as many as topological waves.
 
     `labels` maps the children that may merge to a label (any hashable, e.g. a device
     name); children sharing a label may share a group. Children not in `labels` stay as
     they are. Every labelled child appears in exactly one group (singletons included);
     groups come in topological order of their first member, members in topological order.
-    Nothing is changed: apply the plan with ``root.merge_child_groups(groups,
+    Nothing is changed: apply the groups with ``root.merge_child_groups(groups,
     check_cycles=False)`` (`level_partition` and `coalesce_groups` say why it is acyclic).
     Deterministic: the same graph and labels give the same groups.
 
@@ -98,16 +98,16 @@ def plan_merge(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list
     >>> d = g.create_op("d", "Relu", inputs=["a"])
     >>> root = g.get_root_subgraph(); root.create_child_subgraph()
     >>> device = {"a": "AICORE", "b": "AICPU", "c": "AICORE", "d": "AICORE"}
-    >>> groups = plan_merge(root, {g.get_leaf_subgraph(n): dev for n, dev in device.items()})
+    >>> groups = group_children(root, {g.get_leaf_subgraph(n): dev for n, dev in device.items()})
     >>> [[sg.name for sg in group] for group in groups]
     [['subgraph_a', 'subgraph_d'], ['subgraph_b'], ['subgraph_c']]
     """
-    _check_plan_input(root, labels)
-    return _plan(root, labels)
+    _check_labels(root, labels)
+    return _group_children(root, labels)
 
 
-def _plan(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
-    """`plan_merge` on input already checked."""
+def _group_children(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> list[list[Subgraph]]:
+    """`group_children` on input already checked."""
     if not labels:
         return []
     dag = children_dag(root)
@@ -130,7 +130,7 @@ def _label_numbers(children: list[Subgraph], labels: Mapping[Subgraph, Hashable]
         number = dict(zip(dict.fromkeys(given), range(len(labels) + 1)))
     except TypeError:  # name the first child with a label that cannot be hashed
         child, label = next((c, x) for c, x in zip(children, given) if _unhashable(x))
-        raise PartitionError(f"plan_merge: the label of {child.name!r} is {label!r:.60}, which is not "
+        raise PartitionError(f"group_children: the label of {child.name!r} is {label!r:.60}, which is not "
                              "hashable; use a str such as a device name") from None
     if _UNLABELLED in number:  # the unlabelled children's place in the numbering goes to the labels after it
         after = number.pop(_UNLABELLED)
@@ -147,22 +147,22 @@ def _unhashable(value: object) -> bool:
     return False
 
 
-def _check_plan_input(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> None:
+def _check_labels(root: Subgraph, labels: Mapping[Subgraph, Hashable]) -> None:
     """Raise PartitionError unless `root` is a root and `labels` maps some of its leaf children."""
     if not isinstance(root, Subgraph) or not root.is_root:
-        raise PartitionError(f"plan_merge: {root!r:.60} is not a root subgraph; pass graph.get_root_subgraph()")
+        raise PartitionError(f"group_children: {root!r:.60} is not a root subgraph; pass graph.get_root_subgraph()")
     if not isinstance(labels, Mapping):
-        raise PartitionError(f"plan_merge: labels must map children of the root to labels, "
+        raise PartitionError(f"group_children: labels must map children of the root to labels, "
                              f"got {type(labels).__name__}")
     if root.are_children(labels.keys()) and all(map(_IS_LEAF, labels)):
         return  # the usual input, checked in bulk; the loop below names the first offender
     for child in labels:
         if not isinstance(child, Subgraph) or not root.is_child(child):
             what = f"subgraph {child.name!r}" if isinstance(child, Subgraph) else f"{child!r:.60}"
-            raise PartitionError(f"plan_merge: {what} is not a child of the root of graph "
+            raise PartitionError(f"group_children: {what} is not a child of the root of graph "
                                  f"{root.get_graph().name!r}; label only its current children")
         if not child.is_leaf:
-            raise PartitionError(f"plan_merge: subgraph {child.name!r} has children of its own; "
+            raise PartitionError(f"group_children: subgraph {child.name!r} has children of its own; "
                                  "only leaf children can be merged")
 
 
@@ -180,7 +180,7 @@ def merge_subgraph(subgraphs: Iterable[Subgraph]) -> set[Subgraph]:
         return set()
     graph = members[0].get_graph()
     root = graph.get_root_subgraph()
-    groups = _plan(root, dict.fromkeys(members, _MERGE_LABEL))
+    groups = _group_children(root, dict.fromkeys(members, _MERGE_LABEL))
     return set(root.merge_child_groups(groups, check_cycles=False))
 
 

@@ -24,12 +24,12 @@ from xgraph.errors import RunnerError
 from xgraph.ray.actors import ActorSet, ActorSpec
 from xgraph.ray.scheduler import RayScheduler
 from xgraph.ray.session import check_demand, connect, require_ray
-from xgraph.ray.stages import plan_stages
+from xgraph.ray.stages import cut_stages
 from xgraph.runners.graph_runner import GraphRunner, build_plan, device_subgraphs
 
 if TYPE_CHECKING:
     from xgraph.ir import Graph, Subgraph, Tensor
-    from xgraph.runners.scheduler import Plan
+    from xgraph.runners.scheduler import TaskPlan
 
 GROUP_BY = ("device", "subgraph")
 
@@ -129,7 +129,7 @@ class RayGraphRunner(GraphRunner):
         self._start_timeout, self._runtime_env, self._setup = float(start_timeout), runtime_env, worker_setup
         super().__init__(graph, mode, kernels, max_jobs_in_flight=max_jobs_in_flight, **options)
 
-    def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Any], Plan]":
+    def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Any], TaskPlan]":
         """Stand-ins for the subgraph runners (the real ones start in the actors) and the usual plan."""
         proxies = {sg: RemoteRunner(sg) for sg in device_subgraphs(graph)}
         return {sg.name: p for sg, p in proxies.items()}, build_plan(graph, proxies)
@@ -158,7 +158,7 @@ class RayGraphRunner(GraphRunner):
         """Cut the plan into stages, start an actor per device (or subgraph), and schedule over them."""
         ray = require_ray()
         specs = self._specs()
-        stages = plan_stages(self.plan, {name: spec.key for spec in specs for name in spec.subgraphs})
+        stages = cut_stages(self.plan, {name: spec.key for spec in specs for name in spec.subgraphs})
         for spec in specs:
             spec.stages = [s for s in stages if s.actor == spec.key]
         scheduler: list[RayScheduler] = []

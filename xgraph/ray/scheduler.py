@@ -27,7 +27,7 @@ from xgraph.ray.session import require_ray
 from xgraph.ray.stages import Stage
 from xgraph.ray.worker import nbytes
 from xgraph.runners.jobs import Job
-from xgraph.runners.scheduler import Plan
+from xgraph.runners.scheduler import TaskPlan
 
 #: Seconds the event thread sleeps at most before checking restarts that take too long.
 POLL_S = 0.2
@@ -67,7 +67,7 @@ class _RemoteRun:
 class RayScheduler:
     """Runs a plan's stages on Ray actors; `observer` sees every task as the local scheduler reports it."""
 
-    def __init__(self, plan: Plan, stages: list[Stage], actors: ActorSet, observer: Callable,
+    def __init__(self, plan: TaskPlan, stages: list[Stage], actors: ActorSet, observer: Callable,
                  record: Callable[[str, float, int, int], None], name: str) -> None:
         """Take started actors and the stage plan; start the event thread."""
         self.ray = require_ray()

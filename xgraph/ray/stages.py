@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Mapping
 
 from xgraph.errors import RunnerError
-from xgraph.runners.scheduler import Plan, Task
+from xgraph.runners.scheduler import Task, TaskPlan
 
 Key = Hashable  # (tensor name, memory kind), as in the plan
 
@@ -48,7 +48,7 @@ class Stage:
         return [t.name for t in self.tasks if t.kind == "subgraph"]
 
 
-def actor_of_tasks(plan: Plan, actor_of_subgraph: Mapping[str, str]) -> list[str]:
+def actor_of_tasks(plan: TaskPlan, actor_of_subgraph: Mapping[str, str]) -> list[str]:
     """The actor of every plan task: a subgraph's own; a copy's on the device side of the crossing."""
     producer = {k: t for t in plan.tasks for k in t.outputs}
     readers: dict[Key, list[Task]] = {}
@@ -80,16 +80,16 @@ def actor_of_tasks(plan: Plan, actor_of_subgraph: Mapping[str, str]) -> list[str
     return actors
 
 
-def plan_stages(plan: Plan, actor_of_subgraph: Mapping[str, str]) -> list[Stage]:
+def cut_stages(plan: TaskPlan, actor_of_subgraph: Mapping[str, str]) -> list[Stage]:
     """The plan's tasks grouped into stages (see the module docstring), in dependency order.
 
-    >>> from xgraph.runners.scheduler import Plan, Task
+    >>> from xgraph.runners.scheduler import Task, TaskPlan
     >>> f = lambda args: args
     >>> tasks = [Task(0, "copy x H2D", "H2D", "copy", f, (("x", "host"),), (("x", "device"),)),
     ...          Task(1, "a", "AICORE", "subgraph", f, (("x", "device"),), (("y", "device"),)),
     ...          Task(2, "copy y D2H", "D2H", "copy", f, (("y", "device"),), (("y", "host"),))]
-    >>> plan = Plan(tasks, [("x", "host")], [("y", "host")]); plan.link()
-    >>> [(s.actor, [t.name for t in s.tasks], s.inputs, s.outputs) for s in plan_stages(plan, {"a": "AICORE"})]
+    >>> plan = TaskPlan(tasks, [("x", "host")], [("y", "host")]); plan.link()
+    >>> [(s.actor, [t.name for t in s.tasks], s.inputs, s.outputs) for s in cut_stages(plan, {"a": "AICORE"})]
     [('AICORE', ['copy x H2D', 'a', 'copy y D2H'], (('x', 'host'),), (('y', 'host'),))]
     """
     actors = actor_of_tasks(plan, actor_of_subgraph)
@@ -111,7 +111,7 @@ def plan_stages(plan: Plan, actor_of_subgraph: Mapping[str, str]) -> list[Stage]
     return stages
 
 
-def _link(stages: list[Stage], plan: Plan) -> None:
+def _link(stages: list[Stage], plan: TaskPlan) -> None:
     """Fill each stage's inputs (made outside it) and outputs (read outside it, or results)."""
     made_in = {k: s.index for s in stages for t in s.tasks for k in t.outputs}
     read_elsewhere: set[Key] = set(plan.results)

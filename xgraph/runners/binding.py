@@ -23,7 +23,7 @@ from xgraph.runners.device_values import DeviceMemory, DeviceValue
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
-    from xgraph.runners.scheduler import Plan
+    from xgraph.runners.scheduler import TaskPlan
 
 _NOTHING: frozenset = frozenset()
 
@@ -31,7 +31,7 @@ _NOTHING: frozenset = frozenset()
 BINDINGS_KEPT = 64
 
 
-def copy_count(plan: "Plan") -> int:
+def copy_count(plan: "TaskPlan") -> int:
     """Host<->device copy tasks in `plan` (one per value copied per run)."""
     return sum(1 for t in plan.tasks if t.kind == "copy")
 
@@ -41,7 +41,7 @@ class Binding:
 
     __slots__ = ("plan", "schedule", "kept", "saved")
 
-    def __init__(self, plan: "Plan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int) -> None:
+    def __init__(self, plan: "TaskPlan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int) -> None:
         self.plan, self.schedule, self.saved = plan, schedule, saved
         #: (result index, output name, memory) of each kept output
         self.kept = tuple((i, name, memory) for i, (name, memory) in enumerate(plan.results) if name in kept)
@@ -62,9 +62,9 @@ class Binding:
 class Bindings:
     """A graph runner's plans per binding, built on first use (`bind`)."""
 
-    def __init__(self, owner: str, base: "Plan", build: "Callable[[Mapping[str, str], Collection[str]], Plan]",
+    def __init__(self, owner: str, base: "TaskPlan", build: "Callable[[Mapping[str, str], Collection[str]], TaskPlan]",
                  input_names: Sequence[str], output_names: Sequence[str], device_memory: DeviceMemory,
-                 schedule_for: "Callable[[Plan], InlineSchedule | None]") -> None:
+                 schedule_for: "Callable[[TaskPlan], InlineSchedule | None]") -> None:
         """`build(input memory by name, kept output names)`: the plan for a binding (`build_plan`);
         `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none."""
         self.owner, self.base, self.build, self.schedule_for = owner, base, build, schedule_for

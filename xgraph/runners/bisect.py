@@ -45,7 +45,7 @@ PRECISION_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "fp1
 
 
 @dataclass
-class TensorCheck:
+class TensorComparison:
     """One output of one subgraph on one seed, against the reference."""
 
     name: str
@@ -59,14 +59,14 @@ class TensorCheck:
 
 
 @dataclass
-class SubgraphCheck:
+class SubgraphComparison:
     """One device subgraph over every seed: its worst output and where it first differed."""
 
     name: str
     device: str
     runner: str
     precision: str = ""
-    outputs: list[TensorCheck] = field(default_factory=list)
+    outputs: list[TensorComparison] = field(default_factory=list)
     failed_seeds: list[int] = field(default_factory=list)
     first_op: str = ""  # the first op whose output differs (runners that expose their steps)
 
@@ -75,8 +75,8 @@ class SubgraphCheck:
         """True when every output was within tolerance on every seed."""
         return not self.failed_seeds
 
-    def worst(self) -> TensorCheck | None:
-        """The output check with the largest relative error (a failing one first)."""
+    def worst(self) -> TensorComparison | None:
+        """The output comparison with the largest relative error (a failing one first)."""
         return max(self.outputs, key=lambda c: (not c.ok, c.max_rel, c.max_abs), default=None)
 
 
@@ -87,10 +87,10 @@ class BisectReport:
     reference: str
     reference_note: str
     seeds: list[int]
-    subgraphs: list[SubgraphCheck]
+    subgraphs: list[SubgraphComparison]
 
     @property
-    def first_failure(self) -> SubgraphCheck | None:
+    def first_failure(self) -> SubgraphComparison | None:
         """The first subgraph (in run order) out of tolerance, or None."""
         return next((s for s in self.subgraphs if not s.ok), None)
 
@@ -137,22 +137,24 @@ def _rtol(dtype: np.dtype, precision: str) -> float:
     return max(base, lowered)
 
 
-def compare(name: str, got: Any, ref: Any, precision: str = "") -> TensorCheck:
+def compare(name: str, got: Any, ref: Any, precision: str = "") -> TensorComparison:
     """One tensor against the reference (see the module docstring for the rule)."""
     if got is None or ref is None or isinstance(got, list) or isinstance(ref, list):
         same = (got is None and ref is None) or (isinstance(got, list) and isinstance(ref, list) and len(got) == len(ref)
                                                  and all(np.array_equal(a, b) for a, b in zip(got, ref)))
-        return TensorCheck(name, "sequence/optional", 0.0, 0.0, 0.0 if same else 1.0, True, same)
+        return TensorComparison(name, "sequence/optional", 0.0, 0.0, 0.0 if same else 1.0, True, same)
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape or got.dtype != ref.dtype:
-        return TensorCheck(name, str(ref.dtype), float("inf"), float("inf"), float("inf"), ref.dtype.kind not in "fc",
-                           False, f"shape/dtype {got.shape} {got.dtype}, reference {ref.shape} {ref.dtype}")
+        return TensorComparison(name, str(ref.dtype), float("inf"), float("inf"), float("inf"),
+                                ref.dtype.kind not in "fc", False,
+                                f"shape/dtype {got.shape} {got.dtype}, reference {ref.shape} {ref.dtype}")
     if ref.dtype.kind not in "fc":
         differ = int(np.count_nonzero(got != ref)) if ref.dtype.kind != "O" else \
             sum(str(a) != str(b) for a, b in zip(got.ravel().tolist(), ref.ravel().tolist()))
-        return TensorCheck(name, str(ref.dtype), float(differ > 0), float(differ > 0), float(differ), True, differ == 0)
+        return TensorComparison(name, str(ref.dtype), float(differ > 0), float(differ > 0), float(differ), True,
+                                differ == 0)
     if ref.size == 0:
-        return TensorCheck(name, str(ref.dtype), 0.0, 0.0, 0.0, False, True)
+        return TensorComparison(name, str(ref.dtype), 0.0, 0.0, 0.0, False, True)
     g, r = got.astype(np.float64), ref.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.abs(g - r)
@@ -166,8 +168,8 @@ def compare(name: str, got: Any, ref: Any, precision: str = "") -> TensorCheck:
         spacing = np.spacing(floor.astype(ref.dtype if ref.dtype.itemsize >= 4 else np.float32)).astype(np.float64)
         ulp = diff / np.where(spacing > 0, spacing, np.finfo(np.float32).tiny)
     ok = bool(np.all(diff <= np.where(np.isfinite(limit), limit, np.inf)))
-    return TensorCheck(name, str(ref.dtype), float(diff.max()), float(np.nanmax(rel)), float(np.nanmax(ulp)),
-                       False, ok)
+    return TensorComparison(name, str(ref.dtype), float(diff.max()), float(np.nanmax(rel)), float(np.nanmax(ulp)),
+                            False, ok)
 
 
 def _precision(sg: "Subgraph") -> str:
@@ -218,9 +220,9 @@ def bisect(compiled: "Graph", inputs: "dict[str, np.ndarray] | None" = None, see
     if not seed_list:
         raise RunnerError("bisect needs at least one seed")
     names = list(dict.fromkeys(t.name for op in compiled.toposort() for t in op.get_output_tensors()))
-    checks = [SubgraphCheck(sg.name, str(sg.get_attr("device")) if sg.has_attr("device") else "?",
-                            str((sg.get_attr("runner") or {}).get(mode, "?")) if sg.has_attr("runner") else "?",
-                            _precision(sg)) for sg in subgraphs]
+    rows = [SubgraphComparison(sg.name, str(sg.get_attr("device")) if sg.has_attr("device") else "?",
+                               str((sg.get_attr("runner") or {}).get(mode, "?")) if sg.has_attr("runner") else "?",
+                               _precision(sg)) for sg in subgraphs]
     runners: list[Runner] = []
     try:
         runners = [Runner.create_runner(sg, mode, kernels, registries=registries, plugin_path=plugin_path)
@@ -230,28 +232,29 @@ def bisect(compiled: "Graph", inputs: "dict[str, np.ndarray] | None" = None, see
             feeds = complete_inputs(dict(inputs or {}), compiled.get_input_tensors(), s)[0]
             reference, note, values = _reference_values(compiled, feeds, names)
             values.update(feeds)
-            for sg, runner, check in zip(subgraphs, runners, checks):
-                _check_subgraph(sg, runner, check, values, s)
-        return BisectReport(reference, note, seed_list, checks)
+            for sg, runner, row in zip(subgraphs, runners, rows):
+                _compare_subgraph(sg, runner, row, values, s)
+        return BisectReport(reference, note, seed_list, rows)
     finally:
         for r in runners:
             r.close()
 
 
-def _check_subgraph(sg: "Subgraph", runner: Runner, check: SubgraphCheck, values: dict[str, Any], seed: int) -> None:
+def _compare_subgraph(sg: "Subgraph", runner: Runner, row: SubgraphComparison, values: dict[str, Any],
+                      seed: int) -> None:
     args = [values[t.name] for t in sg.get_input_tensors()]
     got = runner.run(args)
-    results = [compare(t.name, g, values.get(t.name), check.precision) for t, g in zip(sg.get_output_tensors(), got)]
+    results = [compare(t.name, g, values.get(t.name), row.precision) for t, g in zip(sg.get_output_tensors(), got)]
     worst = max(results, key=lambda c: (not c.ok, c.max_rel, c.max_abs), default=None)
     if worst is not None:
-        previous = check.worst()
+        previous = row.worst()
         if previous is None or (not worst.ok, worst.max_rel, worst.max_abs) > (not previous.ok, previous.max_rel,
                                                                                 previous.max_abs):
-            check.outputs = results
+            row.outputs = results
     if any(not r.ok for r in results):
-        check.failed_seeds.append(seed)
-        if not check.first_op:
-            check.first_op = _first_differing_op(runner, args, values, check.precision)
+        row.failed_seeds.append(seed)
+        if not row.first_op:
+            row.first_op = _first_differing_op(runner, args, values, row.precision)
 
 
-__all__ = ["BisectReport", "RTOL", "SubgraphCheck", "TensorCheck", "bisect", "compare"]
+__all__ = ["BisectReport", "RTOL", "SubgraphComparison", "TensorComparison", "bisect", "compare"]

@@ -43,7 +43,7 @@ from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTabl
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.lifetime import close_all, start_thread
 from xgraph.runners.runner import Runner
-from xgraph.runners.scheduler import Plan, Task, ThreadScheduler
+from xgraph.runners.scheduler import Task, TaskPlan, ThreadScheduler
 
 if TYPE_CHECKING:
     from xgraph.devices import DeviceSpec
@@ -95,7 +95,7 @@ def _subgraph_task(runner: Runner, where: str, overlap: bool = False):
 
 
 def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None,
-               *, input_memory: "Mapping[str, str] | None" = None, keep: "Collection[str]" = ()) -> Plan:
+               *, input_memory: "Mapping[str, str] | None" = None, keep: "Collection[str]" = ()) -> TaskPlan:
     """Tasks for every device subgraph plus the copies its inputs and the graph outputs need.
 
     Each device instance is its own stream, served by its device's `max_concurrency` queues,
@@ -142,7 +142,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapp
                           any_thread=bool(getattr(runner, "any_thread", False))))
     results = [(t.name, location[t.name]) if t.name in keep and t.name in location else need(t.name, HOST)
                for t in graph.get_output_tensors()]
-    plan = Plan(tasks, feeds, results, constants, queues={s: n for s, n in queues.items() if n > 1})
+    plan = TaskPlan(tasks, feeds, results, constants, queues={s: n for s, n in queues.items() if n > 1})
     plan.link()
     return plan
 
@@ -221,7 +221,7 @@ class GraphRunner:
         """The job slots this runner's jobs take (`max_jobs_in_flight` of them; shared by a GearRunner's gears)."""
         return self._slots
 
-    def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Runner], Plan]":
+    def _create_runners(self, graph: "Graph", mode: str, kernels: str) -> "tuple[dict[str, Runner], TaskPlan]":
         """A runner per device subgraph and the task plan over them.
 
         Overridden (with `_create_scheduler`) by runners that execute the subgraphs elsewhere,

@@ -38,10 +38,10 @@ _consume = deque(maxlen=0).extend
 if TYPE_CHECKING:
     import threading
 
-    from xgraph.runners.scheduler import Key, Plan, Task
+    from xgraph.runners.scheduler import Key, Task, TaskPlan
 
 
-def dependency_order(plan: "Plan") -> "list[Task]":
+def dependency_order(plan: "TaskPlan") -> "list[Task]":
     """The plan's tasks, each after every task it reads from (Kahn's algorithm, O(V + E))."""
     waiting = [t.num_deps for t in plan.tasks]
     ready = deque(t for t in plan.tasks if t.num_deps == 0)
@@ -75,7 +75,7 @@ class InlineSchedule:
 
     __slots__ = ("size", "constant_slots", "constant_values", "feeds", "results", "steps", "fused", "chain")
 
-    def __init__(self, plan: "Plan", locks: "Mapping[str, threading.Lock] | None" = None) -> None:
+    def __init__(self, plan: "TaskPlan", locks: "Mapping[str, threading.Lock] | None" = None) -> None:
         import threading
         order = dependency_order(plan)
         if locks is None:

@@ -73,7 +73,7 @@ def requantize_fixed_point(acc: np.ndarray, multiplier: np.ndarray, zero_point: 
     return np.clip(y, info.min, info.max).astype(dtype)
 
 
-class _Plan:
+class _PlanView:
     def __init__(self, plan: ExecutionPlan) -> None:
         self.view = _Readers(plan)
         self.steps = plan.steps
@@ -110,7 +110,7 @@ class _Operand(NamedTuple):
     axis: int
 
 
-def _operand(p: _Plan, slot: int) -> _Operand | None:
+def _operand(p: _PlanView, slot: int) -> _Operand | None:
     """What the builtin DequantizeLinear writing `slot` dequantizes; None when no such step writes it."""
     found = p.dq(slot)
     if found is None:
@@ -134,7 +134,7 @@ def _fusable_core(core: Step) -> bool:
     return len(core.inputs) >= 2
 
 
-def _activation_fits(p: _Plan, x: _Operand) -> bool:
+def _activation_fits(p: _PlanView, x: _Operand) -> bool:
     """Integer activations with a per-tensor constant scale and zero point (if one is named)."""
     xt = p.view.tensor(x.slot)
     if xt is None or xt.dtype not in _QTYPES or not _scalar(x.scale):
@@ -159,7 +159,7 @@ def _weight_channels(core: Step, w: _Operand) -> int | None:
     return m
 
 
-def _bias(p: _Plan, index: int, x: _Operand, w: _Operand, m: int) -> tuple[np.ndarray | None, list[int]] | None:
+def _bias(p: _PlanView, index: int, x: _Operand, w: _Operand, m: int) -> tuple[np.ndarray | None, list[int]] | None:
     """(the int64 bias, [its DequantizeLinear step when only the unit reads it]); (None, []) without a bias;
     None when the bias does not fit: a constant int32 per channel, scale x_scale * w_scale, zero point 0."""
     core = p.steps[index]
@@ -177,7 +177,7 @@ def _bias(p: _Plan, index: int, x: _Operand, w: _Operand, m: int) -> tuple[np.nd
     return bq.reshape(-1).astype(np.int64), [b.step] if p.view.sole_reader(core.inputs[2]) == index else []
 
 
-def _requantizer(p: _Plan, core: Step) -> tuple[int, np.ndarray, np.ndarray] | None:
+def _requantizer(p: _PlanView, core: Step) -> tuple[int, np.ndarray, np.ndarray] | None:
     """(index, scale, zero point) of the builtin saturating QuantizeLinear that alone reads `core`'s output,
     with a per-tensor constant scale and integer zero point; None when there is none."""
     reader = p.view.sole_reader(core.outputs[0])
@@ -194,7 +194,7 @@ def _requantizer(p: _Plan, core: Step) -> tuple[int, np.ndarray, np.ndarray] | N
     return reader, ys, yzp
 
 
-def _unit(p: _Plan, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
+def _unit(p: _PlanView, index: int, device_numerics: bool = False) -> tuple[Step, list[int]] | None:
     """The integer unit around the Conv/MatMul/Gemm at step `index`: (its one step, the sorted indices of
     the steps it replaces); None when the pattern does not fit."""
     core = p.steps[index]
@@ -271,7 +271,7 @@ def fuse_qdq(plan: ExecutionPlan, *, device_numerics: bool = False) -> Execution
     `device_numerics` requantizes in fixed point as an int8 device does (the `sim` mode)."""
     if not any(s.op.type == "QuantizeLinear" for s in plan.steps):
         return plan
-    p = _Plan(plan)
+    p = _PlanView(plan)
     absorbed: set[int] = set()
     replacement: dict[int, Step] = {}
     for i, step in enumerate(plan.steps):

@@ -11,7 +11,7 @@ graph runner:
 A task becomes ready when every value it reads exists; it then goes to its stream's queue.
 Streams work in FIFO order across jobs, so consecutive jobs overlap on different devices and
 device instances (pipelining) while each stream runs one task at a time, or as many as its
-device has queues (`Plan.queues`, from `max_concurrency`: that many workers serve the stream,
+device has queues (`TaskPlan.queues`, from `max_concurrency`: that many workers serve the stream,
 so several jobs overlap on it; the tasks of one job still wait for what they read). A job
 whose record is already final (failed, cancelled, timed out) has its remaining tasks skipped.
 
@@ -64,8 +64,11 @@ class Task:
 
 
 @dataclass
-class Plan:
-    """The static schedule: tasks, where the feeds and results live, and how often values are read."""
+class TaskPlan:
+    """A graph runner's task plan, made once: tasks, where the feeds and results live, how often values are read.
+
+    The graph-level counterpart of a subgraph's `xgraph.runners.plan.ExecutionPlan`: both are a
+    runner's `plan`, fixed when the runner is made and run by every job."""
 
     tasks: list[Task]
     feeds: list[Key]
@@ -123,7 +126,7 @@ class _JobRun:
 
     __slots__ = ("job", "plan", "values", "waiting", "readers", "left", "lock", "done")
 
-    def __init__(self, job: Job, plan: Plan, feeds: list[np.ndarray], done: Callable) -> None:
+    def __init__(self, job: Job, plan: TaskPlan, feeds: list[np.ndarray], done: Callable) -> None:
         self.job, self.plan = job, plan
         self.values: dict[Key, Any] = dict(plan.constants)
         self.values.update(zip(plan.feeds, feeds))
@@ -141,7 +144,8 @@ class ThreadScheduler:
     """Daemon worker threads per stream (one per queue of it), fed by the stream's queue; dependencies
     counted per job."""
 
-    def __init__(self, plan: Plan, observer: Observer | None = None, name: str = "xgraph", *, owner: str = "") -> None:
+    def __init__(self, plan: TaskPlan, observer: Observer | None = None, name: str = "xgraph", *,
+                 owner: str = "") -> None:
         """`name` prefixes the stream threads' names; `owner` (the runner) is named in errors."""
         self.plan = plan
         self._owner = owner or name
@@ -183,7 +187,7 @@ class ThreadScheduler:
             self._started = True  # only once every thread runs: a Ctrl-C above leaves it for the next job
 
     def submit(self, job: Job, feeds: list[np.ndarray],
-               done: Callable[[Job, list | None, BaseException | None], None], plan: Plan | None = None) -> None:
+               done: Callable[[Job, list | None, BaseException | None], None], plan: TaskPlan | None = None) -> None:
         """Start `job` with `feeds` (in plan.feeds order); `done` is called once with its results or error.
 
         `plan`: another plan over the same runners and streams for this job (a run whose inputs or
@@ -214,7 +218,7 @@ class ThreadScheduler:
             return None
         return self._inline
 
-    def inline_schedule(self, plan: Plan) -> InlineSchedule | None:
+    def inline_schedule(self, plan: TaskPlan) -> InlineSchedule | None:
         """`plan` (another plan over the same streams) as an `InlineSchedule` on this scheduler's stream
         locks, for `claim_inline`'s runs; None when this scheduler runs nothing on the caller's thread."""
         return None if self._inline is None else InlineSchedule(plan, self._busy)

@@ -20,7 +20,7 @@ from xgraph.ir.blob import blob_problem
 #: Text attrs (device names, reasons, kernel names) longer than this are refused.
 MAX_TEXT = 1 << 16
 
-Check = Callable[[Any], str | None]  # None when the value is fine, else what it should be
+ValueRule = Callable[[Any], str | None]  # None when the value is fine, else what it should be
 
 
 def _text(value: Any) -> str | None:
@@ -34,10 +34,10 @@ def _name(value: Any) -> str | None:
     return problem or (None if value else "a non-empty str")
 
 
-def _one_of(*choices: str) -> Check:
-    def check(value: Any) -> str | None:
+def _one_of(*choices: str) -> ValueRule:
+    def rule(value: Any) -> str | None:
         return None if isinstance(value, str) and value in choices else f"one of {', '.join(map(repr, choices))}"
-    return check
+    return rule
 
 
 def _runner_map(value: Any) -> str | None:
@@ -88,23 +88,23 @@ def _plugin_runs(value: Any) -> str | None:
     return None
 
 
-GRAPH_ATTRS: dict[str, Check] = {
+GRAPH_ATTRS: dict[str, ValueRule] = {
     "precision_mode": _text, "compile_options": _json_object_text, "prepare_summary": _dict,
     "plugin_runs": _plugin_runs,
 }
-SUBGRAPH_ATTRS: dict[str, Check] = {
+SUBGRAPH_ATTRS: dict[str, ValueRule] = {
     "device": _name, "runner": _runner_map, "memory": _one_of("host", "device"), "estimated_time_us": _seconds,
     "blob": blob_problem,
 }
-OP_ANNOTATIONS: dict[str, Check] = {
+OP_ANNOTATIONS: dict[str, ValueRule] = {
     "device": _text, "placement_reason": _text, "kernel": _text, "precision": _text,
 }
 
 
-def _check(attrs: dict[str, Any], table: dict[str, Check], where: str, label: str) -> None:
-    for key, check in table.items():
+def _check(attrs: dict[str, Any], table: dict[str, ValueRule], where: str, label: str) -> None:
+    for key, rule in table.items():
         if key in attrs:
-            problem = check(attrs[key])
+            problem = rule(attrs[key])
             if problem:
                 raise ModelFileError(f"{label}: {where} has attr {key!r} = {_preview(attrs[key])}, which must be "
                                      f"{problem}; the file is damaged or hand-edited: compile the model again")
@@ -119,7 +119,7 @@ def _preview(value: Any) -> str:
 
 
 def _pair(key: str, value: Any) -> "tuple | None":
-    """(key, a hashable form of value that tells apart what the checks tell apart), or None: check each time."""
+    """(key, a hashable form of value that tells apart what the rules tell apart), or None: check each time."""
     if type(value) in (str, int, float):
         return key, type(value), value
     if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
@@ -135,7 +135,7 @@ def _op_annotations_good(graph: Any) -> bool:
     values gathered per key by the graph's index. False when one is bad, unhashable or an ONNX attribute of
     that name exists (then `check_known_attrs` looks op by op, to name the op)."""
     ops, index = graph.get_ops(), graph.index()
-    for key, check in OP_ANNOTATIONS.items():
+    for key, rule in OP_ANNOTATIONS.items():
         if not set(index.attr_kind_column(ops, key, _ABSENT)) <= {None, _ABSENT}:  # None: an annotation
             return False
         try:
@@ -143,7 +143,7 @@ def _op_annotations_good(graph: Any) -> bool:
         except TypeError:  # an unhashable value: not a str, so bad
             return False
         values.discard(_ABSENT)
-        if any(check(v) for v in values):
+        if any(rule(v) for v in values):
             return False
     return True
 

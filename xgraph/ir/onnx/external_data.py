@@ -95,7 +95,7 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
     becomes a read-only view of its file's one memory map (`xgraph.ir.onnx.mapped`), stored
     under its name, and its proto keeps its external reference (dims and type only).
     """
-    plan = []
+    reads = []
     ranges: dict[Path, list[tuple[int, int, str]]] = {}
     for t in iter_tensors(model, label):
         if t.data_location != TensorProto.EXTERNAL:
@@ -123,20 +123,20 @@ def load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str
         length = _check_range(location, offset, length, nbytes, size, label, t.name)
         if length:
             ranges.setdefault(path, []).append((offset, offset + length, t.name))
-        plan.append((t, path, location, offset, length, nbytes))
+        reads.append((t, path, location, offset, length, nbytes))
     for path, spans in ranges.items():
         spans.sort()
         for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
             if start < end:
                 raise ModelFileError(f"{label}: tensors {first!r} and {second!r} read overlapping bytes of "
                                      f"external data file {path.name!r}; each tensor needs its own bytes")
-    to_map = tensors_to_map(model, [(t, path, length) for t, path, _, _, length, _ in plan]) \
+    to_map = tensors_to_map(model, [(t, path, length) for t, path, _, _, length, _ in reads]) \
         if mapped is not None else {}
     files: dict[Path, MappedFile] = {}
     for path in {to_map[name][1] for name in to_map}:
         files[path] = map_file(path, f"{label}: external data file {path.name!r}",
                                max(end for _, end, _ in ranges[path]))
-    for t, path, location, offset, length, nbytes in plan:
+    for t, path, location, offset, length, nbytes in reads:
         if t.name in to_map and to_map[t.name][0] is t:
             mapped[t.name] = files[path].array(offset, length, plain_dtype(t), tuple(int(d) for d in t.dims))
             continue

@@ -111,15 +111,15 @@ def plain_dtype(t: TensorProto) -> np.dtype | None:
 MAP_MIN_INTEGERS = 4096
 
 
-def tensors_to_map(model: onnx.ModelProto, planned: list[tuple[TensorProto, Path, int]]
+def tensors_to_map(model: onnx.ModelProto, external: list[tuple[TensorProto, Path, int]]
                    ) -> dict[str, tuple[TensorProto, Path]]:
-    """name -> (tensor, file) of the planned external tensors (tensor, file, length) to map:
+    """name -> (tensor, file) of the external tensors (tensor, file, length) to map:
     main-graph initializers of a plain type, at least MAP_MIN_BYTES (integers: more than
     MAP_MIN_INTEGERS elements), whose name no other external tensor shares."""
-    names = Counter(t.name for t, _, _ in planned)
+    names = Counter(t.name for t, _, _ in external)
     initializers = {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
     out = {}
-    for t, path, length in planned:
+    for t, path, length in external:
         dtype = plain_dtype(t)
         if (t.name in initializers and names[t.name] == 1 and length >= MAP_MIN_BYTES and dtype is not None
                 and (dtype.kind in "fc" or length // dtype.itemsize > MAP_MIN_INTEGERS)):

@@ -1,6 +1,7 @@
-"""Checking a partition plugin before it runs: import it, call its interface, list every problem.
+"""Probing a partition plugin before it runs (`xgraph plugins --check`): import it, call its interface, list
+every problem.
 
-`check_plugin(name)` does what the chain does up to (not including) `partition`: resolve and
+`probe_plugin(name)` does what the chain does up to (not including) `partition`: resolve and
 import the module, call ``get_plugin()`` (``get_plugin({})`` when it takes options), then
 check that the object has all five methods, and call ``get_plugin_name``, ``get_device``,
 ``get_runner`` and ``get_memory`` checking each result. Unlike the chain it does not stop at
@@ -9,7 +10,7 @@ line of the plugin's code: where it raised, else where the method that returned 
 value is defined. It also checks the options the module declares (`get_options()`, against
 the given ones) and warns about template op types nothing knows. Whether the runner names it
 declares are registered, and whether its runners can be made, is the caller's to check (the
-runner registry lives above this layer), from `PluginCheck.runner`.
+runner registry lives above this layer), from `PluginProbe.runner`.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ METHODS = ("get_plugin_name", "get_device", "get_runner", "partition", "compile"
 
 
 @dataclass
-class PluginCheck:
-    """What checking one plugin found: where it came from, what it declared, and its problems."""
+class PluginProbe:
+    """What probing one plugin found: where it came from, what it declared, and its problems."""
 
     name: str
     source: str = ""
@@ -50,13 +51,13 @@ class PluginCheck:
         return not self.problems
 
 
-def _call(check: PluginCheck, what: str, func: Any, *args: Any) -> tuple[bool, Any]:
+def _call(probe: PluginProbe, what: str, func: Any, *args: Any) -> tuple[bool, Any]:
     """(True, result) of func(*args), or (False, None) with the exception recorded as a located problem."""
     try:
         return True, func(*args)
     except Exception as e:
-        roots = check.loaded.code_roots() if check.loaded is not None else []
-        check.problems.append(f"{what} raised {type(e).__name__}: {e}{at(code_location(e, roots))}")
+        roots = probe.loaded.code_roots() if probe.loaded is not None else []
+        probe.problems.append(f"{what} raised {type(e).__name__}: {e}{at(code_location(e, roots))}")
         return False, None
 
 
@@ -80,87 +81,87 @@ def runner_problems(runner: Any) -> list[str]:
     return problems
 
 
-def check_plugin(name: str, plugin_path: list[str] | None = None, options: dict[str, Any] | None = None) -> PluginCheck:
+def probe_plugin(name: str, plugin_path: list[str] | None = None, options: dict[str, Any] | None = None) -> PluginProbe:
     """Import plugin `name` and check its interface; every problem found, one line each."""
     from xgraph.plugins.chain import takes_options
-    check = PluginCheck(name)
+    probe = PluginProbe(name)
     try:
-        check.loaded = load_plugin(name, plugin_path)
+        probe.loaded = load_plugin(name, plugin_path)
     except PluginError as e:
-        check.problems.append(str(e))
-        return check
-    check.source = check.loaded.source
-    factory = check.loaded.get_plugin
+        probe.problems.append(str(e))
+        return probe
+    probe.source = probe.loaded.source
+    factory = probe.loaded.get_plugin
     given = dict(options or {})
     try:
-        schema = declared_options(name, check.loaded.module)
+        schema = declared_options(name, probe.loaded.module)
         if schema is not None:
             given = apply_options(name, schema, given)
-        check.options = describe_options(schema)
+        probe.options = describe_options(schema)
     except XGraphError as e:
-        check.problems.append(str(e))
-        return check
+        probe.problems.append(str(e))
+        return probe
     except Exception as e:  # get_options() itself raised
-        check.problems.append(f"get_options() raised {type(e).__name__}: {e}"
-                              f"{at(code_location(e, check.loaded.code_roots()))}")
-        return check
+        probe.problems.append(f"get_options() raised {type(e).__name__}: {e}"
+                              f"{at(code_location(e, probe.loaded.code_roots()))}")
+        return probe
     if takes_options(factory):
-        ok, plugin = _call(check, "get_plugin(options)", factory, given)
+        ok, plugin = _call(probe, "get_plugin(options)", factory, given)
     else:
-        ok, plugin = _call(check, "get_plugin()", factory)
-    held = templates_held(check.loaded.module, plugin if ok and not isinstance(plugin, type) else None)
-    check.warnings = unknown_type_warnings(name, op_types_of(held))
+        ok, plugin = _call(probe, "get_plugin()", factory)
+    held = templates_held(probe.loaded.module, plugin if ok and not isinstance(plugin, type) else None)
+    probe.warnings = unknown_type_warnings(name, op_types_of(held))
     if not ok:
-        return check
+        return probe
     if isinstance(plugin, type):
-        check.problems.append(f"get_plugin() returned the class {plugin.__name__}; return an instance: "
+        probe.problems.append(f"get_plugin() returned the class {plugin.__name__}; return an instance: "
                               f"{plugin.__name__}(){_at(factory)}")
-        return check
-    _check_interface(check, plugin)
-    return check
+        return probe
+    _probe_interface(probe, plugin)
+    return probe
 
 
-def _check_interface(check: PluginCheck, plugin: Any) -> None:
+def _probe_interface(probe: PluginProbe, plugin: Any) -> None:
     """Call the plugin's get_* methods, recording what they declare and every problem, located."""
     missing = [m for m in METHODS if not callable(getattr(plugin, m, None))]
     if missing:
-        check.problems.append(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
+        probe.problems.append(f"get_plugin() returned a {type(plugin).__name__} without {', '.join(missing)}; "
                               f"return an instance of a subclass of xgraph.plugins.Plugin{_at(type(plugin))}")
     if "get_plugin_name" not in missing:
-        ok, value = _call(check, "get_plugin_name()", plugin.get_plugin_name)
+        ok, value = _call(probe, "get_plugin_name()", plugin.get_plugin_name)
         if ok and (not isinstance(value, str) or not value):
-            check.problems.append(f"get_plugin_name() returned {value!r}; return a non-empty str"
+            probe.problems.append(f"get_plugin_name() returned {value!r}; return a non-empty str"
                                   f"{_at(plugin.get_plugin_name)}")
         elif ok:
-            check.plugin_name = value
+            probe.plugin_name = value
     if "get_device" not in missing:
-        ok, value = _call(check, "get_device()", plugin.get_device)
+        ok, value = _call(probe, "get_device()", plugin.get_device)
         if ok and (not isinstance(value, str) or not value.strip()):
-            check.problems.append(f"get_device() returned {value!r}; return a non-empty device name such as 'NPU'"
+            probe.problems.append(f"get_device() returned {value!r}; return a non-empty device name such as 'NPU'"
                                   f"{_at(plugin.get_device)}")
         elif ok:
-            check.device = value
+            probe.device = value
     if "get_runner" not in missing:
-        ok, value = _call(check, "get_runner()", plugin.get_runner)
+        ok, value = _call(probe, "get_runner()", plugin.get_runner)
         if ok:
             shape = runner_problems(value)
-            check.problems += [problem + _at(plugin.get_runner) for problem in shape]
+            probe.problems += [problem + _at(plugin.get_runner) for problem in shape]
             if not shape:
-                check.runner = dict(value)
-                check.runner_at = _at(plugin.get_runner)
+                probe.runner = dict(value)
+                probe.runner_at = _at(plugin.get_runner)
     memory = getattr(plugin, "get_memory", None)
     if callable(memory):
-        ok, value = _call(check, "get_memory()", memory)
+        ok, value = _call(probe, "get_memory()", memory)
         if ok and value is None:  # the default: where its device lives (host for "CPU"), else device memory
-            spec = get_devices().get(check.device) if isinstance(check.device, str) else None
-            check.memory = spec.memory if spec is not None else "device"
+            spec = get_devices().get(probe.device) if isinstance(probe.device, str) else None
+            probe.memory = spec.memory if spec is not None else "device"
         elif ok and value not in ("device", "host"):
-            check.problems.append(f"get_memory() returned {value!r}; return 'device', 'host' or None (as its device)"
+            probe.problems.append(f"get_memory() returned {value!r}; return 'device', 'host' or None (as its device)"
                                   f"{_at(memory)}")
         elif ok:
-            check.memory = value
+            probe.memory = value
     else:
-        check.memory = "device"
+        probe.memory = "device"
 
 
-__all__ = ["METHODS", "PluginCheck", "check_plugin", "runner_problems"]
+__all__ = ["METHODS", "PluginProbe", "probe_plugin", "runner_problems"]

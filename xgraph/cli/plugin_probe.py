@@ -1,4 +1,5 @@
-"""`xgraph plugins --check [NAME ...] [--model MODEL]`: import and check plugins, dry-run them on a model.
+"""`xgraph plugins --check [NAME ...] [--model MODEL]`: probe plugins (import them, check their interface),
+dry-run them on a model.
 
 One line per problem, "NAME: problem", with the plugin file's line (where its code raised,
 or where the method that returned a bad value is defined); warnings ("NAME: warning: ...")
@@ -13,44 +14,44 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from xgraph.plugins.check import PluginCheck, check_plugin
 from xgraph.plugins.location import at, code_location, inside
+from xgraph.plugins.probe import PluginProbe, probe_plugin
 
 EXIT_PROBLEMS = 1
 
 
-def runner_registration_problems(check: PluginCheck) -> list[str]:
+def runner_registration_problems(probe: PluginProbe) -> list[str]:
     """A problem per mode whose runner name is not registered (after importing the plugin, which may register it)."""
     from xgraph.runners.runner import registered_runners
     registered = registered_runners()
     return [f"get_runner() names runner {name!r} for mode {mode!r}, which is not registered (registered: "
             f"{', '.join(sorted(registered))}); register it with xgraph.register_runner({name!r}, RunnerClass) "
-            f"when the plugin is imported{check.runner_at}" for mode, name in check.runner.items() if name not in registered]
+            f"when the plugin is imported{probe.runner_at}" for mode, name in probe.runner.items() if name not in registered]
 
 
-def check_all(names: list[str], plugin_path: list[str] | None,
-              options: dict[str, Any] | None = None) -> list[PluginCheck]:
-    """check_plugin for each name, plus the runner registration check."""
-    checks = []
+def probe_all(names: list[str], plugin_path: list[str] | None,
+              options: dict[str, Any] | None = None) -> list[PluginProbe]:
+    """probe_plugin for each name, plus the runner registration check."""
+    probes = []
     for name in names:
-        check = check_plugin(name, plugin_path, (options or {}).get(name))
-        if check.loaded is not None:
-            check.problems += runner_registration_problems(check)
-        checks.append(check)
-    return checks
+        probe = probe_plugin(name, plugin_path, (options or {}).get(name))
+        if probe.loaded is not None:
+            probe.problems += runner_registration_problems(probe)
+        probes.append(probe)
+    return probes
 
 
-def runner_start_problems(check: PluginCheck, result: dict[str, Any]) -> list[str]:
+def runner_start_problems(probe: PluginProbe, result: dict[str, Any]) -> list[str]:
     """Create each runner the plugin's own files define on the first subgraph it took in the dry run; a problem per
     runner that fails to start, at the line of the plugin that raised."""
     from xgraph.runners.runner import Runner, registered_runners
-    if not result["subgraphs"] or check.loaded is None:
+    if not result["subgraphs"] or probe.loaded is None:
         return []
-    roots = check.loaded.code_roots()
+    roots = probe.loaded.code_roots()
     registered = registered_runners()
     subgraph = result["graph"].get_subgraph(result["subgraphs"][0])
     problems = []
-    for mode, name in check.runner.items():
+    for mode, name in probe.runner.items():
         file = getattr(sys.modules.get(getattr(registered.get(name), "__module__", "")), "__file__", None)
         if not isinstance(file, str) or not inside(file, roots):
             continue  # built-in or third-party runners are not the plugin's to check
@@ -70,7 +71,7 @@ def _options(text: str | None) -> dict[str, Any]:
     return {k: dict(v) for k, v in parse_options(text).plugin_options.items()}
 
 
-def run_check(names: list[str], plugin_path: list[str] | None, model: str | None, options: str | None) -> int:
+def run_probe(names: list[str], plugin_path: list[str] | None, model: str | None, options: str | None) -> int:
     """Check the plugins (every discovered one when `names` is empty) and print the result lines."""
     from xgraph.plugins.loader import discover_plugins
     if not names:
@@ -81,20 +82,20 @@ def run_check(names: list[str], plugin_path: list[str] | None, model: str | None
     if not names:
         print("no plugins found to check (give NAME ... or --plugin-path DIR)")
         return EXIT_PROBLEMS
-    checks = check_all(names, plugin_path, _options(options))
+    probes = probe_all(names, plugin_path, _options(options))
     problems = 0
-    for check in checks:
-        for problem in check.problems:
-            print(f"{check.name}: {problem}")
+    for probe in probes:
+        for problem in probe.problems:
+            print(f"{probe.name}: {problem}")
             problems += 1
-        for warning in check.warnings:
-            print(f"{check.name}: warning: {warning}")
-        if check.ok:
-            runner = ", ".join(f"{m}={n}" for m, n in check.runner.items())
-            declared = f"; options {check.options}" if check.options not in ("", "(undeclared)") else ""
-            print(f"{check.name}: ok (device {check.device}, runner {runner}, memory {check.memory}{declared}; "
-                  f"{check.source})")
-    good = {c.name: c for c in checks if c.ok}
+        for warning in probe.warnings:
+            print(f"{probe.name}: warning: {warning}")
+        if probe.ok:
+            runner = ", ".join(f"{m}={n}" for m, n in probe.runner.items())
+            declared = f"; options {probe.options}" if probe.options not in ("", "(undeclared)") else ""
+            print(f"{probe.name}: ok (device {probe.device}, runner {runner}, memory {probe.memory}{declared}; "
+                  f"{probe.source})")
+    good = {p.name: p for p in probes if p.ok}
     if model and good:
         from xgraph.compiler.dry_run import dry_run_plugins
         for result in dry_run_plugins(model, list(good), plugin_path, options):
@@ -112,8 +113,8 @@ def run_check(names: list[str], plugin_path: list[str] | None, model: str | None
             for problem in runner_start_problems(good[result["name"]], result):
                 print(f"{result['name']}: on {model}: {problem}")
                 problems += 1
-    print(f"{len(checks)} plugin(s) checked, {problems} problem(s)")
+    print(f"{len(probes)} plugin(s) checked, {problems} problem(s)")
     return EXIT_PROBLEMS if problems else 0
 
 
-__all__ = ["check_all", "run_check", "runner_registration_problems"]
+__all__ = ["probe_all", "run_probe", "runner_registration_problems"]
