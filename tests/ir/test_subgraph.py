@@ -73,6 +73,49 @@ def test_merge_children_raises_exactly_on_cycles(seed, n, p, picks):
     check_links(g)
 
 
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(4, 25), p=st.floats(0.05, 0.5),
+       merges=st.lists(st.lists(st.integers(0, 24), min_size=2, max_size=5), min_size=2, max_size=4))
+def test_successive_merges_raise_exactly_on_cycles(seed, n, p, merges):
+    # after a first merge, a child spans other ops in topological order: a later merge must see
+    # a path that leaves the new group late, enters that child late and leaves it early
+    g = random_dag(seed, n, p)
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    for picks in merges:
+        children = root.toposort_child_subgraph()
+        group = {children[i % len(children)] for i in picks}
+        if len(group) < 2:
+            continue
+        if not nx.is_directed_acyclic_graph(quotient(root, [group])):
+            with pytest.raises(XGraphError, match="cycle"):
+                root.merge_children(group)
+        else:
+            root.merge_children(group)
+        assert nx.is_directed_acyclic_graph(quotient(root, []))
+    check_tree(g)
+
+
+def test_a_merge_through_a_merged_child_that_spans_it_is_refused():
+    g = Graph("spans")
+    x = g.create_input("x", (1,))
+    a = g.create_op("a", "Sum", inputs=[x])
+    g1 = g.create_op("g1", "Sum", inputs=[a.get_output_tensor()])
+    g2 = g.create_op("g2", "Sum", inputs=[x])
+    p = g.create_op("p", "Sum", inputs=[g2.get_output_tensor()])
+    d = g.create_op("d", "Sum", inputs=[p.get_output_tensor()])
+    out = g.create_op("out", "Sum", inputs=[g1.get_output_tensor(), d.get_output_tensor()])
+    g.set_outputs([out.get_output_tensor()])
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    child = {op.name: root.find_child_subgraph_by_op(op) for op in g.get_ops()}
+    root.merge_children({child["a"], child["d"]})  # a before g1, d after p: it spans the next group
+    before = tree_snapshot(g)
+    with pytest.raises(XGraphError, match="cycle"):  # {g1, g2} -> p -> {a, d} -> {g1, g2}
+        root.merge_children({child["g1"], child["g2"]})
+    assert tree_snapshot(g) == before
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(4, 20))
 def test_deeper_levels_partition_their_parent(seed, n):

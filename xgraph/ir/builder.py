@@ -82,8 +82,15 @@ def rewire(readers: "Iterable[Op]", old: Tensor, new: Tensor) -> None:
                 set_input(c, i, new)
 
 
+def tree_edited(graph: "GraphTables") -> None:
+    """The subgraph tree changed: a new `tree_version` (the index, which reads only ops and links, stays)."""
+    graph._tree_version += 1
+
+
 def _leave_tree(leaf: "TreeNode | None", op: Op) -> None:
     """Take `op` out of `leaf` and its ancestors; a subgraph left without ops leaves its parent."""
+    if leaf is not None:
+        tree_edited(leaf._graph)
     s = leaf
     while s is not None:
         s._ops.discard(op)
@@ -186,6 +193,7 @@ class GraphBuilder:
                 child = make(graph, f"subgraph_{op.name}", root, (op,))
                 root._children[child] = None
                 leaf_of[op] = child
+            tree_edited(graph)
         else:
             self._leaf_of.update(dict.fromkeys(made, self._root))
         return made
@@ -270,11 +278,13 @@ class GraphBuilder:
         sg = type(parent)(self.graph, name, parent)
         sg._attrs = attrs
         parent._children[sg] = None
+        tree_edited(self.graph)
         return sg
 
     def place_ops(self, leaf: "TreeNode", ops: Sequence[Op]) -> None:
         """Put `ops` in `leaf` and every subgraph above it (the root already holds them): a file's tree, read back."""
         self._leaf_of.update(dict.fromkeys(ops, leaf))
+        tree_edited(self.graph)
         s = leaf
         while s._parent is not None:
             s._ops.update(ops)
@@ -427,6 +437,7 @@ def split_into_leaves(sg: "TreeNode") -> None:
     children = [make(graph, "subgraph_" + op.name, sg, (op,)) for op in ops]
     sg._children.update(dict.fromkeys(children))
     graph._leaf_of.update(zip(ops, children))
+    tree_edited(graph)
 
 
 def merge_children(parent: Node, groups: "Sequence[Sequence[Node]]") -> "list[Node]":
@@ -434,6 +445,7 @@ def merge_children(parent: Node, groups: "Sequence[Sequence[Node]]") -> "list[No
     "subgraph_<smallest op name>", without attrs; a group of one keeps its child. Returns the child per group."""
     leaf_of = parent._graph._leaf_of
     children = parent._children
+    tree_edited(parent._graph)
     result = []
     for group in groups:
         if len(group) == 1:
@@ -454,6 +466,7 @@ def unmerge_child(parent: Node, child: Node, parts: "Sequence[Node]") -> None:
     """Put back `parts`, the leaves a merge replaced by `child`, in place of `child` (checked by the caller)."""
     del parent._children[child]
     parent._children.update(dict.fromkeys(parts))
+    tree_edited(parent._graph)
     leaf_of = parent._graph._leaf_of
     for p in parts:
         leaf_of.update(dict.fromkeys(p._ops, p))

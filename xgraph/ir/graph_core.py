@@ -50,6 +50,7 @@ class GraphCore(AttrsMixin):
         self._attrs: dict[str, Any] = {}
         self._seq = 0
         self._version = 0
+        self._tree_version = 0  # counts edits of the subgraph tree (which do not drop the index)
         self._index: GraphIndex | None = None  # the derived facts of this version, built on first ask
         self._leaf_of: dict[Op, Subgraph] = {}
         self._nested_ops: set[Op] = set()  # ops with graph attributes (If/Loop/Scan bodies)
@@ -69,6 +70,12 @@ class GraphCore(AttrsMixin):
         keeps a table order known topological so."""
         self._version += 1
         self._index = self._index.after_order_keeping_edit() if keeps_order and self._index is not None else None
+
+    @property
+    def tree_version(self) -> int:
+        """A number every edit of the subgraph tree changes (merges, splits, ops leaving, restores): what
+        is derived from the tree may be kept while it stays the same."""
+        return self._tree_version
 
     def _mark_nested(self, op: Op, nested: bool) -> None:
         """`op` has (or no longer has) a graph attribute: a new version (`Op.set_attr`, `del_attr`)."""

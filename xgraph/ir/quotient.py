@@ -1,7 +1,8 @@
 """Cycle checks on the quotient graph of a subgraph's children (the "would this merge cycle?" question)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+import weakref
+from typing import TYPE_CHECKING, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from xgraph.ir.protocols import TreeNode
@@ -13,9 +14,12 @@ Node = TypeVar("Node", bound="TreeNode")
 def merge_makes_cycle(parent: Node, groups: "list[list[Node]]") -> str | None:
     """Describe the first group whose contraction makes `parent`'s children graph cyclic, else None.
 
-    One group: a search from the group's successors, pruned by topological index (a child
-    whose first op comes after the group's last op cannot lead back into it), so a local
-    merge costs a local search. Several groups: one Kahn pass over the contracted graph, O(V+E).
+    One group: a search from the group's successors, pruned by topological index, so a local
+    merge costs a local search. A child whose first op comes after the group's last op cannot
+    lead back into it, unless it reaches a merged child that spans that point (ops before and
+    after it): the pruning bound is therefore the group's last op extended by every merged child
+    spanning the bound (`_reach_bound`). Several groups: one Kahn pass over the contracted
+    graph, O(V+E).
     """
     groups = [g for g in groups if len(g) > 1]
     if not groups:
@@ -33,7 +37,7 @@ def _describe(group: "list[Node]") -> str:
 def _single_group_cycles(parent: Node, group: "list[Node]") -> bool:
     index = parent.graph.index().positions()
     members = set(group)
-    last = max(index[op] for c in group for op in c.get_ops())
+    last = _reach_bound(parent, members, index, max(index[op] for c in group for op in c.get_ops()))
     first_of: dict[Node, int] = {}
     frontier: list[Node] = []
     seen: set[Node] = set()
@@ -63,6 +67,67 @@ def _single_group_cycles(parent: Node, group: "list[Node]") -> bool:
         if visit_successors(frontier.pop().get_ops()):
             return True
     return False
+
+
+class _Spans:
+    """The (first, last) positions of a parent's merged children, for one index and one tree version."""
+
+    __slots__ = ("index", "version", "spans")
+
+    def __init__(self, index: object, version: int, spans: "dict[object, tuple[int, int]]") -> None:
+        self.index, self.version, self.spans = index, version, spans
+
+
+#: parent -> its merged children's spans, kept while the graph's index and tree version stay (a
+#: plugin merging a thousand groups one by one then pays for the spans once, not per merge)
+_SPANS: "weakref.WeakKeyDictionary[object, _Spans]" = weakref.WeakKeyDictionary()
+
+
+def _spans(parent: Node, positions: "Mapping") -> "dict[object, tuple[int, int]]":
+    graph = parent.graph
+    index, version = graph.index(), graph.tree_version
+    kept = _SPANS.get(parent)
+    if kept is not None and kept.index is index and kept.version == version:
+        return kept.spans
+    spans = {}
+    for child in parent.get_children():  # single-op children never span
+        if child.get_op_num() > 1:
+            at = [positions[op] for op in child.get_ops()]
+            spans[child] = (min(at), max(at))
+    _SPANS[parent] = _Spans(index, version, spans)
+    return spans
+
+
+def note_merged(parent: Node, group: "list[Node]", merged: Node, version: int) -> None:
+    """`group` became `merged` in the merge that followed the check at tree version `version`: the
+    kept spans follow it, so the next merge's check needs no scan of the children."""
+    kept = _SPANS.get(parent)
+    graph = parent.graph
+    if kept is None or kept.version != version or kept.index is not graph.index():
+        return
+    positions = graph.index().positions()
+    low, high = [], []
+    for child in group:
+        span = kept.spans.pop(child, None)
+        if span is None:
+            span = (positions[next(iter(child.get_ops()))],) * 2
+        low.append(span[0])
+        high.append(span[1])
+    kept.spans[merged] = (min(low), max(high))
+    kept.version = graph.tree_version
+
+
+def _reach_bound(parent: Node, members: "set[Node]", positions: "Mapping", last: int) -> int:
+    """The position after which no child can lead back to an op at or before `last`.
+
+    A path only moves to later positions, except through a merged child, which it may enter
+    late and leave early. So `last` is extended to the end of every child spanning it (first op
+    at or before, last op after), to a fixpoint."""
+    for low, high in sorted(span for child, span in _spans(parent, positions).items() if child not in members):
+        if low > last:  # by first op: a span starting after the bound stays after it
+            break
+        last = max(last, high)
+    return last
 
 
 def _many_groups_cycle(parent: Node, groups: "list[list[Node]]") -> str | None:

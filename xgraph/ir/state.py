@@ -193,6 +193,7 @@ def restore_state(g: "GraphTables", state: GraphState) -> None:
         sg._children = dict.fromkeys(children)
         sg._attrs = copy_attrs(attrs)
     g._leaf_of = state.leaf_of.copy()
+    g._tree_version += 1
     for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
         op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
         op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)

@@ -16,7 +16,7 @@ from xgraph.errors import GraphError
 from xgraph.ir.attr_store import AttrsMixin, check_attr_value, copy_value
 from xgraph.ir.blob import BLOB_ATTR, Blob, BlobData, blob_from_attr, make_blob_attr
 from xgraph.ir.builder import merge_children, set_subgraph_attrs, split_into_leaves, unmerge_child
-from xgraph.ir.quotient import merge_makes_cycle
+from xgraph.ir.quotient import merge_makes_cycle, note_merged
 
 if TYPE_CHECKING:
     import onnx
@@ -189,12 +189,18 @@ class Subgraph(AttrsMixin):
                     if c in seen:
                         raise GraphError(f"subgraph {c.name!r} appears in two merge groups; nothing was changed")
                     seen.add(c)
+        version = self._graph.tree_version
         if check_cycles:
             cycle = merge_makes_cycle(self, groups)
             if cycle:
                 raise GraphError(f"merging {cycle} under {self._name!r} would create a cycle among its children; "
                                  "nothing was changed")
-        return merge_children(self, groups)
+        merged = merge_children(self, groups)
+        for group, child in zip(groups, merged):
+            if len(group) > 1:
+                note_merged(self, group, child, version)
+                version = self._graph.tree_version
+        return merged
 
     def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:
         group = list(dict.fromkeys(children))
