@@ -96,3 +96,19 @@ def test_plugin_names_recorded_in_an_xmodel_never_import_arbitrary_modules(tmp_p
     compiled.serialize(tmp_path / "hostile.xmodel")
     with pytest.raises(PluginError, match="no plugin named 'json'"):
         xgraph.explain(tmp_path / "hostile.xmodel", ["n0"])
+
+
+def test_explain_of_an_xmodel_whose_input_shape_fixed_a_named_dim(tmp_path):
+    # "N:2" fixed the dim named N: the compiled inputs no longer name it, the recompile must not ask for it
+    from testing.runtime import load_script  # noqa: PLC0415
+    mobilenet_like = load_script(Path(__file__).parents[1] / "compile" / "dynamic_models.py",
+                                 "cli_explain_dynamic_models").mobilenet_like
+    path = tmp_path / "cnn.xmodel"
+    xgraph.compile(mobilenet_like(), {"input_shape": "N:2"}).serialize(path)
+    [entry] = xgraph.explain(path, types=["Gemm"])
+    assert entry["device"] == "AICORE" and not entry.get("assumed_dims")
+    # a range keeps its dim named: it is applied again, and the estimate says where it sized the dim
+    ranged = tmp_path / "ranged.xmodel"
+    xgraph.compile(mobilenet_like(), {"input_shape": "N:1..64"}).serialize(ranged)
+    entries = xgraph.explain(ranged, types=["Conv"])
+    assert entries and all(e["assumed_dims"] for e in entries)

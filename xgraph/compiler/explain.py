@@ -31,7 +31,7 @@ from xgraph.errors import XGraphError
 from xgraph.ir.arguments import require_names
 from xgraph.ir import Graph, Op
 from xgraph.ir.template import MatchLog, record_matches
-from xgraph.compiler.options import parse_options
+from xgraph.compiler.options import format_input_shape, parse_input_shape, parse_input_shape_ranges, parse_options
 from xgraph.compiler.cost_model import op_seconds
 from xgraph.compiler.dim_ranges import DimRanges, assumed_text, tensor_dims
 from xgraph.compiler.placement import candidate_devices
@@ -61,6 +61,9 @@ def compile_with_log(source: Any, options: Any = None, plugin_path: "list[str] |
     """Compile `source` with near-miss recording on: the compiled graph and everything the plugins matched."""
     from xgraph.compiler.pipeline import compile as compile_graph
     if options is None:
+        if isinstance(source, (str, os.PathLike)) and os.fspath(source).lower().endswith(".xmodel"):
+            from xgraph.ir.graph import load
+            source = load(source)
         options = recorded_options(source)
         if options:  # names read from a model file resolve only to installed or plugin-path plugins
             from xgraph.plugins.loader import load_plugin
@@ -68,9 +71,30 @@ def compile_with_log(source: Any, options: Any = None, plugin_path: "list[str] |
             paths = [plugin_path] if isinstance(plugin_path, (str, os.PathLike)) else plugin_path
             for name in names:
                 load_plugin(name, paths, importable=False)
+            options = without_applied_dims(options, source)
     with record_matches(near_misses=True) as log:
         compiled = compile_graph(source, options, plugin_path)
     return compiled, log
+
+
+def without_applied_dims(options: Any, compiled: Graph) -> Any:
+    """Recorded options fit to compile `compiled` again: an `input_shape` entry naming a symbolic dim
+    the compile fixed (`"N:2"`) is dropped, since the compiled inputs carry its value and no longer
+    the name; entries naming an input, or a dim still symbolic (a range), stay."""
+    if not isinstance(options, Mapping) or not options.get("input_shape"):
+        return options
+    shapes, ranges = parse_input_shape(options["input_shape"]), parse_input_shape_ranges(options["input_shape"])
+    present = {t.name for t in compiled.get_input_tensors()}
+    present |= {d for t in compiled.get_input_tensors() if t.shape is not None for d in t.shape if isinstance(d, str)}
+    kept = {name: dims for name, dims in shapes.items() if name in present}
+    if len(kept) == len(shapes):
+        return options
+    options = dict(options)
+    if kept:
+        options["input_shape"] = format_input_shape(kept, {n: r for n, r in ranges.items() if n in kept})
+    else:
+        del options["input_shape"]
+    return options
 
 
 def select_ops(graph: Graph, ops: "Iterable[str] | None", types: "Iterable[str] | None") -> list[Op]:
