@@ -91,7 +91,7 @@ class Bindings:
         fed = 0
         for name, value in pairs:
             if type(value) is DeviceValue:
-                array = value.array_in(self.device_memory, f"input {name!r}")
+                array = value.array_in(self.device_memory, name)
                 placed.append((name, value.memory))
                 if value.memory != HOST:
                     fed += array.nbytes

@@ -91,9 +91,11 @@ class DeviceValue:
             self._count_copy(array.nbytes, time.perf_counter() - start)
         return array
 
-    def array_in(self, device_memory: DeviceMemory, use: str) -> np.ndarray:
-        """The value itself, for a run in `device_memory` (RunnerError when it lives elsewhere or was freed)."""
-        device_memory.check(self, use)
+    def array_in(self, device_memory: DeviceMemory, input_name: str) -> np.ndarray:
+        """The value itself, fed as input `input_name` of a run in `device_memory` (RunnerError when it
+        lives elsewhere or was freed)."""
+        if self.device_memory is not device_memory or device_memory.closed:  # the check, named only on failure
+            device_memory.check(self, f"input {input_name!r}")
         return self._array
 
     def __array__(self, *args, **kwargs):
