@@ -104,6 +104,27 @@ def test_symbolic_dims_are_bound_once_per_run(plugin_dir):
         check([np.zeros((3, 4), np.float32)], [np.zeros((2, 1000), np.float32)])
 
 
+def test_outputs_declared_alike_are_checked_as_one_but_each_is_named_when_wrong():
+    # a decoder's presents: one declared signature, its dim bound by the pasts
+    present = (np.dtype(np.float32), (1, 4, "past", 8))
+    outputs = [("logits", np.dtype(np.float32), (1, 1, 64))] + [(f"present{i}", *present) for i in range(4)]
+    inputs = [("ids", np.dtype(np.int64), (1, 1))] + [(f"past{i}", *present) for i in range(4)]
+    check = ResultCheck("R", outputs, inputs)
+    pasts = [np.zeros((1, 4, 5, 8), np.float32) for _ in range(4)]
+    ids = np.zeros((1, 1), np.int64)
+    good = [np.zeros((1, 1, 64), np.float32)] + [np.zeros((1, 4, 5, 8), np.float32) for _ in range(4)]
+    for _ in range(2):  # the second time from the memo
+        check([ids, *pasts], good)
+    for wrong, message in [(np.zeros((1, 4, 6, 8), np.float32), r"output 'present2' has past=6, but this run bound past=5"),
+                           (np.zeros((1, 4, 5, 8), np.float64), r"output 'present2' must be float32"),
+                           (np.zeros((1, 4, 5), np.float32), r"output 'present2' must be float32 of shape")]:
+        with pytest.raises(RunnerError, match=message):
+            check([ids, *pasts], good[:3] + [wrong] + good[4:])
+    alike_but_wrong = [good[0]] + [np.zeros((1, 4, 7, 8), np.float32) for _ in range(4)]
+    with pytest.raises(RunnerError, match=r"output 'present0' has past=7, but this run bound past=5"):
+        check([ids, *pasts], alike_but_wrong)  # all four alike: the first of them is checked, and named
+
+
 def test_cli_run_exits_non_zero_on_a_wrong_result(plugin_dir, tmp_path, capsys):
     from xgraph.cli.main import main
     path = tmp_path / "m.xmodel"

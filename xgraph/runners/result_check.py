@@ -18,13 +18,16 @@ output (about 0.5 us each; `benchmarks/result_check.py` measures it).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import operator
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from xgraph.errors import RunnerError
 from xgraph.runners.io_checks import DTYPE_SHAPE, ONLY_ARRAYS, SIGNATURES_KEPT
 
+#: the shape of an array, read in C
+SHAPE = operator.attrgetter("shape")
 #: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
 Signature = tuple[str, "np.dtype | None", "tuple | None"]
 
@@ -56,25 +59,47 @@ class _Output:
 class ResultCheck:
     """The output signature of one runner, and the check of one run's results against it."""
 
-    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "exact", "_passed")
+    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "exact", "_passed", "_groups", "_firsts",
+                 "_reduced")
 
     def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
         self.owner = owner
         self.outputs = tuple(None if sig is None else _Output(*sig) for sig in outputs)
         self.size = len(self.outputs)
-        #: (input index, rank, ((position, dim name), ...)) of the inputs with symbolic dims
-        self.inputs = tuple((i, len(shape), tuple((k, d) for k, d in enumerate(shape) if isinstance(d, str)))
-                            for i, (_, _, shape) in enumerate(inputs) if shape and any(isinstance(d, str) for d in shape))
+        #: per symbolic dim of the inputs, in order of first appearance: where it may be read, as
+        #: ((input index, rank, position), ...) in input and position order; a run binds it from the
+        #: first of them whose value has that rank (a decoder's 2 x layers pasts share one dim: one read)
+        where: dict[str, list[tuple[int, int, int]]] = {}
+        for i, (_, _, shape) in enumerate(inputs):
+            for k, d in enumerate(shape or ()):
+                if isinstance(d, str):
+                    where.setdefault(d, []).append((i, len(shape), k))
+        self.inputs = tuple((d, tuple(places)) for d, places in where.items())
         self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
         #: every output a tensor of known dtype and static shape: [(dtype, shape), ...], checked as one
         #: comparison of lists built in C (the general loop below runs only to name a mismatch)
         self.exact = ([(out.dtype, out.static) for out in self.outputs]
                        if all(out is not None and out.dtype is not None and out.static is not None
                               for out in self.outputs) else None)
-        #: input signature -> the [(dtype, shape), ...] of results that passed for it: the check reads
-        #: only types, dtypes and shapes, so the next run with that signature (a decoding loop's next
-        #: step) is one dict lookup and one comparison of lists built in C
+        #: input shapes -> the [(dtype, shape), ...] of results that passed for them: the check reads
+        #: only those, so the next run with the same shapes (a batch loop's next batch) is one dict
+        #: lookup and one comparison of lists built in C
         self._passed: "dict | None" = {} if self.exact is None else None
+        #: outputs declared alike (a decoder's presents: one dtype and shape, `past + 1` in it): when each
+        #: group's results are alike too, checking the first of each group is checking them all, so a run
+        #: checks (C calls over every result, then) one output per group through `_reduced`, a check of
+        #: the firsts (`_firsts`) with the same inputs. None when no two outputs are declared alike.
+        self._groups: "tuple[Callable, ...] | None" = None
+        self._firsts: "tuple[int, ...]" = ()
+        self._reduced: "ResultCheck | None" = None
+        if self.exact is None and all(sig is not None for sig in outputs):
+            alike: dict = {}
+            for i, (_, dtype, shape) in enumerate(outputs):
+                alike.setdefault((dtype, shape), []).append(i)
+            if len(alike) < len(outputs):
+                self._groups = tuple(operator.itemgetter(*members) for members in alike.values() if len(members) > 1)
+                self._firsts = tuple(members[0] for members in alike.values())
+                self._reduced = ResultCheck(owner, [outputs[i] for i in self._firsts], inputs)
 
     @classmethod
     def of(cls, owner: str, outputs: Sequence, inputs: Sequence) -> "ResultCheck":
@@ -92,13 +117,18 @@ class ResultCheck:
                 and list(map(DTYPE_SHAPE, results)) == exact:
             return
         passed = self._passed
-        # the check reads only the types, dtypes and shapes of inputs and results: a memo of it is exact
+        # the check reads only the shapes of the inputs and the types, dtypes and shapes of the results:
+        # a memo of it is exact
         if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, inputs)} <= ONLY_ARRAYS:
-            key = tuple(map(DTYPE_SHAPE, inputs))
+            key = tuple(map(SHAPE, inputs))
             got = list(map(DTYPE_SHAPE, results))
             if passed.get(key) == got:
                 return
-            self._check(inputs, results)
+            groups = self._groups
+            if groups is not None and len(got) == self.size and all(len(set(pick(got))) == 1 for pick in groups):
+                self._reduced._check(inputs, [results[i] for i in self._firsts])  # alike: one of each group
+            else:
+                self._check(inputs, results)
             if len(passed) >= SIGNATURES_KEPT:
                 passed.clear()
             passed[key] = got
@@ -131,12 +161,13 @@ class ResultCheck:
 
     def _bind_inputs(self, inputs: Sequence) -> dict[str, int]:
         bound: dict[str, int] = {}
-        for index, rank, symbolic in self.inputs:
-            value = inputs[index] if index < len(inputs) else None
-            if isinstance(value, np.ndarray) and value.ndim == rank:
-                shape = value.shape
-                for k, d in symbolic:
-                    bound.setdefault(d, shape[k])
+        count = len(inputs)
+        for d, places in self.inputs:
+            for index, rank, k in places:
+                value = inputs[index] if index < count else None
+                if isinstance(value, np.ndarray) and value.ndim == rank:
+                    bound[d] = value.shape[k]
+                    break
         return bound
 
     def _fail(self, out: _Output, value) -> None:
