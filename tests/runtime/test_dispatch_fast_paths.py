@@ -183,3 +183,29 @@ def test_a_remembered_signature_never_lets_another_one_through():
         with pytest.raises(RunnerError, match="output 'y'"):
             results(inputs, wrong)
     results(inputs, [np.zeros((3, 4), np.float32)])  # what passed still passes
+
+
+def test_inputs_of_one_spec_are_checked_as_one_only_when_alike():
+    """A decoder's pasts share a spec: alike values are checked through the first, and a wrong one among
+    them, or all of them wrong alike, is refused with the general message."""
+    pasts = [helper.make_tensor_value_info(f"past{i}", TensorProto.FLOAT, [1, 4, "past", 8]) for i in range(4)]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 1])
+    nodes = [helper.make_node("Relu", [f"past{i}"], [f"y{i}"]) for i in range(4)]
+    outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 4, "past", 8]) for i in range(4)]
+    nodes.append(helper.make_node("Identity", ["ids"], ["z"]))
+    outs.append(helper.make_tensor_value_info("z", TensorProto.INT64, [1, 1]))
+    graph = xgraph.Graph.from_onnx(helper.make_model(helper.make_graph(nodes, "g", [ids, *pasts], outs),
+                                                     opset_imports=[helper.make_opsetid("", 17)]))
+    tensors = graph.get_input_tensors()
+    check = InputCheck("runner", tensors)
+    assert check.groups is not None and len(check.firsts) == 2
+    good = {"ids": np.zeros((1, 1), np.int64), **{f"past{i}": np.zeros((1, 4, 5, 8), np.float32) for i in range(4)}}
+    assert len(check(good)) == 5
+    for bad in (dict(good, past2=np.zeros((1, 3, 5, 8), np.float32)),
+                dict(good, past2=np.zeros((1, 4, 5, 8), np.float64)),
+                dict(good, **{f"past{i}": np.zeros((1, 3, 6, 8), np.float32) for i in range(4)})):
+        with pytest.raises(RunnerError) as fast:
+            check(bad)
+        with pytest.raises(RunnerError) as general:
+            check_inputs("runner", tensors, bad)
+        assert str(fast.value) == str(general.value)

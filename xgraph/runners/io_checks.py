@@ -4,7 +4,7 @@ copy of results into them. Each refusal is a RunnerError naming the tensor and t
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class InputCheck:
     remembered when it passes); anything else goes through `check_inputs`, which converts what
     it can and names what is wrong."""
 
-    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted")
+    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted", "groups", "firsts")
 
     def __init__(self, owner: str, tensors: "Sequence[Tensor]") -> None:
         self.owner, self.tensors = owner, list(tensors)
@@ -91,6 +91,17 @@ class InputCheck:
         self.accepted: "set | None" = set() if all(s is not None for s in self.specs) else None
         if self.accepted is not None and all(s[0] is not None and s[2] is not None for s in self.specs):
             self.accepted.add(tuple((s[0], s[2]) for s in self.specs))  # fully static: known before any call
+        #: inputs of one spec (a decoder's pasts): when their values' dtypes and shapes are alike too,
+        #: the first of each group (`firsts`) is checked for all; None when no two share a spec
+        self.groups: "tuple[Callable, ...] | None" = None
+        self.firsts: "tuple[int, ...]" = ()
+        if self.accepted is not None:
+            alike: dict = {}
+            for i, spec in enumerate(self.specs):
+                alike.setdefault(spec, []).append(i)
+            if len(alike) < len(self.specs):
+                self.groups = tuple(operator.itemgetter(*m) for m in alike.values() if len(m) > 1)
+                self.firsts = tuple(m[0] for m in alike.values())
 
     def __call__(self, inputs: "Sequence | dict") -> list[np.ndarray]:
         kind = type(inputs)
@@ -109,7 +120,9 @@ class InputCheck:
             key = tuple(map(DTYPE_SHAPE, values))
             if key in accepted:
                 return values
-            if self._fits(values):
+            groups = self.groups
+            if self._fits(values) if groups is None or not all(len(set(pick(key))) == 1 for pick in groups) \
+                    else self._fits(values, self.firsts):
                 if len(accepted) >= SIGNATURES_KEPT:
                     accepted.clear()
                 accepted.add(key)
@@ -118,9 +131,11 @@ class InputCheck:
             return values
         return check_inputs(self.owner, self.tensors, inputs)
 
-    def _fits(self, values: list) -> bool:
-        """Every value a numpy array of its input's dtype, rank and fixed dims (sequence inputs: anything)."""
-        for x, spec in zip(values, self.specs):
+    def _fits(self, values: list, at: "Sequence[int] | None" = None) -> bool:
+        """Every value (or those `at` these positions) a numpy array of its input's dtype, rank and fixed
+        dims (sequence inputs: anything)."""
+        pairs = zip(values, self.specs) if at is None else ((values[i], self.specs[i]) for i in at)
+        for x, spec in pairs:
             if spec is None:
                 continue
             dtype, rank, exact, fixed = spec
