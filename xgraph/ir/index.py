@@ -283,6 +283,10 @@ class GraphIndex:
                     column[i] = v
         return columns
 
+    def all_leaves(self, subgraphs: "Iterable[Subgraph]") -> bool:
+        """True when none of `subgraphs` has children (in C)."""
+        return not any(map(_CHILDREN, subgraphs))
+
     def children(self, sg: "Subgraph") -> "list[Subgraph]":
         """The children of `sg` in the order they were made (`get_children` is a set)."""
         return list(sg._children)
