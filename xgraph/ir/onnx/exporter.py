@@ -16,7 +16,7 @@ import onnx
 from onnx import helper
 
 from xgraph.errors import GraphError
-from xgraph.ir.attribute_values import array_to_tensor
+from xgraph.ir.attribute_values import fill_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 from xgraph.ir.onnx.side_file import external_reference, goes_external
 from xgraph.ir.onnx.wire import nodes as wire_nodes, type_field, value_infos
@@ -220,12 +220,12 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
                 g.MergeFromString(value_infos(entries))
                 entries.clear()
         g.MergeFromString(value_infos(entries))
-    if external:  # weights stored elsewhere: their references, never their bytes
-        for t in consts:
-            g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t.data, t.name))
-    else:
-        for t in consts:
-            g.initializer.append(array_to_tensor(t.data, t.name))
+    external = external or {}  # weights stored elsewhere: their references, never their bytes
+    for t in consts:
+        if t.name in external:
+            g.initializer.append(external[t.name])
+        else:  # written in place: the bytes copied once
+            fill_tensor(g.initializer.add(), t.data, t.name)
     for t in inputs:
         fill_value_info(g.input.add(), t, types)
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
