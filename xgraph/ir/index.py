@@ -51,7 +51,8 @@ NONE, MANY = -1, -2
 _EMPTY: Mapping = MappingProxyType({})
 _SEQ, _CHILDREN, _INPUTS, _OUTPUTS = attrgetter("_seq"), attrgetter("_children"), attrgetter("_inputs"), \
     attrgetter("_outputs")
-_SHAPE, _DTYPE, _ATTR_KINDS = attrgetter("_shape"), attrgetter("_dtype"), attrgetter("_attr_types")
+_SHAPE, _DTYPE, _ATTR_KINDS, _NAME = attrgetter("_shape"), attrgetter("_dtype"), attrgetter("_attr_types"), \
+    attrgetter("name")
 
 
 class TensorFacts(NamedTuple):
@@ -267,6 +268,11 @@ class GraphIndex:
     def attr_dicts(self, objects: "Iterable[Tensor | Subgraph]") -> "list[dict[str, Any] | None]":
         """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
         return [dict(x._attrs) if x._attrs else None for x in objects]
+
+    def leaf_op_names(self, subgraphs: "Iterable[Subgraph]") -> "list[list[str] | None]":
+        """Per subgraph of `subgraphs`: the names of its ops, sorted, when it is a leaf; None when it has children."""
+        return [None if sg._children else [next(iter(sg._ops)).name] if len(sg._ops) == 1 else
+                sorted(map(_NAME, sg._ops)) for sg in subgraphs]
 
     def annotation_columns(self, ops: "Sequence[Op]", missing: object = None) -> "dict[str, list]":
         """Annotation key -> per op of `ops` its value, or `missing` where the op has none; keys in first-seen
