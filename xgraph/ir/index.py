@@ -10,9 +10,10 @@ fact. The index answers, for stages that ask them of every op of a 100k-op graph
 * links: per op the positions of the ops it reads from, the graph outputs as a set, the reads of
   nested graphs (If/Loop/Scan bodies) by name;
 * children: which children of a subgraph read from which (merge planners), the children without
-  a label with their ops (placement), labels and ops of many subgraphs at once;
+  a label with their ops (placement), labels, ops and leaf op names of many subgraphs at once;
 * op facts by column: per op (type, domain, ONNX attributes, numbered tensors) and per tensor
-  (dtype, shape, weight, used), for signing every op;
+  (dtype, shape, weight, used), for signing every op; per op what its ONNX node holds (tensor
+  names, arities, whether it has ONNX attributes) and its outputs' types, for the export;
 * what constant folding asks of thousands of ops: which read only values, the values they read,
   an attribute identity to reuse a fold by.
 
