@@ -115,8 +115,8 @@ def blob_from_attr(value: dict[str, Any]) -> Blob:
 
 def blob_arrays(graph: Any) -> list[np.ndarray]:
     """The blob arrays of every subgraph of `graph` (what an .xmodel save stores beside the weights), breadth first."""
-    subgraphs = list(graph.iter_subgraphs())
-    return [value["data"] for value in graph.index().attr_column(subgraphs, BLOB_ATTR)
+    index = graph.index()
+    return [value["data"] for value in index.attr_column(index.subgraphs(), BLOB_ATTR)
             if value is not None and blob_problem(value) is None]  # a hand-set malformed value is saved as any attr
 
 

@@ -294,6 +294,16 @@ class GraphIndex:
         """True when none of `subgraphs` has children (in C)."""
         return not any(map(_CHILDREN, subgraphs))
 
+    def subgraphs(self) -> "list[Subgraph]":
+        """Every subgraph of the tree as it is now, breadth first from the root (`Graph.iter_subgraphs`' order), a
+        level at a time in C."""
+        found: list[Subgraph] = []
+        level = [self.graph._root]
+        while level:
+            found += level
+            level = list(chain.from_iterable([sg._children for sg in level if sg._children]))
+        return found
+
     def children(self, sg: "Subgraph") -> "list[Subgraph]":
         """The children of `sg` in the order they were made (`get_children` is a set)."""
         return list(sg._children)
