@@ -177,8 +177,10 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
     is the table order hands it the foldable queries (`foldable_shape_queries`) to replace within its
     folding edit, instead of replacing them first: the same graph, with one edit less."""
     summary = {"rounds": 0, "shape_ops": 0, "folded_ops": 0, "dead_ops": 0}
+    dynamic: "bool | None" = None  # whether some output shape is not static, when known for the graph as it is
     for _ in range(MAX_ROUNDS):
-        known = refine_shapes(graph) if _has_dynamic_outputs(graph) else None
+        dynamic = _has_dynamic_outputs(graph)
+        known = refine_shapes(graph) if dynamic else None
         if fold_with_queries is not None and replace is None:
             # ordered (and the order's kind known) only when there are queries
             replacements = foldable_shape_queries(graph, known)
@@ -195,10 +197,18 @@ def resolve_shapes(graph: Graph, fold: Step, remove_dead: Step, replace: "Replac
         summary["shape_ops"] += queries
         summary["folded_ops"] += folded
         summary["dead_ops"] += dead
-        if not (queries or folded) or not _has_dynamic_outputs(graph):
-            break  # nothing changed, or every shape is known: inference has nothing to add (and would copy weights)
+        if not (queries or folded):  # nothing changed: inference has nothing to add
+            if dynamic:  # refining may have made them static: asked again below (static shapes stay static:
+                dynamic = None  # refining did not run, and removing dead ops leaves the other ops' shapes)
+            break
+        dynamic = _has_dynamic_outputs(graph)
+        if not dynamic:
+            break  # every shape is known: inference has nothing to add (and would copy weights)
         _reinfer(graph)
-    if _has_dynamic_outputs(graph):
+        dynamic = None
+    if dynamic is None:
+        dynamic = _has_dynamic_outputs(graph)
+    if dynamic:
         refine_shapes(graph)  # what the last round's inference found, related to the inputs' dims again
     return summary
 

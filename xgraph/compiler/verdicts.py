@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 #: Arrays (attribute tensors, weights) up to this many bytes are compared by value; larger
 #: attribute arrays make the signature unique, larger weights compare by identity.
 SMALL_ARRAY_BYTES = 4096
+#: ops signed per block of `Signatures._sign` (their rows are dropped block by block)
+_SIGN_BLOCK = 4096
 
 
 class _Unique:
@@ -173,17 +175,24 @@ class Signatures:
 
     def _sign(self, ops: "list[Op]") -> list[int]:
         """Sign `ops` from one row of facts each (built in C, the attributes' order-free key called only for
-        ops that have attributes); the ids are unique per signature and rise in first-seen order."""
+        ops that have attributes); the ids are unique per signature and rise in first-seen order.
+
+        The rows are built `_SIGN_BLOCK` ops at a time: a row is three tuples, and only the few of
+        distinct signatures outlive their block, so a 100k-op graph never holds 300k of them at once
+        (which the collector would walk)."""
         if not self._all_tensors_keyed:
             self._key_all_tensors()
         numbers = self._tensor_keys.numbers
         op_rows = self._graph.index().op_rows
-        try:
-            keys = op_rows(ops, numbers, _attr_key)
-        except KeyError:  # a tensor the graph's table does not list: keyed through its accessors
-            self._tensor_keys.add(t for op in ops for t in op.get_input_tensors() + op.get_output_tensors())
-            keys = op_rows(ops, numbers, _attr_key)
-        sigs = list(map(self._ids.setdefault, keys, self._next))
+        sigs: list[int] = []
+        for at in range(0, len(ops), _SIGN_BLOCK):
+            block = ops[at:at + _SIGN_BLOCK]
+            try:
+                keys = op_rows(block, numbers, _attr_key)
+            except KeyError:  # a tensor the graph's table does not list: keyed through its accessors
+                self._tensor_keys.add(t for op in block for t in op.get_input_tensors() + op.get_output_tensors())
+                keys = op_rows(block, numbers, _attr_key)
+            sigs += map(self._ids.setdefault, keys, self._next)
         self._by_op.update(zip(ops, sigs))
         return sigs
 

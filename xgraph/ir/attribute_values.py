@@ -33,7 +33,30 @@ def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
 
 def array_to_tensor(a: np.ndarray, name: str = "") -> onnx.TensorProto:
     """A numpy array as a TensorProto named `name`."""
-    return numpy_helper.from_array(np.asarray(a), name)
+    tensor = onnx.TensorProto()
+    fill_tensor(tensor, a, name)
+    return tensor
+
+
+#: element types onnx packs several to a byte (`numpy_helper.from_array` writes them)
+_PACKED = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1, onnx.TensorProto.INT2,
+                     onnx.TensorProto.UINT2, onnx.TensorProto.FLOAT6E2M3, onnx.TensorProto.FLOAT6E3M2})
+
+
+def fill_tensor(tensor: onnx.TensorProto, a: np.ndarray, name: str = "") -> None:
+    """Write `array_to_tensor(a, name)` into `tensor`, an empty TensorProto (e.g. `graph.initializer.add()`): a
+    weight's bytes are copied into the message once, where building one and appending it copies them twice.
+    Strings and packed element types are what `numpy_helper.from_array` writes."""
+    a = np.asarray(a)
+    kind = None if a.dtype == object or np.issubdtype(a.dtype, np.str_) else helper.np_dtype_to_tensor_dtype(a.dtype)
+    if kind is None or kind in _PACKED:
+        tensor.CopyFrom(numpy_helper.from_array(a, name))
+        return
+    tensor.dims.extend(a.shape)
+    if name:
+        tensor.name = name
+    tensor.data_type = kind
+    tensor.raw_data = numpy_helper.tobytes_little_endian(a)
 
 
 def attribute_to_python(attr: onnx.AttributeProto) -> tuple[Any, int]:

@@ -114,15 +114,10 @@ def blob_from_attr(value: dict[str, Any]) -> Blob:
 
 
 def blob_arrays(graph: Any) -> list[np.ndarray]:
-    """The blob arrays of every subgraph of `graph` (what an .xmodel save stores beside the weights)."""
-    found, stack = [], [graph.get_root_subgraph()]
-    while stack:
-        sg = stack.pop()
-        value = sg.get_attr(BLOB_ATTR) if sg.has_attr(BLOB_ATTR) else None
-        if value is not None and blob_problem(value) is None:  # a hand-set malformed value is saved as any attr
-            found.append(value["data"])
-        stack.extend(sg.get_children())
-    return found
+    """The blob arrays of every subgraph of `graph` (what an .xmodel save stores beside the weights), breadth first."""
+    index = graph.index()
+    return [value["data"] for value in index.attr_column(index.subgraphs(), BLOB_ATTR)
+            if value is not None and blob_problem(value) is None]  # a hand-set malformed value is saved as any attr
 
 
 __all__ = ["BLOB_ATTR", "WEIGHT_MODES", "Blob", "blob_array", "blob_arrays", "blob_from_attr", "blob_problem",

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 Node = TypeVar("Node", bound="TreeNode")
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
-_NAME, _OUTPUTS = attrgetter("name"), attrgetter("_outputs")
+_NAME, _OUTPUTS, _OPS = attrgetter("name"), attrgetter("_outputs"), attrgetter("_ops")
 
 
 def _drain(calls: Iterable) -> None:
@@ -451,8 +451,8 @@ def merge_children(parent: Node, groups: "Sequence[Sequence[Node]]") -> "list[No
         if len(group) == 1:
             result.append(group[0])
             continue
-        ops = set().union(*[c._ops for c in group])
-        merged = type(parent)(parent._graph, f"subgraph_{min(op.name for op in ops)}", parent)
+        ops = set().union(*map(_OPS, group))
+        merged = type(parent)(parent._graph, f"subgraph_{min(map(_NAME, ops))}", parent)
         merged._ops = ops  # the union made here: not copied again
         for c in group:
             del children[c]

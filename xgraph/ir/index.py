@@ -10,9 +10,10 @@ fact. The index answers, for stages that ask them of every op of a 100k-op graph
 * links: per op the positions of the ops it reads from, the graph outputs as a set, the reads of
   nested graphs (If/Loop/Scan bodies) by name;
 * children: which children of a subgraph read from which (merge planners), the children without
-  a label with their ops (placement), labels and ops of many subgraphs at once;
+  a label with their ops (placement), labels, ops and leaf op names of many subgraphs at once;
 * op facts by column: per op (type, domain, ONNX attributes, numbered tensors) and per tensor
-  (dtype, shape, weight, used), for signing every op;
+  (dtype, shape, weight, used), for signing every op; per op what its ONNX node holds (tensor
+  names, arities, whether it has ONNX attributes) and its outputs' types, for the export;
 * what constant folding asks of thousands of ops: which read only values, the values they read,
   an attribute identity to reuse a fold by.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Container, Hashable, Iterable, Mapping, NamedTuple, Sequence
@@ -48,7 +50,10 @@ OpRow = tuple[str, str, Hashable, tuple[Hashable, ...], tuple[Hashable, ...]]
 NONE, MANY = -1, -2
 
 _EMPTY: Mapping = MappingProxyType({})
-_SEQ, _CHILDREN = attrgetter("_seq"), attrgetter("_children")
+_SEQ, _CHILDREN, _INPUTS, _OUTPUTS = attrgetter("_seq"), attrgetter("_children"), attrgetter("_inputs"), \
+    attrgetter("_outputs")
+_SHAPE, _DTYPE, _ATTR_KINDS, _NAME = attrgetter("_shape"), attrgetter("_dtype"), attrgetter("_attr_types"), \
+    attrgetter("name")
 
 
 class TensorFacts(NamedTuple):
@@ -192,29 +197,10 @@ class GraphIndex:
         reads of nested graphs count). Compact: 8 bytes per op, a tuple only per op reading several. O(V+E)."""
         if self._producers is None:
             ops = list(self.graph._ops.values())
-            position = dict(zip(ops, range(len(ops))))
-            first: list[int] = []
-            more: list[tuple[int, ...]] = []
-            append = first.append
-            nested = self.graph._nested_ops
-            for op in ops:
-                inputs = op._inputs
-                if len(inputs) == 1 and not nested:  # the usual op: nothing to deduplicate
-                    p = inputs[0]._producer if inputs[0] is not None else None
-                    append(NONE if p is None else position[p])
-                    continue
-                sources = [position[t._producer] for t in inputs if t is not None and t._producer is not None]
-                if nested and op in nested:
-                    sources += [position[p] for p in op.get_input_ops()]
-                if len(sources) > 1:
-                    sources = list(dict.fromkeys(sources))
-                if len(sources) == 1:
-                    append(sources[0])
-                elif sources:
-                    append(MANY - len(more))
-                    more.append(tuple(sources))
-                else:
-                    append(NONE)
+            if self.graph._nested_ops:
+                first, more = _producers_nested(ops, self.graph._nested_ops)
+            else:
+                first, more = _producers_plain(ops)
             self._producers = (array("q", first), more)
         return self._producers
 
@@ -284,6 +270,11 @@ class GraphIndex:
         """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
         return [dict(x._attrs) if x._attrs else None for x in objects]
 
+    def leaf_op_names(self, subgraphs: "Iterable[Subgraph]") -> "list[list[str] | None]":
+        """Per subgraph of `subgraphs`: the names of its ops, sorted, when it is a leaf; None when it has children."""
+        return [None if sg._children else [next(iter(sg._ops)).name] if len(sg._ops) == 1 else
+                sorted(map(_NAME, sg._ops)) for sg in subgraphs]
+
     def annotation_columns(self, ops: "Sequence[Op]", missing: object = None) -> "dict[str, list]":
         """Annotation key -> per op of `ops` its value, or `missing` where the op has none; keys in first-seen
         order. One pass over the ops."""
@@ -298,6 +289,20 @@ class GraphIndex:
                         column = columns[k] = [missing] * n
                     column[i] = v
         return columns
+
+    def all_leaves(self, subgraphs: "Iterable[Subgraph]") -> bool:
+        """True when none of `subgraphs` has children (in C)."""
+        return not any(map(_CHILDREN, subgraphs))
+
+    def subgraphs(self) -> "list[Subgraph]":
+        """Every subgraph of the tree as it is now, breadth first from the root (`Graph.iter_subgraphs`' order), a
+        level at a time in C."""
+        found: list[Subgraph] = []
+        level = [self.graph._root]
+        while level:
+            found += level
+            level = list(chain.from_iterable([sg._children for sg in level if sg._children]))
+        return found
 
     def children(self, sg: "Subgraph") -> "list[Subgraph]":
         """The children of `sg` in the order they were made (`get_children` is a set)."""
@@ -317,6 +322,31 @@ class GraphIndex:
         number = tensor_number.__getitem__
         return [(op.type, op.domain, attr_key(_onnx_items(op)) if op._attrs else (), tuple(map(number, op._inputs)),
                  tuple(map(number, op._outputs))) for op in ops]
+
+    def node_rows(self, ops: "Iterable[Op]") -> list[tuple[list[str], list[str], str, str, str]]:
+        """Per op of `ops`: (the names of its input tensors, "" for an omitted optional input; the names of its output
+        tensors; its name, type and domain), what an ONNX node of it holds besides attributes (new lists)."""
+        return [(["" if t is None else t.name for t in op._inputs], [t.name for t in op._outputs], op.name, op.type,
+                 op.domain) for op in ops]
+
+    def op_arities(self, ops: "Iterable[Op]") -> list[tuple[str, str, int, int]]:
+        """Per op of `ops`: (domain, type, number of input slots, number of outputs), what a schema's counts check."""
+        return [(op.domain, op.type, len(op._inputs), len(op._outputs)) for op in ops]
+
+    def output_tensors(self, ops: "Iterable[Op]") -> "list[Tensor]":
+        """The output tensors of `ops`, op after op, in one new list."""
+        return list(chain.from_iterable(map(_OUTPUTS, ops)))
+
+    def tensor_types(self, tensors: "Sequence[Tensor]") -> "tuple[list[tuple | None], list[np.dtype | None], list[bytes | None]]":
+        """(shapes, dtypes, types): per tensor of `tensors`, its shape and dtype, and the serialized TypeProto of a
+        non-tensor value (None for a tensor)."""
+        return (list(map(_SHAPE, tensors)), list(map(_DTYPE, tensors)),
+                [None if t._type_proto is None else t._type_proto.SerializeToString() for t in tensors])
+
+    def onnx_attr_positions(self, ops: "Sequence[Op]") -> list[int]:
+        """Positions in `ops` of the ops with an ONNX attribute (annotations are not), in order."""
+        return [i for i, kinds in enumerate(map(_ATTR_KINDS, ops))
+                if kinds and list(kinds.values()).count(ANNOTATION) < len(kinds)]
 
     def tensor_facts(self) -> TensorFacts:
         """The facts of every tensor of the graph, one list per field."""
@@ -409,6 +439,75 @@ def _table_is_topological(ops: "Sequence[Op]") -> bool:
             if t is not None and t._producer is not None and t._producer._seq >= seq:
                 return False
     return True
+
+
+def _producers_nested(ops: "list[Op]", nested: "Container[Op]") -> "tuple[list[int], list[tuple[int, ...]]]":
+    """`GraphIndex.producers` of a graph with nested graphs (their reads by name count)."""
+    position = dict(zip(ops, range(len(ops))))
+    first: list[int] = []
+    more: list[tuple[int, ...]] = []
+    append = first.append
+    for op in ops:
+        sources = [position[t._producer] for t in op._inputs if t is not None and t._producer is not None]
+        if op in nested:
+            sources += [position[p] for p in op.get_input_ops()]
+        if len(sources) > 1:
+            sources = list(dict.fromkeys(sources))
+        if len(sources) == 1:
+            append(sources[0])
+        elif sources:
+            append(MANY - len(more))
+            more.append(tuple(sources))
+        else:
+            append(NONE)
+    return first, more
+
+
+def _producers_plain(ops: "list[Op]") -> "tuple[list[int], list[tuple[int, ...]]]":
+    """`GraphIndex.producers` of a graph without nested graphs: an op's position found from its creation number
+    (unique in the table) through one list, the usual one- and two-input ops without a dict each."""
+    first: list[int] = []
+    more: list[tuple[int, ...]] = []
+    if not ops:
+        return first, more
+    append = first.append
+    seqs = list(map(_SEQ, ops))
+    base = min(seqs)
+    span = max(seqs) - base + 1
+    if span <= 4 * len(ops) + 1024:  # the usual table: numbers from a few removals apart, a list indexes them
+        position: "list[int] | dict[int, int]" = [NONE] * span
+        for i, number in enumerate(seqs):
+            position[number - base] = i
+    else:  # many ops made and removed since: only the numbers in use
+        position = {number - base: i for i, number in enumerate(seqs)}
+    for inputs in map(_INPUTS, ops):
+        n = len(inputs)
+        if n == 1:
+            t = inputs[0]
+            p = None if t is None else t._producer
+            append(NONE if p is None else position[p._seq - base])
+        elif n == 2:
+            a, b = inputs
+            p = None if a is None or a._producer is None else position[a._producer._seq - base]
+            q = None if b is None or b._producer is None else position[b._producer._seq - base]
+            if p is None:
+                append(NONE if q is None else q)
+            elif q is None or q == p:
+                append(p)
+            else:
+                append(MANY - len(more))
+                more.append((p, q))
+        else:
+            sources = dict.fromkeys([position[t._producer._seq - base] for t in inputs
+                                     if t is not None and t._producer is not None])
+            if len(sources) == 1:
+                append(next(iter(sources)))
+            elif sources:
+                append(MANY - len(more))
+                more.append(tuple(sources))
+            else:
+                append(NONE)
+    return first, more
 
 
 def _child_lookup(sg: "Subgraph") -> "Mapping[Op, Subgraph]":

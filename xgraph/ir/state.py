@@ -56,6 +56,27 @@ class ModelState(NamedTuple):
     function_bytes: tuple[bytes, ...]
 
 
+class Flat(NamedTuple):
+    """A sequence per object, captured as one flat list and the length of each (`split` gives the sequences
+    back): two lists in place of a tuple or dict per op or tensor, which the collector would walk."""
+
+    items: list
+    counts: list[int]
+
+    @classmethod
+    def of(cls, sequences: "list") -> "Flat":
+        """The items of `sequences` (lists, tuples or dicts: their keys) and their lengths, in C."""
+        return cls(list(chain.from_iterable(sequences)), list(map(len, sequences)))
+
+    def split(self) -> "list[list]":
+        """The sequences again, as new lists."""
+        items, at, found = self.items, 0, []
+        for n in self.counts:
+            found.append(items[at:at + n])
+            at += n
+        return found
+
+
 class OpColumns(NamedTuple):
     """Every op as captured, one list per field, aligned with `ops` (lists: cheaper than a record per op)."""
 
@@ -66,8 +87,10 @@ class OpColumns(NamedTuple):
     docs: list[str]
     attrs: "list[Mapping[str, Any]]"
     attr_kinds: "list[Mapping[str, int | None]]"
-    inputs: "list[tuple[Tensor | None, ...]]"
-    outputs: "list[tuple[Tensor, ...]]"
+    #: per op its input tensors (None: an omitted optional input), flat
+    inputs: Flat
+    #: per op its output tensors, flat
+    outputs: Flat
 
 
 class TensorColumns(NamedTuple):
@@ -78,7 +101,9 @@ class TensorColumns(NamedTuple):
     shapes: "list[tuple | None]"
     dtypes: "list[np.dtype | None]"
     producers: "list[Op | None]"
-    consumers: "list[dict[Op, int]]"
+    #: per tensor the ops reading it, flat (`consumer_uses`: how many input slots each uses, aligned)
+    consumers: Flat
+    consumer_uses: list[int]
     data: "list[np.ndarray | None]"
     attrs: "list[Mapping[str, Any]]"
     type_protos: "list[bytes | None]"
@@ -137,6 +162,10 @@ def type_bytes(tp: "onnx.TypeProto | None") -> bytes | None:
     return None if tp is None else tp.SerializeToString(deterministic=True)
 
 
+_INPUTS, _OUTPUTS, _CONSUMERS = operator.attrgetter("_inputs"), operator.attrgetter("_outputs"), \
+    operator.attrgetter("_consumers")
+
+
 def _attrs_of(objects: list) -> "list[Mapping[str, Any]]":
     return [copy_attrs(x._attrs) if x._attrs else EMPTY for x in objects]
 
@@ -159,10 +188,12 @@ def capture_state(g: "GraphTables") -> GraphState:
         ops, [op.name for op in ops], [op.type for op in ops], [op.domain for op in ops],
         [op.doc_string for op in ops], _attrs_of(ops),
         [op._attr_types.copy() if op._attr_types else EMPTY for op in ops],
-        [tuple(op._inputs) for op in ops], [tuple(op._outputs) for op in ops])
+        Flat.of(list(map(_INPUTS, ops))), Flat.of(list(map(_OUTPUTS, ops))))
+    consumers = list(map(_CONSUMERS, tensors))
     tensor_columns = TensorColumns(
         tensors, [t.name for t in tensors], [t._shape for t in tensors], [t._dtype for t in tensors],
-        [t._producer for t in tensors], [t._consumers.copy() for t in tensors], [t._data for t in tensors],
+        [t._producer for t in tensors], Flat.of(consumers),
+        list(chain.from_iterable(map(dict.values, consumers))), [t._data for t in tensors],
         _attrs_of(tensors), [None if t._type_proto is None else type_bytes(t._type_proto) for t in tensors])
     subgraph_columns = SubgraphColumns(
         subgraphs, [sg._name for sg in subgraphs], [sg._parent for sg in subgraphs],
@@ -194,13 +225,18 @@ def restore_state(g: "GraphTables", state: GraphState) -> None:
         sg._attrs = copy_attrs(attrs)
     g._leaf_of = state.leaf_of.copy()
     g._tree_version += 1
-    for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(*state.op_columns):
+    c = state.op_columns
+    for op, name, op_type, domain, doc, attrs, kinds, inputs, outputs in zip(
+            c.ops, c.names, c.types, c.domains, c.docs, c.attrs, c.attr_kinds, c.inputs.split(), c.outputs.split()):
         op.name, op.type, op.domain, op.doc_string = name, op_type, domain, doc
         op._attrs, op._attr_types = copy_attrs(attrs), dict(kinds)
-        op._inputs, op._outputs = list(inputs), list(outputs)
-    for t, name, shape, dtype, producer, consumers, data, attrs, type_proto in zip(*state.tensor_columns):
+        op._inputs, op._outputs = inputs, outputs
+    c = state.tensor_columns
+    uses = iter(c.consumer_uses)
+    for t, name, shape, dtype, producer, consumers, data, attrs, type_proto in zip(
+            c.tensors, c.names, c.shapes, c.dtypes, c.producers, c.consumers.split(), c.data, c.attrs, c.type_protos):
         t.name, t._shape, t._dtype, t._producer = name, shape, dtype, producer
-        t._consumers, t._data, t._attrs = consumers.copy(), data, copy_attrs(attrs)
+        t._consumers, t._data, t._attrs = dict(zip(consumers, uses)), data, copy_attrs(attrs)
         if (t._type_proto is not None or type_proto is not None) and type_bytes(t._type_proto) != type_proto:
             t._type_proto = None if type_proto is None else _parse_type(type_proto)
     m = state.model
@@ -469,5 +505,5 @@ def check_tree(graph: "GraphTables") -> None:
             raise GraphError(f"children of {s.name!r} do not cover its ops")
 
 
-__all__ = ["EMPTY", "GraphState", "ModelState", "OpColumns", "StateDiff", "SubgraphColumns", "TensorColumns",
+__all__ = ["EMPTY", "Flat", "GraphState", "ModelState", "OpColumns", "StateDiff", "SubgraphColumns", "TensorColumns",
            "capture_state", "changes_since", "check_links", "check_tree", "restore_state", "type_bytes"]

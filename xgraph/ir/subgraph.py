@@ -154,9 +154,8 @@ class Subgraph(AttrsMixin):
         """
         groups = [list(dict.fromkeys(g)) for g in groups]
         members = list(chain.from_iterable(groups))
-        if not (all(groups) and all(map(isinstance, members, repeat(Subgraph)))
-                and [c.get_parent() for c in members].count(self) == len(members)
-                and all([c.is_leaf for c in members])):
+        if not (all(groups) and all(map(isinstance, members, repeat(Subgraph))) and self.are_children(members)
+                and self._graph.index().all_leaves(members)):
             groups = [self._check_merge_group(g) for g in groups]  # names the first offender
         return self._merge_groups(groups, check_cycles=check_cycles)
 

@@ -49,10 +49,25 @@ def op_types_of(templates: Iterable[GraphTemplate]) -> dict[str, dict[str, list[
     return {t.name: {op.name: sorted(op.types) for op in t.get_ops()} for t in templates}
 
 
+#: the domains of ONNX's own schemas, asked first by name (`onnx.defs.has`) before every schema is listed
+_ONNX_DOMAINS = (onnx.defs.ONNX_DOMAIN, onnx.defs.ONNX_ML_DOMAIN, onnx.defs.AI_ONNX_PREVIEW_TRAINING_DOMAIN)
+
+
+def _an_onnx_op(op_type: str) -> bool:
+    return any(onnx.defs.has(op_type, domain) for domain in _ONNX_DOMAINS)
+
+
 def unknown_type_warnings(plugin: str, templates: Mapping[str, Mapping[str, Iterable[str]]],
                           known: set[str] | None = None) -> list[str]:
-    """One line per (template, op, type) whose type nothing knows, with the closest known type."""
-    known = known_op_types() if known is None else known
+    """One line per (template, op, type) whose type nothing knows, with the closest known type.
+
+    Without `known`, types ONNX defines are passed over by name first: the set of everything known (every
+    schema of every version, every kernel and device op type) is built only when some type is not one."""
+    if known is None:
+        types = {t for ops in templates.values() for types in ops.values() for t in types}
+        if all(map(_an_onnx_op, types)):
+            return []
+        known = known_op_types()
     warnings = []
     for template, ops in templates.items():
         for op, types in ops.items():

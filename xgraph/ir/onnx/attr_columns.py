@@ -23,26 +23,49 @@ ABSENT = -1
 #: what `DecodedValues.column` gives for an op without the annotation (any JSON value may be a real one)
 MISSING = object()
 
-_PLAIN = (str, int, bool, float)
+#: the tag of each plain value type in a share key (True == 1 == 1.0 in Python; their keys differ)
+_TAGS = {str: "s", int: "i", bool: "b", float: "f", type(None): "n"}
 
 
-def _share_key(v: Any) -> Any:
-    """A hashable key equal only for values that encode alike, or None when `v` is not shared (arrays, ...)."""
+def _share_key(v: Any) -> "tuple | None":
+    """A hashable key equal only for values that encode alike, or None when `v` is not shared (arrays, ...).
+
+    One flat tuple per value (containers written prefix-first with their sizes, every plain value after its
+    type's tag): the table keeps a key per distinct value, and a nested key would be a tuple per part."""
+    out: list = []
+    return tuple(out) if _flatten(v, out) else None
+
+
+def _flatten(v: Any, out: list) -> bool:
+    """Append the key parts of `v` to `out`; False when some part cannot be shared."""
     kind = type(v)
-    if kind in _PLAIN or v is None:
-        return (kind, v)
     if kind is dict:
-        items = []
+        out += ("d", len(v))
         for k, x in v.items():
-            key = _share_key(x)
-            if key is None:
-                return None
-            items.append((k, key))
-        return (dict, tuple(items))
+            if type(k) is not str:
+                return False
+            tag = _TAGS.get(type(x))
+            if tag is not None:  # the usual item, without a call
+                out += (k, tag, x)
+            else:
+                out.append(k)
+                if not _flatten(x, out):
+                    return False
+        return True
     if kind is list or kind is tuple:
-        keys = tuple(_share_key(x) for x in v)
-        return None if None in keys else (kind, keys)
-    return None
+        out += ("l" if kind is list else "t", len(v))
+        for x in v:
+            tag = _TAGS.get(type(x))
+            if tag is not None:
+                out += (tag, x)
+            elif not _flatten(x, out):
+                return False
+        return True
+    tag = _TAGS.get(kind)
+    if tag is None:
+        return False
+    out += (tag, v)
+    return True
 
 
 class ValueTable:

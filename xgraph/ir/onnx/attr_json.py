@@ -36,8 +36,10 @@ class Encoder:
             return ["b", v]
         if kind is int:
             return ["i", v]
-        if kind is dict:
-            return ["d", {k: self.encode(x) for k, x in v.items()}]
+        if kind is dict:  # a str item, the usual one, tagged in place (no call)
+            return ["d", {k: ["s", x] if type(x) is str else self.encode(x) for k, x in v.items()}]
+        if kind is list:
+            return ["l", [["s", x] if type(x) is str else self.encode(x) for x in v]]
         if v is None:
             return ["n", None]
         if isinstance(v, (bool, np.bool_)):

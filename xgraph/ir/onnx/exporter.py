@@ -7,6 +7,8 @@ the graph's own; the graph keeps what it had (`Graph.infer_shapes` is the way to
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -14,19 +16,22 @@ import onnx
 from onnx import helper
 
 from xgraph.errors import GraphError
-from xgraph.ir.attribute_values import array_to_tensor
+from xgraph.ir.attribute_values import fill_tensor
 from xgraph.ir.onnx.shape_inference import infer_model, type_updates
 from xgraph.ir.onnx.side_file import external_reference, goes_external
 from xgraph.ir.onnx.wire import nodes as wire_nodes, type_field, value_infos
 
 if TYPE_CHECKING:
     from xgraph.ir.graph_core import GraphCore as Graph
+    from xgraph.ir.index import GraphIndex
     from xgraph.ir.op import Op
     from xgraph.ir.subgraph import Subgraph
     from xgraph.ir.tensor import Tensor
 
 #: Inferred types laid over the graph's on export: tensor name -> (shape, dtype).
 Types = dict[str, tuple]
+
+_DOC = attrgetter("doc_string")
 
 
 def _elem_type(dtype: np.dtype | None) -> int:
@@ -111,18 +116,20 @@ _BATCH = 4096
 
 def _add_node(nodes, op: "Op", outputs: set) -> None:
     """`op` as a NodeProto appended to `nodes` (a graph's repeated field: built in place, never copied)."""
-    (inputs, outs, name, op_type, domain), = _node_rows([op], outputs)
+    (inputs, outs, name, op_type, domain), = _omit_placeholders(op.graph.index().node_rows([op]), [op], outputs)
     node = nodes.add(op_type=op_type, domain=domain, name=name, input=inputs, output=outs)
     _add_node_extras(node, op)
 
 
-def _node_rows(ops: "Iterable[Op]", outputs: set) -> list[tuple[list[str], list[str], str, str, str]]:
-    """Per op, (input names, output names, name, type, domain) of its node: "" for an omitted input and for an
-    omitted optional output's private placeholder (`outputs`: the graph outputs, which are never omitted)."""
-    return [(["" if t is None else t.name for t in op.get_input_tensors()],
-             [t.name if ":unused:" not in t.name or not _is_unused_placeholder(t, outputs) else ""
-              for t in op.get_output_tensors()],
-             op.name, op.type, op.domain) for op in ops]
+def _omit_placeholders(rows: list[tuple[list[str], list[str], str, str, str]], ops: "Sequence[Op]",
+                       outputs: set) -> list[tuple[list[str], list[str], str, str, str]]:
+    """`rows` (`GraphIndex.node_rows` of `ops`) with "" for each omitted optional output's private placeholder that
+    nothing reads (`outputs`: the graph outputs, which are never omitted), as its node names it."""
+    for (_, names, *_), op in zip(rows, ops):
+        if ":unused:" in "".join(names):
+            names[:] = [n if ":unused:" not in n or not _is_unused_placeholder(t, outputs) else ""
+                        for n, t in zip(names, op.get_output_tensors())]
+    return rows
 
 
 def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
@@ -136,25 +143,29 @@ def _add_node_extras(node: onnx.NodeProto, op: "Op") -> None:
             raise GraphError(f"op {op.name!r}: cannot export attribute: {e}") from None
 
 
-def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set) -> None:
+def _add_nodes(g: onnx.GraphProto, ops: list["Op"], outputs: set, index: "GraphIndex") -> None:
     """Every op as a NodeProto appended to `g.node`, in order: what `_add_node` builds per op, with the names,
     types and domains encoded as bytes (`wire.nodes`: on a 100k-op graph a fifth of a save's time less than
     `nodes.add` per op, measured with `benchmarks/compile_scale.py`) and merged in batches, then the doc strings
-    and attributes set on the nodes that have them. A name that is not valid Unicode takes `_add_node`'s way."""
+    and attributes set on the nodes that have them. A name that is not valid Unicode takes `_add_node`'s way.
+    The links and which ops have attributes come from the index, a batch at a time."""
     nodes = g.node
     start = len(nodes)
     for at in range(0, len(ops), _BATCH):
         batch = ops[at:at + _BATCH]
         try:
-            encoded = wire_nodes(_node_rows(batch, outputs))
+            encoded = wire_nodes(index.node_rows(batch))
+            if b":unused:" in encoded:  # some name may be a placeholder (rare): its node names it ""
+                encoded = wire_nodes(_omit_placeholders(index.node_rows(batch), batch, outputs))
         except UnicodeEncodeError:
             for op in batch:
                 _add_node(nodes, op, outputs)
             continue
         g.MergeFromString(encoded)
-        for i, op in enumerate(batch, start + at):
-            if op.doc_string or op.has_onnx_attrs():
-                _add_node_extras(nodes[i], op)
+        extras = set(index.onnx_attr_positions(batch))
+        extras.update(compress(range(len(batch)), map(_DOC, batch)))
+        for i in sorted(extras):
+            _add_node_extras(nodes[start + at + i], batch[i])
 
 
 def _ordered_ops(graph: "Graph", ops: Iterable["Op"] | None = None) -> list["Op"]:
@@ -180,7 +191,8 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
     g = model.graph
     g.name = name
     out_set = set(outputs)
-    _add_nodes(g, ops, out_set)
+    index = graph.index()
+    _add_nodes(g, ops, out_set, index)
     io = set(inputs) | out_set
     if types:
         add = g.value_info.add
@@ -192,30 +204,28 @@ def _model(graph: "Graph", name: str, ops: list["Op"], inputs, outputs, consts, 
         # each distinct type encoded once, by the ids of a shape and dtype (the tensors hold both)
         known: dict[tuple[int, int], bytes] = {}
         entries: list[tuple[str, bytes]] = []
-        for op in ops:
-            for t in op.get_output_tensors():
-                type_proto, dtype = t.type_proto, t.dtype
-                if (dtype is None and type_proto is None) or t in io \
-                        or (":unused:" in t.name and _is_unused_placeholder(t, out_set)):
-                    continue
-                if type_proto is not None:
-                    entries.append((t.name, type_field(type_proto.SerializeToString())))
-                    continue
-                shape = t.shape
-                typed = known.get((id(shape), id(dtype)))
-                if typed is None:
-                    typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype).SerializeToString())
-                entries.append((t.name, typed))
-                if len(entries) >= _BATCH:  # merged in batches: the bytes never add up to a copy
-                    g.MergeFromString(value_infos(entries))
-                    entries.clear()
+        tensors = index.output_tensors(ops)
+        for t, shape, dtype, type_bytes in zip(tensors, *index.tensor_types(tensors)):
+            if (dtype is None and type_bytes is None) or t in io \
+                    or (":unused:" in t.name and _is_unused_placeholder(t, out_set)):
+                continue
+            if type_bytes is not None:
+                entries.append((t.name, type_field(type_bytes)))
+                continue
+            typed = known.get((id(shape), id(dtype)))
+            if typed is None:
+                typed = known[(id(shape), id(dtype))] = type_field(_tensor_type(shape, dtype).SerializeToString())
+            entries.append((t.name, typed))
+            if len(entries) >= _BATCH:  # merged in batches: the bytes never add up to a copy
+                g.MergeFromString(value_infos(entries))
+                entries.clear()
         g.MergeFromString(value_infos(entries))
-    if external:  # weights stored elsewhere: their references, never their bytes
-        for t in consts:
-            g.initializer.append(external[t.name] if t.name in external else array_to_tensor(t.data, t.name))
-    else:
-        for t in consts:
-            g.initializer.append(array_to_tensor(t.data, t.name))
+    external = external or {}  # weights stored elsewhere: their references, never their bytes
+    for t in consts:
+        if t.name in external:
+            g.initializer.append(external[t.name])
+        else:  # written in place: the bytes copied once
+            fill_tensor(g.initializer.add(), t.data, t.name)
     for t in inputs:
         fill_value_info(g.input.add(), t, types)
     if graph.ir_version < 4:  # before IR 4 every initializer had to be listed as a graph input
@@ -322,7 +332,7 @@ def check_exported(model: onnx.ModelProto, what: str, ops: "Sequence[Op] | None"
         keys = [(node.domain, node.op_type, len(node.input), len(node.output)) for node in nodes]
     else:
         nodes = ops
-        keys = [(op.domain, op.type, op.get_input_num(), op.get_output_num()) for op in ops]
+        keys = ops[0].graph.index().op_arities(ops) if ops else []
     for key in dict.fromkeys(keys):  # each distinct key once, in the order of its first node
         domain, op_type, n_inputs, n_outputs = key
         domain = "" if domain == "ai.onnx" else domain

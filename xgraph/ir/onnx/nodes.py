@@ -32,6 +32,11 @@ def columns_are_text(*columns: Any) -> bool:
     return True
 
 
+#: nodes read per block: a block's rows (a tuple per node) are dropped before the next is read, so a 100k-node
+#: graph never holds 100k of them at once (which the collector would walk)
+_BLOCK = 4096
+
+
 class Nodes:
     """The fields of a graph's NodeProtos read once into Python columns (protobuf field access is slow).
 
@@ -44,10 +49,13 @@ class Nodes:
 
     def __init__(self, protos, label: str | None):
         """Read `protos` and, with a `label` (for messages), check them (`check`)."""
-        # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
-        rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], a[:] if (a := n.attribute) else None,
-                 n.doc_string) for n in protos]
-        columns = list(zip(*rows)) if rows else [()] * 7
+        columns: list[list] = [[] for _ in range(7)]
+        for at in range(0, len(protos), _BLOCK):
+            # slicing a repeated field is about twice as fast as list(); most nodes have no attributes
+            rows = [(n.name, n.op_type, n.domain, n.input[:], n.output[:], a[:] if (a := n.attribute) else None,
+                     n.doc_string) for n in protos[at:at + _BLOCK]]
+            for column, values in zip(columns, zip(*rows)):
+                column += values
         self.names, self.op_types, self.domains, self.inputs, self.outputs, self.attributes, self.docs = columns
         #: node index -> outer tensors its If/Loop/Scan bodies read by name (dependencies like inputs)
         self.implicit: dict[int, list[str]] = {}

@@ -59,13 +59,28 @@ _NAME = attrgetter("name")
 
 
 def _tree_to_json(sg: Subgraph, table: ValueTable) -> dict:
+    """The tree from `sg` down: per subgraph its name, its attrs as value indices and either its children (in
+    dependency order) or, for a leaf other than the root, its op names (sorted)."""
     node: dict[str, Any] = {"name": sg.name, "attrs": table.attrs(sg.get_attrs())}
     if not sg.is_leaf:
-        node["children"] = [_tree_to_json(c, table) for c in sg.toposort_child_subgraph()]
+        _children_to_json(sg, node, table, sg.graph.index())
     elif not sg.is_root:
-        ops = sg.get_ops()
-        node["ops"] = [next(iter(ops)).name] if len(ops) == 1 else sorted(map(_NAME, ops))
+        node["ops"] = sorted(map(_NAME, sg.get_ops()))
     return node
+
+
+def _children_to_json(sg: Subgraph, node: dict, table: ValueTable, index: Any) -> None:
+    """`node["children"]`: the children of `sg`, a level at a time from the index (attrs, and the op names of
+    the leaves), and below each child that has children of its own."""
+    children = sg.toposort_child_subgraph()
+    found = node["children"] = []
+    for child, attrs, ops in zip(children, index.attr_dicts(children), index.leaf_op_names(children)):
+        entry: dict[str, Any] = {"name": child.name, "attrs": table.attrs(attrs) if attrs else {}}
+        if ops is None:
+            _children_to_json(child, entry, table, index)
+        else:
+            entry["ops"] = ops
+        found.append(entry)
 
 
 def _dump_json(meta: dict) -> str:
