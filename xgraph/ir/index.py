@@ -451,16 +451,19 @@ def _producers_nested(ops: "list[Op]", nested: "Container[Op]") -> "tuple[list[i
         sources = [position[t._producer] for t in op._inputs if t is not None and t._producer is not None]
         if op in nested:
             sources += [position[p] for p in op.get_input_ops()]
-        if len(sources) > 1:
-            sources = list(dict.fromkeys(sources))
-        if len(sources) == 1:
-            append(sources[0])
-        elif sources:
-            append(MANY - len(more))
-            more.append(tuple(sources))
-        else:
-            append(NONE)
+        _record(dict.fromkeys(sources), append, more)
     return first, more
+
+
+def _record(sources: "dict[int, None]", append: "Callable[[int], None]", more: "list[tuple[int, ...]]") -> None:
+    """Append an op's producer positions (`sources`, distinct, in input order) to the `producers` columns."""
+    if len(sources) == 1:
+        append(next(iter(sources)))
+    elif sources:
+        append(MANY - len(more))
+        more.append(tuple(sources))
+    else:
+        append(NONE)
 
 
 def _producers_plain(ops: "list[Op]") -> "tuple[list[int], list[tuple[int, ...]]]":
@@ -498,15 +501,8 @@ def _producers_plain(ops: "list[Op]") -> "tuple[list[int], list[tuple[int, ...]]
                 append(MANY - len(more))
                 more.append((p, q))
         else:
-            sources = dict.fromkeys([position[t._producer._seq - base] for t in inputs
-                                     if t is not None and t._producer is not None])
-            if len(sources) == 1:
-                append(next(iter(sources)))
-            elif sources:
-                append(MANY - len(more))
-                more.append(tuple(sources))
-            else:
-                append(NONE)
+            _record(dict.fromkeys([position[t._producer._seq - base] for t in inputs
+                                   if t is not None and t._producer is not None]), append, more)
     return first, more
 
 
