@@ -306,6 +306,10 @@ class GraphIndex:
         """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
         return [dict(x._attrs) if x._attrs else None for x in objects]
 
+    def attributed(self, objects: "Iterable[Tensor | Subgraph]") -> "list[tuple[Tensor | Subgraph, dict[str, Any]]]":
+        """(object, a copy of its attrs) for each of `objects` that has attrs, in order (most tensors have none)."""
+        return [(x, dict(x._attrs)) for x in objects if x._attrs]
+
     def leaf_op_names(self, subgraphs: "Iterable[Subgraph]") -> "list[list[str] | None]":
         """Per subgraph of `subgraphs`: the names of its ops, sorted, when it is a leaf; None when it has children."""
         return [None if sg._children else [next(iter(sg._ops)).name] if len(sg._ops) == 1 else
