@@ -186,6 +186,42 @@ class GraphIndex:
         """The tensors some op's nested graph reads by name (a new set; empty at no cost without such ops)."""
         return set(self.implicit_reads()[1]) if self.graph._nested_ops else set()
 
+    def input_ops(self, op: "Op") -> "list[Op]":
+        """The producers of `op`'s inputs, in input order, without duplicates (its nested graphs' reads last)."""
+        seen: "dict[Op, None]" = {}
+        for t in op._inputs:
+            if t is not None and t._producer is not None:
+                seen[t._producer] = None
+        if self.graph._nested_ops and op in self.graph._nested_ops:
+            for t in self.implicit_reads()[0].get(op, ()):
+                if t._producer is not None:
+                    seen.setdefault(t._producer, None)
+        return list(seen)
+
+    def reads_from(self, op: "Op", producer: "Op") -> bool:
+        """`producer in input_ops(op)`, without building the list (the template matcher's edge test)."""
+        if self.graph._nested_ops:
+            return producer in self.input_ops(op)
+        for t in op._inputs:
+            if t is not None and t._producer is producer:
+                return True
+        return False
+
+    def fanout_ops(self, op: "Op") -> "list[Op]":
+        """The ops reading any output of `op`, without duplicates (those reading it from nested graphs included)."""
+        outputs = op._outputs
+        if len(outputs) == 1 and not self.graph._nested_ops:  # the usual op: its one output's readers, in order
+            return list(outputs[0]._consumers)
+        seen: "dict[Op, None]" = {}
+        for t in outputs:
+            seen.update(t._consumers)
+        if self.graph._nested_ops:
+            readers = self.implicit_reads()[1]
+            for t in outputs:
+                for c in readers.get(t, ()):
+                    seen.setdefault(c, None)
+        return list(seen)
+
     def has_nested_graphs(self, op: "Op | None" = None) -> bool:
         """True when `op` (None: some op of the graph) has a graph attribute (an If/Loop/Scan body)."""
         nested = self.graph._nested_ops
@@ -269,6 +305,10 @@ class GraphIndex:
     def attr_dicts(self, objects: "Iterable[Tensor | Subgraph]") -> "list[dict[str, Any] | None]":
         """Per object, a copy of its attrs, or None when it has none (no empty dict made per object)."""
         return [dict(x._attrs) if x._attrs else None for x in objects]
+
+    def attributed(self, objects: "Iterable[Tensor | Subgraph]") -> "list[tuple[Tensor | Subgraph, dict[str, Any]]]":
+        """(object, a copy of its attrs) for each of `objects` that has attrs, in order (most tensors have none)."""
+        return [(x, dict(x._attrs)) for x in objects if x._attrs]
 
     def leaf_op_names(self, subgraphs: "Iterable[Subgraph]") -> "list[list[str] | None]":
         """Per subgraph of `subgraphs`: the names of its ops, sorted, when it is a leaf; None when it has children."""

@@ -87,38 +87,11 @@ class Op(AttrsMixin):
 
     def get_input_ops(self) -> "list[Op]":
         """Producers of the inputs, in input order, without duplicates (implicit inputs last)."""
-        seen: dict[Op, None] = {}
-        for t in self._inputs:
-            if t is not None and t.producer is not None:
-                seen.setdefault(t.producer, None)
-        if self._graph.index().has_nested_graphs():
-            for t in self.get_implicit_input_tensors():
-                if t.producer is not None:
-                    seen.setdefault(t.producer, None)
-        return list(seen)
-
-    def _reads_from(self, producer: "Op") -> bool:
-        """`producer in self.get_input_ops()`, without building the list (the template matcher's edge test)."""
-        if self._graph.index().has_nested_graphs():
-            return producer in self.get_input_ops()
-        for t in self._inputs:
-            if t is not None and t.producer is producer:
-                return True
-        return False
+        return self._graph.index().input_ops(self)
 
     def get_fanout_ops(self) -> "list[Op]":
         """Consumers of any output, without duplicates (ops reading it from nested graphs included)."""
-        seen: dict[Op, None] = {}
-        for t in self._outputs:
-            for c in t.consumers:
-                seen.setdefault(c, None)
-        index = self._graph.index()
-        if index.has_nested_graphs():
-            readers = index.implicit_reads()[1]
-            for t in self._outputs:
-                for c in readers.get(t, ()):
-                    seen.setdefault(c, None)
-        return list(seen)
+        return self._graph.index().fanout_ops(self)
 
     def get_implicit_input_tensors(self) -> "list[Tensor]":
         """Outer tensors this op's nested graphs (If/Loop/Scan bodies) read by name, sorted by name."""

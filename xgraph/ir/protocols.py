@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class IndexFacts(Protocol):
-    """What the writer and the merge cycle test ask of `graph.index()` (a `GraphIndex`)."""
+    """What the writer, the merge cycle test and the template matcher ask of `graph.index()` (a `GraphIndex`)."""
 
     def positions(self) -> "Mapping[Op, int]": ...
 
@@ -36,6 +36,12 @@ class IndexFacts(Protocol):
     def implicit_reads(self) -> "tuple[Mapping[Op, list[Tensor]], Mapping[Tensor, list[Op]]]": ...
 
     def nested_read_tensors(self) -> "AbstractSet[Tensor]": ...
+
+    def input_ops(self, op: "Op") -> "list[Op]": ...
+
+    def fanout_ops(self, op: "Op") -> "list[Op]": ...
+
+    def reads_from(self, op: "Op", producer: "Op") -> bool: ...
 
 
 class GraphTables(Protocol):

@@ -195,9 +195,10 @@ class Subgraph(AttrsMixin):
                 raise GraphError(f"merging {cycle} under {self._name!r} would create a cycle among its children; "
                                  "nothing was changed")
         merged = merge_children(self, groups)
-        several = [(group, child) for group, child in zip(groups, merged) if len(group) > 1]
-        if check_cycles and len(several) == 1:  # what the cycle check of one group keeps, kept up to date
-            note_merged(self, *several[0], version)
+        if check_cycles:  # what the cycle check of one group keeps, kept up to date
+            several = [(group, child) for group, child in zip(groups, merged) if len(group) > 1]
+            if len(several) == 1:
+                note_merged(self, *several[0], version)
         return merged
 
     def _check_merge_group(self, children: Iterable["Subgraph"]) -> list["Subgraph"]:

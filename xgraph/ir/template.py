@@ -33,7 +33,7 @@ from xgraph.errors import GraphError
 
 if TYPE_CHECKING:
     from xgraph.ir.op import Op
-    from xgraph.ir.protocols import GraphTables
+    from xgraph.ir.protocols import GraphTables, IndexFacts
 
 
 class TemplateOp:
@@ -260,15 +260,17 @@ def _match_component(graph: "GraphTables", order: list[TemplateOp], by_type: dic
                      misses: "dict[Op, NearMiss] | None" = None, label: str = "") -> list[dict[str, "Op"]]:
     """Every match of one connected template component (`order`: its ops, each after one it touches), found by
     backtracking from each anchor candidate; the deepest broken partial match per anchor goes to `misses`."""
-    return _ComponentSearch(order, by_type, misses, label).run()
+    return _ComponentSearch(order, by_type, misses, label, graph.index()).run()
 
 
 class _ComponentSearch:
     """The state of one backtracking search: the template ops matched so far and the graph ops they took."""
 
     def __init__(self, order: list[TemplateOp], by_type: dict[str, list["Op"]],
-                 misses: "dict[Op, NearMiss] | None", label: str) -> None:
+                 misses: "dict[Op, NearMiss] | None", label: str, index: "IndexFacts") -> None:
         self.order, self.by_type, self.misses, self.label = order, by_type, misses, label
+        #: the links, asked of the graph's index (the search changes nothing, so it stays the graph's)
+        self.input_ops, self.fanout_ops, self.reads_from = index.input_ops, index.fanout_ops, index.reads_from
         self.consumers: dict[TemplateOp, list[TemplateOp]] = {t: [] for t in order}
         for t in order:
             for i in t.inputs:
@@ -286,10 +288,10 @@ class _ComponentSearch:
         """The graph ops that may stand for `t`: neighbours of a matched neighbour, else every op of its types."""
         for i in t.inputs:
             if i in self.mapping:
-                return self.mapping[i].get_fanout_ops()
+                return self.fanout_ops(self.mapping[i])
         for c in self.consumers[t]:
             if c in self.mapping:
-                return self.mapping[c].get_input_ops()
+                return self.input_ops(self.mapping[c])
         return [op for ty in sorted(t.types) for op in self.by_type.get(ty, ())]
 
     def problem(self, t: TemplateOp, op: "Op") -> str:
@@ -299,10 +301,10 @@ class _ComponentSearch:
         if op in self.used:
             return "taken"
         for i in t.inputs:
-            if i in self.mapping and self.mapping[i] not in op.get_input_ops():
+            if i in self.mapping and self.mapping[i] not in self.input_ops(op):
                 return "edge"
         for c in self.consumers[t]:
-            if c in self.mapping and op not in self.mapping[c].get_input_ops():
+            if c in self.mapping and op not in self.input_ops(self.mapping[c]):
                 return "edge"
         if t.filter is not None and not t.filter(op):
             return "filter"
@@ -313,10 +315,10 @@ class _ComponentSearch:
         if op in self.used or op.type not in t.types or (t.filter is not None and not t.filter(op)):
             return False
         for i in t.inputs:
-            if i in self.mapping and not op._reads_from(self.mapping[i]):
+            if i in self.mapping and not self.reads_from(op, self.mapping[i]):
                 return False
         for c in self.consumers[t]:
-            if c in self.mapping and not self.mapping[c]._reads_from(op):
+            if c in self.mapping and not self.reads_from(self.mapping[c], op):
                 return False
         return True
 
@@ -341,14 +343,15 @@ class _ComponentSearch:
         recording = self.misses is not None and k > 0
         tried = list(self.candidates(t)) if recording else self.candidates(t)
         grew = False
+        consistent, mapping, used, extend = self.consistent, self.mapping, self.used, self.extend  # the hot loop
         for op in tried:
-            if self.consistent(t, op):
+            if consistent(t, op):
                 grew = True
-                self.mapping[t] = op
-                self.used.add(op)
-                self.extend(k + 1)
-                self.used.discard(op)
-                del self.mapping[t]
+                mapping[t] = op
+                used.add(op)
+                extend(k + 1)
+                used.discard(op)
+                del mapping[t]
         if recording and not grew:
             self.note_miss(k, t, tried)
 

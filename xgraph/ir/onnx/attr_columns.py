@@ -95,8 +95,9 @@ class ValueTable:
         return i
 
     def attrs(self, attrs: dict[str, Any]) -> dict[str, int]:
-        """An attr dict as key -> index."""
-        return {k: self.index(v) for k, v in attrs.items()}
+        """An attr dict as key -> index (a str seen before, the usual value, without a call)."""
+        index, text = self.index, self._text
+        return {k: i if type(v) is str and (i := text.get(v)) is not None else index(v) for k, v in attrs.items()}
 
 
 def op_annotation_columns(graph: Any, ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:

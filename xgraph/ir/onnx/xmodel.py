@@ -112,8 +112,7 @@ def to_model_proto(graph: GraphCore, side: SideLayout | None = None) -> onnx.Mod
         "tensor_order": [t.name for t in tensors if ":unused:" not in t.name],
         "op_annotations": {},  # always empty in version 2 (annotations are columns); required by every reader
         "op_annotation_columns": op_annotation_columns(graph, ops, table),
-        "tensor_attrs": {t.name: enc.encode_attrs(attrs) for t, attrs in zip(tensors, graph.index().attr_dicts(tensors))
-                         if attrs},
+        "tensor_attrs": {t.name: enc.encode_attrs(attrs) for t, attrs in graph.index().attributed(tensors)},
         "inputs": [t.name for t in graph.get_input_tensors()],
         "tree": _tree_to_json(graph.get_root_subgraph(), table),
     }
