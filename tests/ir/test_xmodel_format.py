@@ -91,6 +91,29 @@ def test_shared_values_load_as_separate_objects(tmp_path, fresh):
     assert b.get_attr("runner")["run"] != "changed"
 
 
+def test_an_attr_whose_values_never_repeat_is_written_without_lookups(tmp_path):
+    """After UNSHARED_AFTER new values in a row, a key's values are written as they come (one entry each), other
+    keys still share theirs, and every value loads back as it was saved."""
+    from test_report_golden import mixed_chain  # tests/compile
+    from xgraph.ir.onnx.attr_columns import UNSHARED_AFTER
+    g = Graph.from_onnx(mixed_chain(n=UNSHARED_AFTER * 2 + 8))
+    root = g.get_root_subgraph()
+    root.create_child_subgraph()
+    children = root.toposort_child_subgraph()
+    assert len(children) > UNSHARED_AFTER + 4
+    for i, child in enumerate(children):
+        child.set_attr("roles", [{"op": child.name, "at": i}])  # new every time
+        child.set_attr("shape_hint", [1, [2, 3]] if i % 2 else [4])  # two values, shared
+    children[-1].set_attr("roles", [{"op": children[0].name, "at": 0}])  # a repeat, after the lookups stopped
+    g.serialize(tmp_path / "m.xmodel")
+    m = onnx.load(str(tmp_path / "m.xmodel"))
+    meta = json.loads(next(p.value for p in m.metadata_props if p.key == META_KEY))
+    entries = [json.dumps(v) for v in meta["values"]]
+    assert len(entries) - len(set(entries)) == 1  # the late repeat is written twice; "shape_hint" twice shared
+    again = Graph.deserialize(tmp_path / "m.xmodel")
+    assert _state(again) == _state(g)
+
+
 def _edit(tmp_path, fresh, edit) -> Path:
     fresh.serialize(tmp_path / "ok.xmodel")
     m = onnx.load(str(tmp_path / "ok.xmodel"))

@@ -10,7 +10,8 @@ subgraph. Format 2 writes each distinct value once, in ``"values"`` (tagged as i
 
 Loading decodes each distinct value once and gives every owner its own copy of a dict or
 list (they are mutable: an edit on one subgraph's runner map must not reach another's).
-Values that cannot be compared for sharing (numpy arrays) get an entry of their own.
+Values that cannot be compared for sharing (numpy arrays) get an entry of their own, and so do the
+values of a subgraph attr key that keeps giving new ones (`UNSHARED_AFTER`).
 """
 from __future__ import annotations
 
@@ -68,6 +69,12 @@ def _flatten(v: Any, out: list) -> bool:
     return True
 
 
+#: distinct values in a row after which an attr key's values are no longer looked up for sharing: a key whose
+#: values name ops or tensors ("template_matches": the roles of one match) never repeats, and its share keys
+#: would cost more than writing each value (a 100k-op chain: 14.7k of them)
+UNSHARED_AFTER = 64
+
+
 class ValueTable:
     """Encode side: each distinct value once; `index(v)` is its position in `entries`."""
 
@@ -76,6 +83,8 @@ class ValueTable:
         self.entries: list[list] = []
         self._text: dict[str, int] = {}  # the usual value: a str, looked up without building a key
         self._keyed: dict[Any, int] = {}
+        #: attr key -> how many of its non-text values in a row were new (reset by a repeat)
+        self._new_in_row: dict[str, int] = {}
 
     def index(self, v: Any) -> int:
         """The index of `v` in the table (added on first sight)."""
@@ -96,8 +105,23 @@ class ValueTable:
 
     def attrs(self, attrs: dict[str, Any]) -> dict[str, int]:
         """An attr dict as key -> index (a str seen before, the usual value, without a call)."""
-        index, text = self.index, self._text
-        return {k: i if type(v) is str and (i := text.get(v)) is not None else index(v) for k, v in attrs.items()}
+        text = self._text
+        return {k: i if type(v) is str and (i := text.get(v)) is not None else self._attr(k, v)
+                for k, v in attrs.items()}
+
+    def _attr(self, name: str, v: Any) -> int:
+        """`index(v)` for attr `name`, or a new entry without a lookup once `name` had `UNSHARED_AFTER` new
+        values in a row (sharing is only a saving: a value written twice decodes the same)."""
+        if type(v) is str:
+            return self.index(v)
+        row = self._new_in_row.get(name, 0)
+        if row >= UNSHARED_AFTER:
+            self.entries.append(self.enc.encode(v))
+            return len(self.entries) - 1
+        size = len(self.entries)
+        i = self.index(v)
+        self._new_in_row[name] = row + 1 if i == size else 0
+        return i
 
 
 def op_annotation_columns(graph: Any, ops: Sequence[Any], table: ValueTable) -> dict[str, list[int]]:
@@ -188,4 +212,4 @@ class DecodedValues:
         return list(map(table.__getitem__, column))
 
 
-__all__ = ["ABSENT", "MISSING", "DecodedValues", "ValueTable", "op_annotation_columns"]
+__all__ = ["ABSENT", "MISSING", "UNSHARED_AFTER", "DecodedValues", "ValueTable", "op_annotation_columns"]
