@@ -65,13 +65,12 @@ def test_copy_drops_named_annotations_only_and_not_the_tree():
 
 
 def test_carries_annotations_sees_annotations_not_onnx_attributes():
-    from xgraph.ir.copying import carries_annotations
     g = small_graph()
-    assert carries_annotations(g, ["device"]) and not carries_annotations(g, ["pads", "kernel"])
+    assert g.index().carries_annotations(["device"]) and not g.index().carries_annotations(["pads", "kernel"])
     c = g.copy(drop_annotations=["device"])
-    assert not carries_annotations(c, ["device"])
+    assert not c.index().carries_annotations(["device"])
     c.get_op("conv").set_attr("kernel", "numpy", onnx_type=None)
-    assert carries_annotations(c, ["device", "kernel"])
+    assert c.index().carries_annotations(["device", "kernel"])
 
 
 def test_attr_kind():

@@ -32,7 +32,6 @@ from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
 from xgraph.compiler.dim_ranges import DimRanges
 from xgraph.compiler.prepare import copy_graph, prepare
-from xgraph.ir.copying import carries_annotations
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec
 from xgraph.kernels import KernelRegistry
@@ -60,7 +59,7 @@ def load_for_compile(graph_or_path: "Graph | onnx.ModelProto | bytes | str | os.
                           f"{type(graph_or_path).__name__}")
     from xgraph.ir.graph import load
     graph = load(graph_or_path)
-    if not graph.get_root_subgraph().is_leaf or carries_annotations(graph, COMPILE_ANNOTATIONS):
+    if not graph.get_root_subgraph().is_leaf or graph.index().carries_annotations(COMPILE_ANNOTATIONS):
         graph = copy_graph(graph, drop_annotations=COMPILE_ANNOTATIONS)
     return graph
 

@@ -1,14 +1,12 @@
 """Graph copies: everything but the subgraph tree, built through the builder (`Graph.copy`)."""
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 import numpy as np
 import onnx
 
 from xgraph.ir.builder import GraphBuilder
-from xgraph.ir.op import ANNOTATION
 
 if TYPE_CHECKING:
     from xgraph.ir.op import Op
@@ -17,17 +15,6 @@ if TYPE_CHECKING:
 
 #: a graph (a GraphCore, whose `copy` calls this module: it is seen through `xgraph.ir.protocols.GraphTables`)
 G = TypeVar("G", bound="GraphTables")
-
-
-def carries_annotations(graph: "GraphTables", keys: "Iterable[str]") -> bool:
-    """True when an op of `graph` carries an annotation named in `keys` (`op.is_annotation(key)`).
-
-    One set test per op: an op whose attribute names miss every key is passed over in C."""
-    wanted = frozenset(keys)
-    for types in map(attrgetter("_attr_types"), graph.get_ops()):
-        if not wanted.isdisjoint(types) and any(types[k] is ANNOTATION for k in wanted.intersection(types)):
-            return True
-    return False
 
 
 def copy_graph(graph: G, drop_annotations: frozenset[str] = frozenset()) -> G:

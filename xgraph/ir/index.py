@@ -315,6 +315,16 @@ class GraphIndex:
         return [None if sg._children else [next(iter(sg._ops)).name] if len(sg._ops) == 1 else
                 sorted(map(_NAME, sg._ops)) for sg in subgraphs]
 
+    def carries_annotations(self, keys: "Iterable[str]") -> bool:
+        """True when an op carries an annotation named in `keys` (`op.is_annotation(key)`): one set test per
+        op, so an op whose attribute names miss every key is passed over in C."""
+        wanted = frozenset(keys)
+        for op in self.graph.get_ops():
+            types = op._attr_types
+            if not wanted.isdisjoint(types) and any(types[k] is ANNOTATION for k in wanted.intersection(types)):
+                return True
+        return False
+
     def annotation_columns(self, ops: "Sequence[Op]", missing: object = None) -> "dict[str, list]":
         """Annotation key -> per op of `ops` its value, or `missing` where the op has none; keys in first-seen
         order. One pass over the ops."""
