@@ -19,7 +19,7 @@ from xgraph.devices.instances import HOST, copy_direction, residences
 from xgraph.partition.merge import group_children
 
 if TYPE_CHECKING:
-    from xgraph.compiler.placement import _Unit
+    from xgraph.compiler.verdicts import PlacementUnit
     from xgraph.ir import Graph, Op, Tensor
 
 
@@ -28,7 +28,7 @@ def _memory(device: str, devices: Mapping[str, DeviceSpec]) -> str:
     return "device" if spec is not None and not spec.is_host else "host"
 
 
-def demote_small_islands(graph: "Graph", units: list["_Unit"], choice: dict, devices: Mapping[str, DeviceSpec],
+def demote_small_islands(graph: "Graph", units: list["PlacementUnit"], choice: dict, devices: Mapping[str, DeviceSpec],
                           host: DeviceSpec | None, min_ops: int) -> None:
     """Send device islands smaller than `min_ops` to the host, unless that adds host/device copies.
 
@@ -66,7 +66,7 @@ def demote_small_islands(graph: "Graph", units: list["_Unit"], choice: dict, dev
                     choice[unit] = (host.name, (why,) * len(unit.ops))
 
 
-def _touching(groups: list[list["_Unit"]]) -> list[list[list["_Unit"]]]:
+def _touching(groups: list[list["PlacementUnit"]]) -> list[list[list["PlacementUnit"]]]:
     """Groups joined when an op of one reads a tensor of another (connected components), each
     cluster in the order of its first group. O(ops + edges)."""
     owner = {op: i for i, g in enumerate(groups) for u in g for op in u.ops}
@@ -85,13 +85,13 @@ def _touching(groups: list[list["_Unit"]]) -> list[list[list["_Unit"]]]:
                     j = owner.get(producer)
                     if j is not None:
                         parent[find(j)] = find(i)
-    clusters: dict[int, list[list["_Unit"]]] = {}
+    clusters: dict[int, list[list["PlacementUnit"]]] = {}
     for i, g in enumerate(groups):
         clusters.setdefault(find(i), []).append(g)
     return list(clusters.values())
 
 
-def _memory_lookup(graph: "Graph", units: list["_Unit"], choice: dict, devices: Mapping[str, DeviceSpec]):
+def _memory_lookup(graph: "Graph", units: list["PlacementUnit"], choice: dict, devices: Mapping[str, DeviceSpec]):
     """op -> "host" | "device" under the current `choice` (read at each call); ops a plugin took
     have their subgraph's memory (a plugin's subgraphs on CPU live in host memory)."""
     unit_of = {op: u for u in units for op in u.ops}
@@ -107,7 +107,7 @@ def _memory_lookup(graph: "Graph", units: list["_Unit"], choice: dict, devices: 
     return memory_of_op
 
 
-def _islands(units: list["_Unit"], choice: dict, host: DeviceSpec) -> list[list["_Unit"]]:
+def _islands(units: list["PlacementUnit"], choice: dict, host: DeviceSpec) -> list[list["PlacementUnit"]]:
     """Connected groups of host-placed units, in topological order of their first unit."""
     on_host = [u for u in units if choice[u][0] == host.name]
     unit_of = {op: u for u in on_host for op in u.ops}
@@ -131,7 +131,7 @@ def _islands(units: list["_Unit"], choice: dict, host: DeviceSpec) -> list[list[
     return islands
 
 
-def _crossings_around(island: list["_Unit"], memory_of_op, memory_inside: dict["Op", str],
+def _crossings_around(island: list["PlacementUnit"], memory_of_op, memory_inside: dict["Op", str],
                       graph_io: bool = False) -> int:
     """Distinct tensors that cross between the island and the rest, for the given memory of its ops;
     with `graph_io`, graph inputs and outputs count as host-memory neighbours (the runtime copies them)."""
@@ -159,7 +159,7 @@ def _crossings_around(island: list["_Unit"], memory_of_op, memory_inside: dict["
     return count
 
 
-def promote_host_islands(graph: "Graph", units: list["_Unit"], choice: dict, candidates: list[DeviceSpec],
+def promote_host_islands(graph: "Graph", units: list["PlacementUnit"], choice: dict, candidates: list[DeviceSpec],
                          devices: Mapping[str, DeviceSpec], host: DeviceSpec | None, reason) -> None:
     """Move each host island back to device memory when every unit of it has a device-memory
     device and that strictly lowers the copies; `reason(unit, op, cheaper)` gives each op's reason."""

@@ -27,7 +27,6 @@ reads are invisible edges, and a runner only sees what its own subgraph holds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -38,7 +37,7 @@ from xgraph.partition.merge import group_children
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.prepare import outer_scope_inputs
 from xgraph.compiler.support import op_info
-from xgraph.compiler.verdicts import Signatures, VerdictMemo
+from xgraph.compiler.verdicts import PlacementUnit, Signatures, VerdictMemo
 from xgraph.compiler.islands import count_copies, count_crossings, demote_small_islands, promote_host_islands
 from xgraph.devices import DeviceSpec
 from xgraph.ir import Subgraph
@@ -73,22 +72,6 @@ def candidate_devices(devices: Mapping[str, DeviceSpec], options: CompileOptions
     return chosen, host
 
 
-@dataclass(eq=False, slots=True)
-class _Unit:
-    """One unassigned child: its ops, and the verdicts of the candidates (asked when first needed)."""
-
-    child: "Subgraph"
-    ops: list["Op"]
-    memo: VerdictMemo
-
-    def verdict(self, device: str, op: "Op") -> Verdict:
-        return self.memo.verdict(device, op)
-
-    def accepts(self, device: str) -> bool:
-        verdict = self.memo.verdict
-        return all(verdict(device, op).ok for op in self.ops)
-
-
 def _bare(device: str, reason: str) -> str:
     prefix = f"{device}: "
     return reason[len(prefix):] if reason.startswith(prefix) else reason
@@ -108,7 +91,7 @@ def join_refusals(refusals: list[tuple[str, str]]) -> str:
     return "; ".join(f"{', '.join(names)}: {bare}" for names, bare in merged)
 
 
-def _reason(unit: _Unit, op: "Op", cheaper: list[DeviceSpec]) -> str:
+def _reason(unit: PlacementUnit, op: "Op", cheaper: list[DeviceSpec]) -> str:
     """Why each device in `cheaper` did not take the unit, for this op."""
     refusals = []
     for spec in cheaper:
@@ -129,7 +112,7 @@ def _memo(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions, sign
 
 
 def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
-           signatures: Signatures | None, dims: DimRanges, ordered: bool = True) -> list[_Unit]:
+           signatures: Signatures | None, dims: DimRanges, ordered: bool = True) -> list[PlacementUnit]:
     """The unassigned children in dependency order (`ordered`), else in the order of their first ops (which
     costs no walk over the links); verdicts come from one memo (one check per op signature)."""
     memo = _memo(graph, specs, options, signatures, dims)
@@ -138,12 +121,12 @@ def _units(graph: "Graph", specs: list[DeviceSpec], options: CompileOptions,
     if len(children) != root.get_children_num():  # ordered, or a child without ops
         children = root.toposort_child_subgraph()
     children, op_lists = graph.index().unlabelled_children(children, "device")
-    units = list(map(_Unit, children, op_lists, repeat(memo)))
+    units = list(map(PlacementUnit, children, op_lists, repeat(memo)))
     memo.sign([op for unit in units for op in unit.ops])  # every op signed in one bulk pass
     return units
 
 
-def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, tuple]:
+def _fit(unit: PlacementUnit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[str | None, tuple]:
     """(device, the reason per op of the unit, in `unit.ops` order) by first fit; (None, ()) when no candidate
     accepts and there is no host."""
     for i, spec in enumerate(candidates):
@@ -162,10 +145,11 @@ def _fit(unit: _Unit, candidates: list[DeviceSpec], host: DeviceSpec | None) -> 
     return host.name, tuple(reasons)
 
 
-def _first_fit(units: list[_Unit], candidates: list[DeviceSpec], host: DeviceSpec | None) -> tuple[dict, list[str]]:
+def _first_fit(units: list[PlacementUnit], candidates: list[DeviceSpec],
+               host: DeviceSpec | None) -> tuple[dict, list[str]]:
     """First fit per unit. A one-op unit's (device, reason) follows from its op's verdicts alone, so it is
     worked out once per op signature (unless a verdict quoted a tensor name of that op)."""
-    choice: dict[_Unit, tuple[str, tuple[str, ...]]] = {}
+    choice: dict[PlacementUnit, tuple[str, tuple[str, ...]]] = {}
     failures = []
     single: dict[int, tuple[str, tuple[str]]] = {}  # signature -> the choice of its one-op units (one shared tuple)
     signatures = units[0].memo.signatures([unit.ops[0] for unit in units]) if units else []
@@ -227,7 +211,8 @@ def bind_nested_graph_inputs(graph: "Graph") -> list["Subgraph"]:
 
 
 def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, signatures: Signatures | None,
-             dims: DimRanges, ordered: bool = True) -> tuple[list[_Unit], dict[_Unit, tuple[str, tuple[str, ...]]]]:
+             dims: DimRanges, ordered: bool = True
+             ) -> tuple[list[PlacementUnit], dict[PlacementUnit, tuple[str, tuple[str, ...]]]]:
     """(the units, {unit: (device, the reason per op in `unit.ops` order)}): `propose_placement`'s decisions. The units come in
     dependency order when `ordered`; else in whatever order let first fit skip the walk (its decisions do
     not depend on the order; the failure message and the host islands are worked out in dependency order)."""
@@ -251,7 +236,7 @@ def _propose(graph: "Graph", devices: Mapping[str, DeviceSpec], options: Any, si
     return units, choice
 
 
-def _in_dependency_order(graph: "Graph", units: list[_Unit]) -> list[_Unit]:
+def _in_dependency_order(graph: "Graph", units: list[PlacementUnit]) -> list[PlacementUnit]:
     rank = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
     return sorted(units, key=lambda unit: rank[unit.child])
 
@@ -303,14 +288,14 @@ def place(graph: "Graph", devices: Mapping[str, DeviceSpec],
 
 
 def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: CompileOptions,
-                   units: list[_Unit], choice: dict, dims: DimRanges) -> list["Subgraph"]:
+                   units: list[PlacementUnit], choice: dict, dims: DimRanges) -> list["Subgraph"]:
     """The solver's split of `units` (first fit's verdicts say which devices may take each), plugin subgraphs fixed."""
     from xgraph.compiler.cost_model import Unit
     from xgraph.compiler.cost_placement import place_by_cost, plugin_units
     candidates, host = candidate_devices(devices, options)
     order = {child: i for i, child in enumerate(graph.get_root_subgraph().toposort_child_subgraph())}
 
-    def allowed(unit: _Unit) -> list[DeviceSpec]:
+    def allowed(unit: PlacementUnit) -> list[DeviceSpec]:
         specs = [spec for spec in candidates if unit.accepts(spec.name)]
         return specs + ([host] if host is not None and host not in specs else [])
 
@@ -319,7 +304,7 @@ def _place_by_cost(graph: "Graph", devices: Mapping[str, DeviceSpec], options: C
         if not child.is_leaf:  # the plugin built deeper children for its device
             return None
         memo = units[0].memo if units else _memo(graph, candidates + ([host] if host else []), options, None, dims)
-        unit = _Unit(child, sorted(child.get_ops(), key=lambda op: op.name), memo)
+        unit = PlacementUnit(child, sorted(child.get_ops(), key=lambda op: op.name), memo)
         memo.sign(unit.ops)
         return allowed(unit)
 

@@ -24,6 +24,7 @@ lives for one stage of one graph: it assumes the ops and tensors it signed do no
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 
@@ -33,7 +34,7 @@ from xgraph.compiler.checks import Check, Verdict
 from xgraph.ir.index import TensorFacts
 
 if TYPE_CHECKING:
-    from xgraph.ir import Graph, Op, Tensor
+    from xgraph.ir import Graph, Op, Subgraph, Tensor
 
 #: Arrays (attribute tensors, weights) up to this many bytes are compared by value; larger
 #: attribute arrays make the signature unique, larger weights compare by identity.
@@ -247,6 +248,23 @@ class VerdictMemo:
         return v
 
 
+@dataclass(eq=False, slots=True)
+class PlacementUnit:
+    """What placement places: one unassigned child, its ops, and the verdicts of the candidates (asked when
+    first needed). Placement makes them; its island passes (`xgraph.compiler.islands`) read them."""
+
+    child: "Subgraph"
+    ops: list["Op"]
+    memo: VerdictMemo
+
+    def verdict(self, device: str, op: "Op") -> Verdict:
+        return self.memo.verdict(device, op)
+
+    def accepts(self, device: str) -> bool:
+        verdict = self.memo.verdict
+        return all(verdict(device, op).ok for op in self.ops)
+
+
 class KernelMemo:
     """`choose(op, device)` memoised per (op signature, device): the kernel resolution asked once per kind of op."""
 
@@ -272,4 +290,4 @@ class KernelMemo:
         return list(map(known.__getitem__, sigs))
 
 
-__all__ = ["KernelMemo", "SMALL_ARRAY_BYTES", "Signatures", "VerdictMemo", "op_signature"]
+__all__ = ["KernelMemo", "PlacementUnit", "SMALL_ARRAY_BYTES", "Signatures", "VerdictMemo", "op_signature"]
