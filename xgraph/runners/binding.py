@@ -69,6 +69,9 @@ class Bindings:
         `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none."""
         self.owner, self.base, self.build, self.schedule_for = owner, base, build, schedule_for
         self.input_names, self.output_names = tuple(input_names), tuple(output_names)
+        #: feeds of exactly these names are read in input order in C (none when two inputs share a name)
+        self._name_set = frozenset(self.input_names) if len(set(self.input_names)) == len(self.input_names) \
+            else None
         self.device_memory = device_memory
         self._base_copies = copy_count(base)
         self._found: dict[tuple, Binding] = {}
@@ -78,8 +81,31 @@ class Bindings:
              ) -> "tuple[dict | list, Binding, int]":
         """The feeds with every DeviceValue replaced by its array (checked to live in this runner's
         open memory), the binding for them and `keep_on_device`, and the bytes of the handles fed
-        in device memory."""
+        in device memory. Feeds of exactly the inputs (a dict of their names, a list of as many
+        values) come back as a list in input order, which the input check reads as it is."""
         kept = self._kept(keep_on_device)
+        kind = type(feeds)
+        if kind is dict and feeds.keys() == self._name_set:  # exactly the inputs: a list in input order
+            values = list(map(feeds.__getitem__, self.input_names))
+        elif (kind is list or kind is tuple) and len(feeds) == len(self.input_names):
+            values = list(feeds)
+        else:
+            return self._bind_each(feeds, kept)
+        memory = self.device_memory
+        placed = []
+        fed = 0
+        for i, value in enumerate(values):
+            if type(value) is DeviceValue:
+                if value.device_memory is not memory or memory.closed:  # the check, named only on failure
+                    value.array_in(memory, self.input_names[i])
+                array = values[i] = value._array
+                placed.append((self.input_names[i], value.memory))
+                if value.memory != HOST:
+                    fed += array.nbytes
+        return values, self.binding(tuple(placed), kept), fed
+
+    def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":
+        """`bind` value by value, for feeds that are not exactly the inputs (the input check names why)."""
         if type(feeds) is dict:
             pairs = feeds.items()
         elif isinstance(feeds, (list, tuple)):
