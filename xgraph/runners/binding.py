@@ -92,17 +92,19 @@ class Bindings:
         else:
             return self._bind_each(feeds, kept)
         memory = self.device_memory
-        placed = []
+        memories = None
         fed = 0
         for i, value in enumerate(values):
             if type(value) is DeviceValue:
                 if value.device_memory is not memory or memory.closed:  # the check, named only on failure
                     value.array_in(memory, self.input_names[i])
                 array = values[i] = value._array
-                placed.append((self.input_names[i], value.memory))
-                if value.memory != HOST:
+                if memories is None:
+                    memories = [None] * len(values)
+                where = memories[i] = value.memory
+                if where != HOST:
                     fed += array.nbytes
-        return values, self.binding(tuple(placed), kept), fed
+        return values, self.binding(() if memories is None else tuple(memories), kept), fed
 
     def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":
         """`bind` value by value, for feeds that are not exactly the inputs (the input check names why)."""
@@ -113,26 +115,30 @@ class Bindings:
         else:
             return feeds, self.binding((), kept), 0  # the input check names what is wrong with them
         arrays: dict = {}
-        placed = []
+        placed = {}
         fed = 0
         for name, value in pairs:
             if type(value) is DeviceValue:
                 array = value.array_in(self.device_memory, name)
-                placed.append((name, value.memory))
+                placed[name] = value.memory
                 if value.memory != HOST:
                     fed += array.nbytes
                 value = array
             arrays[name] = value
         if type(feeds) is not dict:
             arrays = list(arrays.values()) + list(feeds[len(arrays):])  # too many values: the check says so
-        return arrays, self.binding(tuple(placed), kept), fed
+        # handles fed under names that are no input are not placed: the input check refuses those feeds
+        memories = tuple(placed.get(name) for name in self.input_names) if placed else ()
+        return arrays, self.binding(memories, kept), fed
 
-    def binding(self, placed: tuple, kept: frozenset) -> Binding:
-        """The binding with inputs `placed` ((name, memory) pairs) and outputs `kept` (made on first use)."""
-        key = (placed, kept)
+    def binding(self, memories: tuple, kept: frozenset) -> Binding:
+        """The binding with the inputs given as handles in `memories` (per input in input order, the
+        memory of its handle or None for an array; () for no handle) and outputs `kept` (made on first use)."""
+        key = (memories, kept)
         found = self._found.get(key)
         if found is None:
-            plan = self.build(dict(placed), kept)
+            placed = {name: memory for name, memory in zip(self.input_names, memories) if memory is not None}
+            plan = self.build(placed, kept)
             missing = set(plan.streams()) - set(self.base.streams())
             if missing:
                 raise RunnerError(f"{self.owner}: these device inputs would need a copy on stream "
