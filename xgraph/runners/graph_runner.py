@@ -467,12 +467,12 @@ class GraphRunner:
                 self._owner, self.plan,
                 lambda placed, kept: build_plan(self.graph, by_subgraph, devices, input_memory=placed, keep=kept),
                 [t.name for t in self._inputs], [t.name for t in self._outputs], self.device_memory,
-                self._scheduler.inline_schedule)
+                self._scheduler.inline_schedule, self._count_host_copy)
         return self._bindings.bind(feeds, keep_on_device)
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
-        results, saved_bytes = binding.wrap(results, self.device_memory, self._count_host_copy, fed)
+        results, saved_bytes = binding.wrap(results, fed)
         self._counts.record(None, saved=binding.saved, saved_bytes=saved_bytes)
         return results
 
