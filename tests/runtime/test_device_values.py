@@ -271,3 +271,32 @@ def test_counts_stay_exact_over_many_runs(compiled):
     assert copies["saved"] == 8 * runs
     assert copies["saved_bytes"] == runs * (sum(v.nbytes for k, v in feeds.items() if k.startswith("past_")) +
                                             sum(last[n].nbytes for n in PRESENTS))
+
+
+def test_another_runners_handles_are_refused_after_this_runner_ran_the_same_binding(compiled):
+    """A run fed handles finds its binding by the outputs they were kept from (`KeptOutput`), and the
+    handles' memory is checked when a binding is made: handles of another runner of the same graph,
+    alike in names, memories and shapes, never find this runner's binding."""
+    names = _names(compiled)
+
+    def step(runner, out):
+        return {"input_ids": np.array([[7]], np.int64), "position_ids": np.array([[2]], np.int64),
+                **{"past" + n[len("present"):]: out[n] for n in PRESENTS}}
+
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner, \
+            xgraph.create_graph_runner(compiled, kernels="numpy") as other:
+        mine = dict(zip(names, runner.run(_feeds(2), keep_on_device=PRESENTS)))
+        for _ in range(2):  # the binding of handles kept by this runner, made then found
+            runner.run(step(runner, mine), keep_on_device=PRESENTS)
+        theirs = dict(zip(names, other.run(_feeds(2), keep_on_device=PRESENTS)))
+        jobs = runner.get_stats()["jobs"]
+        with pytest.raises(RunnerError, match=r"input 'past_l0_k': DeviceValue 'present_l0_k' belongs to another"):
+            runner.run(step(other, theirs), keep_on_device=PRESENTS)
+        mixed = dict(step(runner, mine), past_l1_v=theirs["present_l1_v"])
+        with pytest.raises(RunnerError, match=r"input 'past_l1_v': DeviceValue 'present_l1_v' belongs to another"):
+            runner.run(mixed, keep_on_device=PRESENTS)
+        assert runner.get_stats()["jobs"] == jobs
+        other.close()
+        with pytest.raises(RunnerError, match="belongs to another runner"):
+            runner.run(step(other, theirs), keep_on_device=PRESENTS)
+        runner.run(step(runner, mine), keep_on_device=PRESENTS)  # its own handles still run
