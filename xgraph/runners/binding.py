@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from xgraph.errors import RunnerError
 from xgraph.devices.instances import HOST
-from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput
+from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, unwrap
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
@@ -113,13 +113,7 @@ class Bindings:
             values = list(feeds)
         else:
             return self._bind_each(feeds, kept)
-        homes = None
-        for i, value in enumerate(values):
-            if type(value) is DeviceValue:
-                if homes is None:
-                    homes = [None] * len(values)
-                homes[i] = value._kept
-                values[i] = value._array
+        homes = unwrap(values)
         if homes is None:
             return values, self.binding((), kept), 0
         if self.device_memory.closed:  # refused as the first handle's own use would be
@@ -141,8 +135,7 @@ class Bindings:
         fed = 0
         for name, value in pairs:
             if type(value) is DeviceValue:
-                array = value.array_in(self.device_memory, name)
-                homes[name] = value._kept
+                array, homes[name] = value.unwrap_in(self.device_memory, name)
                 if value.memory != HOST:
                     fed += array.nbytes
                 value = array

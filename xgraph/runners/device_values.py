@@ -117,12 +117,12 @@ class DeviceValue:
             self._kept.count_copy(array.nbytes, time.perf_counter() - start)
         return array
 
-    def array_in(self, device_memory: DeviceMemory, input_name: str) -> np.ndarray:
-        """The value itself, fed as input `input_name` of a run in `device_memory` (RunnerError when it
-        lives elsewhere or was freed)."""
+    def unwrap_in(self, device_memory: DeviceMemory, input_name: str) -> "tuple[np.ndarray, KeptOutput]":
+        """The value itself and the output it was kept from, fed as input `input_name` of a run in
+        `device_memory` (RunnerError when it lives elsewhere or was freed)."""
         if self.device_memory is not device_memory or device_memory.closed:  # the check, named only on failure
             device_memory.check(self, f"input {input_name!r}")
-        return self._array
+        return self._array, self._kept
 
     def __array__(self, *args, **kwargs):
         raise RunnerError(f"DeviceValue {self.name!r} lives in {self.memory} memory of {self.device_memory.owner}; "
@@ -133,6 +133,21 @@ class DeviceValue:
                 f"{', freed' if self.device_memory.closed else ''})")
 
 
+def unwrap(values: list) -> "list[KeptOutput | None] | None":
+    """Replace each DeviceValue among `values` by its array, in place, and say per value the output its
+    handle was kept from (None for the others); None when there was no handle. Where they may be read
+    is the caller's to check (`DeviceMemory.check` on those outputs): a decoding step unwraps one
+    handle per cache tensor, and checks the outputs they were kept from once per binding."""
+    homes = None
+    for i, value in enumerate(values):
+        if type(value) is DeviceValue:
+            if homes is None:
+                homes = [None] * len(values)
+            homes[i] = value._kept
+            values[i] = value._array
+    return homes
+
+
 def has_device_values(values: "dict | list | tuple") -> bool:
     """True when a feed (a dict by name, or a list in input order) holds a DeviceValue."""
     if type(values) is dict:
@@ -140,4 +155,4 @@ def has_device_values(values: "dict | list | tuple") -> bool:
     return isinstance(values, (list, tuple)) and DeviceValue in set(map(type, values))
 
 
-__all__ = ["DeviceMemory", "DeviceValue", "KeptOutput", "has_device_values"]
+__all__ = ["DeviceMemory", "DeviceValue", "KeptOutput", "has_device_values", "unwrap"]
