@@ -222,3 +222,81 @@ def test_a_one_device_model_keeping_an_output_runs_as_the_general_loop_does(make
         # fast: 3 copies in its plain run; then per kept run x in and prob out, plus logits' .numpy()
         assert fast_copies["count"] - 3 == general_copies["count"] == 2 * (2 + 1)
         assert fast_copies["saved"] == general_copies["saved"] == 2
+
+
+def test_handles_fed_in_a_list_run_as_in_a_dict_and_stay_checked(compiled):
+    """Feeds of exactly the inputs are bound as a list in input order (a dict of their names or a list);
+    a handle among feeds that are not exactly the inputs still leaves the input check to name the fault."""
+    names = _names(compiled)
+    inputs = [t.name for t in compiled.get_input_tensors()]
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        out = dict(zip(names, runner.run(_feeds(2), keep_on_device=PRESENTS)))
+        feeds = {"input_ids": np.array([[7]], np.int64), "position_ids": np.array([[2]], np.int64),
+                 **{"past" + n[len("present"):]: out[n] for n in PRESENTS}}
+        by_name = runner.run(feeds, keep_on_device=PRESENTS)
+        in_order = runner.run([feeds[n] for n in inputs], keep_on_device=PRESENTS)
+        host = runner.run({k: v.numpy() if type(v) is DeviceValue else v for k, v in feeds.items()})
+        for a, b, c in zip(by_name, in_order, host):
+            a, b = (v.numpy() if type(v) is DeviceValue else v for v in (a, b))
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, c)
+        with pytest.raises(RunnerError, match="unknown input 'past_l9_k'"):
+            runner.run(dict(feeds, past_l9_k=out["present_l0_k"]), keep_on_device=PRESENTS)
+        with pytest.raises(RunnerError, match="expected 6 inputs"):
+            runner.run([feeds[n] for n in inputs] + [out["present_l0_k"]])
+        # a handle of the right runner but the wrong shape for its input, after runs that passed
+        logits = runner.run(feeds, keep_on_device=["logits"])[0]
+        with pytest.raises(RunnerError, match="input 'past_l1_v' must have shape"):
+            runner.run(dict(feeds, past_l1_v=logits), keep_on_device=PRESENTS)
+
+
+def test_counts_stay_exact_over_many_runs(compiled):
+    """Jobs, copies and saved copies are recorded per run and folded when read (`GraphCounts`):
+    the totals over more runs than a fold holds are each run's counts times the runs."""
+    names = _names(compiled)
+    runs = 300  # more than `run_stats.FOLD_EVERY` records
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        out = dict(zip(names, runner.run(_feeds(2), keep_on_device=PRESENTS)))
+        feeds = {"input_ids": np.array([[7]], np.int64), "position_ids": np.array([[2]], np.int64),
+                 **{"past" + n[len("present"):]: out[n] for n in PRESENTS}}
+        before = runner.get_stats()
+        for _ in range(runs):
+            last = dict(zip(names, runner.run(feeds, keep_on_device=PRESENTS)))
+        host = last["present_l0_k"].numpy()
+        after = runner.get_stats()
+    assert after["jobs"]["OK"] - before["jobs"]["OK"] == runs
+    copies = {k: after["copies"][k] - before["copies"][k] for k in after["copies"]}
+    assert copies["count"] == 3 * runs + 1  # token, position and logits per run, and the .numpy()
+    assert copies["bytes"] == (2 * 8 + last["logits"].nbytes) * runs + host.nbytes
+    assert copies["saved"] == 8 * runs
+    assert copies["saved_bytes"] == runs * (sum(v.nbytes for k, v in feeds.items() if k.startswith("past_")) +
+                                            sum(last[n].nbytes for n in PRESENTS))
+
+
+def test_another_runners_handles_are_refused_after_this_runner_ran_the_same_binding(compiled):
+    """A run fed handles finds its binding by the outputs they were kept from (`KeptOutput`), and the
+    handles' memory is checked when a binding is made: handles of another runner of the same graph,
+    alike in names, memories and shapes, never find this runner's binding."""
+    names = _names(compiled)
+
+    def step(runner, out):
+        return {"input_ids": np.array([[7]], np.int64), "position_ids": np.array([[2]], np.int64),
+                **{"past" + n[len("present"):]: out[n] for n in PRESENTS}}
+
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner, \
+            xgraph.create_graph_runner(compiled, kernels="numpy") as other:
+        mine = dict(zip(names, runner.run(_feeds(2), keep_on_device=PRESENTS)))
+        for _ in range(2):  # the binding of handles kept by this runner, made then found
+            runner.run(step(runner, mine), keep_on_device=PRESENTS)
+        theirs = dict(zip(names, other.run(_feeds(2), keep_on_device=PRESENTS)))
+        jobs = runner.get_stats()["jobs"]
+        with pytest.raises(RunnerError, match=r"input 'past_l0_k': DeviceValue 'present_l0_k' belongs to another"):
+            runner.run(step(other, theirs), keep_on_device=PRESENTS)
+        mixed = dict(step(runner, mine), past_l1_v=theirs["present_l1_v"])
+        with pytest.raises(RunnerError, match=r"input 'past_l1_v': DeviceValue 'present_l1_v' belongs to another"):
+            runner.run(mixed, keep_on_device=PRESENTS)
+        assert runner.get_stats()["jobs"] == jobs
+        other.close()
+        with pytest.raises(RunnerError, match="belongs to another runner"):
+            runner.run(step(other, theirs), keep_on_device=PRESENTS)
+        runner.run(step(runner, mine), keep_on_device=PRESENTS)  # its own handles still run

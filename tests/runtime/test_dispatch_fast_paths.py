@@ -209,3 +209,49 @@ def test_inputs_of_one_spec_are_checked_as_one_only_when_alike():
         with pytest.raises(RunnerError) as general:
             check_inputs("runner", tensors, bad)
         assert str(fast.value) == str(general.value)
+
+
+def test_a_result_check_remembers_results_only_with_the_input_dims_they_are_bound_to():
+    """Outputs whose symbolic dims no input has (a decoder's presents, "past + 1") are remembered by
+    their own shapes: another past length passes, unlike presents do not. Outputs bound to an input's
+    dim are remembered with that input's shape: the same results after another input are refused."""
+    from xgraph.runners.result_check import ResultCheck
+    f32 = np.dtype(np.float32)
+    presents = ResultCheck("runner R", [(f"present{i}", f32, (1, "past + 1")) for i in range(3)],
+                           [("past", f32, (1, "past"))])
+    for past in (2, 3, 2, 3):  # the second round passes from the memo
+        presents([np.zeros((1, past), np.float32)], [np.zeros((1, past + 1), np.float32)] * 3)
+    for wrong, named in (([np.zeros((1, 3))] * 3, "present0"),
+                         ([np.zeros((1, 3), np.float32)] * 2 + [np.zeros((1, 4), np.float32)], "present2"),
+                         ([np.zeros((1, 3), np.float32)] * 2 + [np.zeros((1, 3), np.int32)], "present2")):
+        with pytest.raises(RunnerError, match=f"output '{named}'"):
+            presents([np.zeros((1, 2), np.float32)], wrong)
+
+    bound = ResultCheck("runner R", [("y", f32, ("past", 4))], [("x", f32, ("past", 4))])
+    bound([np.zeros((3, 4), np.float32)], [np.zeros((3, 4), np.float32)])
+    bound([np.zeros((3, 4), np.float32)], [np.zeros((3, 4), np.float32)])  # from the memo
+    with pytest.raises(RunnerError, match="output 'y' has past=3, but this run bound past=2"):
+        bound([np.zeros((2, 4), np.float32)], [np.zeros((3, 4), np.float32)])
+    with pytest.raises(RunnerError, match="output 'y'"):  # too few inputs to bind from: checked, not remembered
+        bound([], [np.zeros((3, 4), np.float64)])
+
+
+def test_an_input_of_another_dtype_after_remembered_ones_is_refused_with_the_general_message():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["past", 4])
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1])
+    graph = xgraph.Graph.from_onnx(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["ids"], ["z"])], "g", [x, ids],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["past", 4]),
+         helper.make_tensor_value_info("z", TensorProto.INT64, [1])]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    tensors = graph.get_input_tensors()
+    check = InputCheck("runner", tensors)
+    good = {"x": np.zeros((2, 4), np.float32), "ids": np.zeros(1, np.int64)}
+    for _ in range(2):
+        assert [v.shape for v in check(good)] == [(2, 4), (1,)]
+    for bad in (dict(good, ids=np.zeros(1, np.int32)), dict(good, x=np.zeros((2, 4), np.float16))):
+        with pytest.raises(RunnerError) as fast:
+            check(bad)
+        with pytest.raises(RunnerError) as general:
+            check_inputs("runner", tensors, bad)
+        assert str(fast.value) == str(general.value)

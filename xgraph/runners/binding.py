@@ -8,24 +8,30 @@ and only the copies that way still needs are made. `Bindings` builds that plan o
 combination (which inputs are handles, in which memory; which outputs are kept) and reuses it:
 a decoding loop has one, the same every step.
 
-    bindings = Bindings(owner, base_plan, build, output_names, memory, schedule_for)
-    arrays, binding = bindings.bind(feeds, keep_on_device)    # handles unwrapped, checked
+    bindings = Bindings(owner, base_plan, build, input_names, output_names, memory, schedule_for, count_copy)
+    arrays, binding, fed = bindings.bind(feeds, keep_on_device)   # handles unwrapped, checked
     results = ... run binding.plan (binding.schedule on the caller's thread) ...
-    results, saved_bytes = binding.wrap(results, count_copy)  # kept outputs as DeviceValues
+    results, saved_bytes = binding.wrap(results, fed)             # kept outputs as DeviceValues
+
+A handle knows the output it was kept from (`KeptOutput`, one per output and memory of a
+runner), so a run fed handles finds its binding by which of those it has, per input: the
+binding is made, and the handles found to live in this runner's memory, once.
 """
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from xgraph.errors import RunnerError
 from xgraph.devices.instances import HOST
-from xgraph.runners.device_values import DeviceMemory, DeviceValue
+from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, unwrap
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
     from xgraph.runners.scheduler import TaskPlan
 
 _NOTHING: frozenset = frozenset()
+_NBYTES = operator.attrgetter("nbytes")
 
 #: bindings remembered per runner (a loop uses one; a cap keeps a caller that varies them bounded)
 BINDINGS_KEPT = 64
@@ -39,23 +45,34 @@ def copy_count(plan: "TaskPlan") -> int:
 class Binding:
     """One combination of handle inputs and kept outputs: its plan and what it saves per run."""
 
-    __slots__ = ("plan", "schedule", "kept", "saved")
+    __slots__ = ("plan", "schedule", "kept", "saved", "_fed_at", "_homes")
 
-    def __init__(self, plan: "TaskPlan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int) -> None:
+    def __init__(self, plan: "TaskPlan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int,
+                 home: "Callable[[str, str], KeptOutput]", fed_at: "tuple[int, ...]" = ()) -> None:
+        """`home(name, memory)`: the `KeptOutput` of a kept output; `fed_at`: the inputs fed as handles
+        in device memory (their bytes are not copied)."""
         self.plan, self.schedule, self.saved = plan, schedule, saved
         #: (result index, output name, memory) of each kept output
         self.kept = tuple((i, name, memory) for i, (name, memory) in enumerate(plan.results) if name in kept)
+        #: (result index, its KeptOutput, whether it stays in device memory) of each kept output
+        self._homes = tuple((i, home(name, memory), memory != HOST) for i, name, memory in self.kept)
+        #: picks the handles fed in device memory from a run's inputs, in one C call
+        self._fed_at = None if not fed_at else operator.itemgetter(*fed_at) if len(fed_at) > 1 else \
+            operator.itemgetter(slice(fed_at[0], fed_at[0] + 1))
 
-    def wrap(self, results: list, device_memory: DeviceMemory, count_copy: "Callable[[int, float], None]",
-             fed_bytes: int) -> "tuple[list, int]":
+    def fed_bytes(self, values: list) -> int:
+        """The bytes of the handles a run fed in device memory (`values`: its inputs, unwrapped)."""
+        return 0 if self._fed_at is None else sum(map(_NBYTES, self._fed_at(values)))
+
+    def wrap(self, results: list, fed_bytes: int) -> "tuple[list, int]":
         """`results` with each kept output as a DeviceValue, and the bytes this run did not copy
         (`fed_bytes`: those of the handles fed in device memory)."""
         saved = fed_bytes
-        for i, name, memory in self.kept:
+        for i, home, on_device in self._homes:
             value = results[i]
-            if memory != HOST:
+            if on_device:
                 saved += value.nbytes
-            results[i] = DeviceValue(value, name, memory, device_memory, count_copy)
+            results[i] = DeviceValue(value, home)
         return results, saved
 
 
@@ -64,11 +81,19 @@ class Bindings:
 
     def __init__(self, owner: str, base: "TaskPlan", build: "Callable[[Mapping[str, str], Collection[str]], TaskPlan]",
                  input_names: Sequence[str], output_names: Sequence[str], device_memory: DeviceMemory,
-                 schedule_for: "Callable[[TaskPlan], InlineSchedule | None]") -> None:
+                 schedule_for: "Callable[[TaskPlan], InlineSchedule | None]",
+                 count_copy: "Callable[[int, float], None]") -> None:
         """`build(input memory by name, kept output names)`: the plan for a binding (`build_plan`);
-        `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none."""
+        `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none;
+        `count_copy(nbytes, seconds)`: counts a handle's copy to the host in the runner's stats."""
         self.owner, self.base, self.build, self.schedule_for = owner, base, build, schedule_for
+        self.count_copy = count_copy
+        #: (output name, memory) -> the KeptOutput every handle of that output kept there has
+        self._homes: dict[tuple[str, str], KeptOutput] = {}
         self.input_names, self.output_names = tuple(input_names), tuple(output_names)
+        #: feeds of exactly these names are read in input order in C (none when two inputs share a name)
+        self._name_set = frozenset(self.input_names) if len(set(self.input_names)) == len(self.input_names) \
+            else None
         self.device_memory = device_memory
         self._base_copies = copy_count(base)
         self._found: dict[tuple, Binding] = {}
@@ -78,8 +103,27 @@ class Bindings:
              ) -> "tuple[dict | list, Binding, int]":
         """The feeds with every DeviceValue replaced by its array (checked to live in this runner's
         open memory), the binding for them and `keep_on_device`, and the bytes of the handles fed
-        in device memory."""
+        in device memory. Feeds of exactly the inputs (a dict of their names, a list of as many
+        values) come back as a list in input order, which the input check reads as it is."""
         kept = self._kept(keep_on_device)
+        kind = type(feeds)
+        if kind is dict and feeds.keys() == self._name_set:  # exactly the inputs: a list in input order
+            values = list(map(feeds.__getitem__, self.input_names))
+        elif (kind is list or kind is tuple) and len(feeds) == len(self.input_names):
+            values = list(feeds)
+        else:
+            return self._bind_each(feeds, kept)
+        homes = unwrap(values)
+        if homes is None:
+            return values, self.binding((), kept), 0
+        if self.device_memory.closed:  # refused as the first handle's own use would be
+            first = next(i for i, home in enumerate(homes) if home is not None)
+            self.device_memory.check(homes[first], f"input {self.input_names[first]!r}")
+        binding = self.binding(tuple(homes), kept)
+        return values, binding, binding.fed_bytes(values)
+
+    def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":
+        """`bind` value by value, for feeds that are not exactly the inputs (the input check names why)."""
         if type(feeds) is dict:
             pairs = feeds.items()
         elif isinstance(feeds, (list, tuple)):
@@ -87,37 +131,54 @@ class Bindings:
         else:
             return feeds, self.binding((), kept), 0  # the input check names what is wrong with them
         arrays: dict = {}
-        placed = []
+        homes = {}
         fed = 0
         for name, value in pairs:
             if type(value) is DeviceValue:
-                array = value.array_in(self.device_memory, name)
-                placed.append((name, value.memory))
+                array, homes[name] = value.unwrap_in(self.device_memory, name)
                 if value.memory != HOST:
                     fed += array.nbytes
                 value = array
             arrays[name] = value
         if type(feeds) is not dict:
             arrays = list(arrays.values()) + list(feeds[len(arrays):])  # too many values: the check says so
-        return arrays, self.binding(tuple(placed), kept), fed
+        # handles fed under names that are no input are not placed: the input check refuses those feeds
+        return arrays, self.binding(tuple(map(homes.get, self.input_names)) if homes else (), kept), fed
 
-    def binding(self, placed: tuple, kept: frozenset) -> Binding:
-        """The binding with inputs `placed` ((name, memory) pairs) and outputs `kept` (made on first use)."""
-        key = (placed, kept)
+    def binding(self, homes: tuple, kept: frozenset) -> Binding:
+        """The binding with the inputs given as handles kept from `homes` (per input in input order, the
+        `KeptOutput` of its handle or None for an array; () for no handle) and outputs `kept` (made on
+        first use, once every handle is found to live in this runner's memory: a binding is never made
+        for another runner's handles, so finding one is that check)."""
+        key = (homes, kept)
         found = self._found.get(key)
         if found is None:
-            plan = self.build(dict(placed), kept)
+            placed = {}
+            for name, home in zip(self.input_names, homes):
+                if home is not None:
+                    if home.device_memory is not self.device_memory:
+                        self.device_memory.check(home, f"input {name!r}")
+                    placed[name] = home.memory
+            plan = self.build(placed, kept)
             missing = set(plan.streams()) - set(self.base.streams())
             if missing:
                 raise RunnerError(f"{self.owner}: these device inputs would need a copy on stream "
                                   f"{', '.join(sorted(missing))}, which this runner does not have; feed them "
                                   f"as arrays (.numpy())")
             saved = max(0, self._base_copies - copy_count(plan))
-            found = Binding(plan, self.schedule_for(plan), kept, saved)
+            fed_at = tuple(i for i, home in enumerate(homes) if home is not None and home.memory != HOST)
+            found = Binding(plan, self.schedule_for(plan), kept, saved, self._home, fed_at)
             if len(self._found) >= BINDINGS_KEPT:
                 self._found.clear()
             self._found[key] = found
         return found
+
+    def _home(self, name: str, memory: str) -> KeptOutput:
+        """The KeptOutput of output `name` kept in `memory` (one per pair: every binding's handles share it)."""
+        home = self._homes.get((name, memory))
+        if home is None:
+            home = self._homes[(name, memory)] = KeptOutput(name, memory, self.device_memory, self.count_copy)
+        return home
 
     def _kept(self, keep_on_device: "Collection[str] | None") -> frozenset:
         """`keep_on_device` as a set of output names, checked (a loop's list: one lookup after the first step)."""

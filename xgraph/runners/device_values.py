@@ -43,8 +43,9 @@ class DeviceMemory:
         """Free the memory: every handle in it is refused from now on."""
         self.closed = True
 
-    def check(self, value: "DeviceValue", use: str) -> None:
-        """RunnerError unless `value` lives in this memory and it is open; `use` says what was asked."""
+    def check(self, value: "DeviceValue | KeptOutput", use: str) -> None:
+        """RunnerError unless `value` (a handle, or the output its handles are kept from) lives in this
+        memory and it is open; `use` says what was asked."""
         if value.device_memory is not self:
             raise RunnerError(f"{self.owner}: {use}: DeviceValue {value.name!r} belongs to another runner "
                               f"({value.device_memory.owner}); a value kept on the device is valid only in the "
@@ -54,18 +55,43 @@ class DeviceMemory:
                               f"copy values to the host with .numpy() before closing the runner")
 
 
+class KeptOutput:
+    """Where the handles of one output kept on the device come from and live: the output's name, the
+    memory domain it stays in ("host", "device", "device:1": `xgraph.devices.instances`), the
+    `DeviceMemory` of its runner and `count_copy(nbytes, seconds)`, which records a copy to the host
+    in that runner's stats. One per output and memory domain of a runner, shared by that output's
+    handles of every run: a run fed handles knows where they live by which of these they have."""
+
+    __slots__ = ("name", "memory", "device_memory", "count_copy")
+
+    def __init__(self, name: str, memory: str, device_memory: DeviceMemory,
+                 count_copy: "Callable[[int, float], None]") -> None:
+        self.name, self.memory, self.device_memory, self.count_copy = name, memory, device_memory, count_copy
+
+
 class DeviceValue:
     """A graph output left in a runner's memory (`run(..., keep_on_device=[name])`), fed to later runs as is."""
 
-    __slots__ = ("name", "memory", "device_memory", "_array", "_count_copy")
+    __slots__ = ("_array", "_kept")
 
-    def __init__(self, array: np.ndarray, name: str, memory: str, device_memory: DeviceMemory,
-                 count_copy: "Callable[[int, float], None]") -> None:
-        """`array`: the value (never handed out); `memory`: the memory domain it lives in ("host",
-        "device", "device:1": `xgraph.devices.instances`);
-        `count_copy(nbytes, seconds)`: records a copy to the host in the making runner's stats."""
-        self.name, self.memory, self.device_memory = name, memory, device_memory
-        self._array, self._count_copy = array, count_copy
+    def __init__(self, array: np.ndarray, kept: KeptOutput) -> None:
+        """`array`: the value (never handed out); `kept`: the output it was kept from, and where."""
+        self._array, self._kept = array, kept
+
+    @property
+    def name(self) -> str:
+        """The graph output it was kept from."""
+        return self._kept.name
+
+    @property
+    def memory(self) -> str:
+        """The memory domain it lives in ("host", "device", "device:1": `xgraph.devices.instances`)."""
+        return self._kept.memory
+
+    @property
+    def device_memory(self) -> DeviceMemory:
+        """The memory of the runner that made it (a model's gear runners share one)."""
+        return self._kept.device_memory
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -88,15 +114,15 @@ class DeviceValue:
         start = time.perf_counter()
         array = self._array.copy()
         if self.memory != HOST:
-            self._count_copy(array.nbytes, time.perf_counter() - start)
+            self._kept.count_copy(array.nbytes, time.perf_counter() - start)
         return array
 
-    def array_in(self, device_memory: DeviceMemory, input_name: str) -> np.ndarray:
-        """The value itself, fed as input `input_name` of a run in `device_memory` (RunnerError when it
-        lives elsewhere or was freed)."""
+    def unwrap_in(self, device_memory: DeviceMemory, input_name: str) -> "tuple[np.ndarray, KeptOutput]":
+        """The value itself and the output it was kept from, fed as input `input_name` of a run in
+        `device_memory` (RunnerError when it lives elsewhere or was freed)."""
         if self.device_memory is not device_memory or device_memory.closed:  # the check, named only on failure
             device_memory.check(self, f"input {input_name!r}")
-        return self._array
+        return self._array, self._kept
 
     def __array__(self, *args, **kwargs):
         raise RunnerError(f"DeviceValue {self.name!r} lives in {self.memory} memory of {self.device_memory.owner}; "
@@ -107,6 +133,21 @@ class DeviceValue:
                 f"{', freed' if self.device_memory.closed else ''})")
 
 
+def unwrap(values: list) -> "list[KeptOutput | None] | None":
+    """Replace each DeviceValue among `values` by its array, in place, and say per value the output its
+    handle was kept from (None for the others); None when there was no handle. Where they may be read
+    is the caller's to check (`DeviceMemory.check` on those outputs): a decoding step unwraps one
+    handle per cache tensor, and checks the outputs they were kept from once per binding."""
+    homes = None
+    for i, value in enumerate(values):
+        if type(value) is DeviceValue:
+            if homes is None:
+                homes = [None] * len(values)
+            homes[i] = value._kept
+            values[i] = value._array
+    return homes
+
+
 def has_device_values(values: "dict | list | tuple") -> bool:
     """True when a feed (a dict by name, or a list in input order) holds a DeviceValue."""
     if type(values) is dict:
@@ -114,4 +155,4 @@ def has_device_values(values: "dict | list | tuple") -> bool:
     return isinstance(values, (list, tuple)) and DeviceValue in set(map(type, values))
 
 
-__all__ = ["DeviceMemory", "DeviceValue", "has_device_values"]
+__all__ = ["DeviceMemory", "DeviceValue", "KeptOutput", "has_device_values", "unwrap"]

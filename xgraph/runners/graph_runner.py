@@ -42,6 +42,7 @@ from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTabl
                                  interrupted, nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
 from xgraph.runners.lifetime import close_all, start_thread
+from xgraph.runners.run_stats import GraphCounts
 from xgraph.runners.runner import Runner
 from xgraph.runners.scheduler import Task, TaskPlan, ThreadScheduler
 
@@ -189,15 +190,14 @@ class GraphRunner:
         self._slots = JobSlots(max_jobs_in_flight) if job_slots is None else job_slots
         self._jobs = JobTable(self._owner, slots=self._slots)
         self._closed = False
-        self._stats_lock = threading.Lock()
-        #: copies made (count, bytes, seconds) and not made because values stayed on the device (saved)
-        self._copies = {"count": 0, "bytes": 0, "seconds": 0.0, "saved": 0, "saved_bytes": 0}
+        #: jobs by status, copies made (count, bytes, seconds) and not made because values stayed on the
+        #: device (saved, saved_bytes)
+        self._counts = GraphCounts([s.name for s in JobStatus if s is not JobStatus.PENDING])
         self._owns_memory = device_memory is None
         self.device_memory = DeviceMemory(self._owner) if device_memory is None else device_memory
         self._bindings: Bindings | None = None  # plans for DeviceValue inputs and kept outputs, made on first use
         #: what a DeviceValue's `.numpy()` calls: it holds the counters, not the runner
-        self._count_host_copy = functools.partial(_count_copy, self._copies, self._stats_lock)
-        self._job_counts = {s.name: 0 for s in JobStatus if s is not JobStatus.PENDING}
+        self._count_host_copy = self._counts.count_copy
         self.profile = profile
         self._spans: list[tuple] = []
         self._epoch = time.perf_counter()
@@ -359,14 +359,7 @@ class GraphRunner:
 
     def _end_inline_run(self, copied: list, seconds: float, status: str) -> None:
         """A run on the caller's thread ended with `status`, having copied `copied` in `seconds`."""
-        nbytes = nbytes_of(copied)
-        with self._stats_lock:
-            self._job_counts[status] += 1
-            if copied:
-                copies = self._copies
-                copies["count"] += len(copied)
-                copies["bytes"] += nbytes
-                copies["seconds"] += seconds
+        self._counts.record(status, len(copied), nbytes_of(copied), seconds)
 
     def _is_closed(self) -> bool:
         return self._closed
@@ -387,8 +380,7 @@ class GraphRunner:
         return RunnerError(f"{self._owner}: job {job_id} failed: {type(error).__name__}: {error}")
 
     def _count_job(self, status: str) -> None:
-        with self._stats_lock:
-            self._job_counts[status] += 1
+        self._counts.record(status)
 
     def _bound_job_done(self, binding: Binding, fed: int, job: Job, results: list | None,
                         error: BaseException | None) -> None:
@@ -475,15 +467,13 @@ class GraphRunner:
                 self._owner, self.plan,
                 lambda placed, kept: build_plan(self.graph, by_subgraph, devices, input_memory=placed, keep=kept),
                 [t.name for t in self._inputs], [t.name for t in self._outputs], self.device_memory,
-                self._scheduler.inline_schedule)
+                self._scheduler.inline_schedule, self._count_host_copy)
         return self._bindings.bind(feeds, keep_on_device)
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
-        results, saved_bytes = binding.wrap(results, self.device_memory, self._count_host_copy, fed)
-        with self._stats_lock:
-            self._copies["saved"] += binding.saved
-            self._copies["saved_bytes"] += saved_bytes
+        results, saved_bytes = binding.wrap(results, fed)
+        self._counts.record(None, saved=binding.saved, saved_bytes=saved_bytes)
         return results
 
     # -- stats and profiling --------------------------------------------------------------------
@@ -494,19 +484,15 @@ class GraphRunner:
             return  # subgraph runs are counted by their runners
         nbytes = nbytes_of(outs)
         if kind != "subgraph":
-            with self._stats_lock:
-                copies = self._copies
-                copies["count"] += len(outs)
-                copies["bytes"] += nbytes
-                copies["seconds"] += end - start
+            self._counts.record(None, len(outs), nbytes, end - start)
         if self.profile:
             self._spans.append((task.name, task.kind, task.stream, start, end, job.id, nbytes))
 
     def get_stats(self) -> dict[str, Any]:
         """Jobs by status, copies between memory domains (count, bytes, seconds), each subgraph runner's
         stats and, per device stream (instance), its queues, subgraphs and summed run times."""
-        with self._stats_lock:
-            stats = {"jobs": dict(self._job_counts), "copies": dict(self._copies)}
+        jobs, copies = self._counts.snapshot()
+        stats = {"jobs": jobs, "copies": copies}
         stats["subgraphs"] = {name: r.get_stats() for name, r in self.runners.items()}
         stats["streams"] = self.plan.stream_stats(stats["subgraphs"])
         return stats
@@ -554,14 +540,6 @@ class GraphRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _count_copy(copies: dict, lock: threading.Lock, nbytes: int, seconds: float) -> None:
-    """A DeviceValue copied to the host (`.numpy()`): one copy in its runner's stats (no reference to the runner)."""
-    with lock:
-        copies["count"] += 1
-        copies["bytes"] += nbytes
-        copies["seconds"] += seconds
 
 
 def _watch(runner: "weakref.ref[GraphRunner]", stop: threading.Event) -> None:

@@ -21,9 +21,10 @@ was closed meanwhile.
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from numpy import ndarray
 
@@ -168,8 +169,8 @@ class Chain:
     """A plan that is one subgraph between the copies of its inputs and of its results (a model
     placed on one device, each gear of a decoder), run as straight-line code: the same locks,
     copies and results as `InlineSchedule.run`'s loop over the same steps, without the loop and
-    the value table. Each of `feed_order`, `reads`, `picks` and `results` is the order in which a
-    step takes the values before it (indices), None when it takes them as they are.
+    the value table. Each of `feed_order`, `reads`, `picks` and `results` picks the values a step
+    takes from those before it, in its order (an itemgetter), None when it takes them as they are.
 
     Either copy step may be absent (a subgraph in host memory reads the inputs as they are). It
     applies when the subgraph reads only the (copied) inputs and the results are only its (copied)
@@ -239,7 +240,7 @@ class Chain:
             if self.copy_in is not None:
                 with self.lock_in:
                     start = clock()
-                    values = feeds if self.feed_order is None else list(map(feeds.__getitem__, self.feed_order))
+                    values = feeds if self.feed_order is None else list(self.feed_order(feeds))
                     values = copy_values(self.copy_in, values)
                     seconds = clock() - start
                 copied = values
@@ -251,19 +252,19 @@ class Chain:
                 if ended():
                     on_end(copied, seconds, "CANCELLED")
                     return None
-                values = self.task.fn(values if self.reads is None else list(map(values.__getitem__, self.reads)))
+                values = self.task.fn(values if self.reads is None else list(self.reads(values)))
             if self.copy_out is not None:
                 outputs = values
                 with self.lock_out:
                     start = clock()
                     if self.picks is not None:
-                        values = list(map(values.__getitem__, self.picks))
+                        values = list(self.picks(values))
                     values = copy_values(self.copy_out, values)
                     seconds += clock() - start
                 copied = copied + values
                 if self.with_outputs:
                     values = values + outputs
-            results = values if self.results is None else list(map(values.__getitem__, self.results))
+            results = values if self.results is None else list(self.results(values))
         except BaseException:
             on_end(copied, seconds, "FAILED")
             raise
@@ -271,9 +272,14 @@ class Chain:
         return results
 
 
-def _unless_identity(order: tuple, size: int) -> tuple | None:
-    """`order` (indices into a list of `size` values), or None when it takes the whole list as it is."""
-    return None if order == tuple(range(size)) else order
+def _unless_identity(order: tuple, size: int) -> "Callable[[list], Sequence] | None":
+    """What picks the values at `order` (indices into a list of `size` values) in that order, in one C
+    call, or None when it takes the whole list as it is."""
+    if order == tuple(range(size)):
+        return None
+    if len(order) == 1:  # an itemgetter of one index would return the value, not a sequence of it
+        return operator.itemgetter(slice(order[0], order[0] + 1))
+    return operator.itemgetter(*order) if order else operator.itemgetter(slice(0, 0))
 
 
 def _fuse_copies(steps: tuple) -> tuple:

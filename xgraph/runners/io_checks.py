@@ -65,6 +65,9 @@ SIGNATURES_KEPT = 256
 ONLY_ARRAYS = {np.ndarray}
 #: (dtype, shape) of an array, read in C
 DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
+#: the dtype, the shape of an array, read in C
+DTYPE = operator.attrgetter("dtype")
+SHAPE = operator.attrgetter("shape")
 
 
 class InputCheck:
@@ -76,7 +79,7 @@ class InputCheck:
     remembered when it passes); anything else goes through `check_inputs`, which converts what
     it can and names what is wrong."""
 
-    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted", "groups", "firsts")
+    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted", "dtypes", "groups", "firsts")
 
     def __init__(self, owner: str, tensors: "Sequence[Tensor]") -> None:
         self.owner, self.tensors = owner, list(tensors)
@@ -86,11 +89,16 @@ class InputCheck:
         self.specs = tuple(None if t.type_proto is not None else _spec(t) for t in self.tensors)
         #: a dict of exactly these names is read in input order with one C call
         self.by_keys = frozenset(self.names) if len(set(self.names)) == len(self.names) else None
-        #: every input a tensor: the ((dtype, shape), ...) of inputs that passed, so the same signature
-        #: again (a decoding loop's next step) is one set lookup of a key built in C; None otherwise
+        #: every input a tensor of a declared dtype: the dtypes, compared as one list (C calls)
+        self.dtypes = [s[0] for s in self.specs] if all(s is not None and s[0] is not None for s in self.specs) \
+            else None
+        #: every input a tensor: the signatures of inputs that passed, so the same signature again (a
+        #: decoding loop's next step) is one set lookup of a key built in C; None otherwise. A signature
+        #: is the shapes when every dtype is declared (`dtypes`, compared on every call), else the
+        #: (dtype, shape) pairs
         self.accepted: "set | None" = set() if all(s is not None for s in self.specs) else None
         if self.accepted is not None and all(s[0] is not None and s[2] is not None for s in self.specs):
-            self.accepted.add(tuple((s[0], s[2]) for s in self.specs))  # fully static: known before any call
+            self.accepted.add(tuple(s[2] for s in self.specs))  # fully static: known before any call
         #: inputs of one spec (a decoder's pasts): when their values' dtypes and shapes are alike too,
         #: the first of each group (`firsts`) is checked for all; None when no two share a spec
         self.groups: "tuple[Callable, ...] | None" = None
@@ -117,7 +125,13 @@ class InputCheck:
             return check_inputs(self.owner, self.tensors, inputs)
         accepted = self.accepted
         if accepted is not None and {*map(type, values)} == ONLY_ARRAYS:
-            key = tuple(map(DTYPE_SHAPE, values))
+            dtypes = self.dtypes
+            if dtypes is None:
+                key = tuple(map(DTYPE_SHAPE, values))
+            elif list(map(DTYPE, values)) == dtypes:
+                key = tuple(map(SHAPE, values))
+            else:
+                return check_inputs(self.owner, self.tensors, inputs)  # names the input of another dtype
             if key in accepted:
                 return values
             groups = self.groups

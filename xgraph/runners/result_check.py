@@ -24,10 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError
-from xgraph.runners.io_checks import DTYPE_SHAPE, ONLY_ARRAYS, SIGNATURES_KEPT
-
-#: the shape of an array, read in C
-SHAPE = operator.attrgetter("shape")
+from xgraph.runners.io_checks import DTYPE, DTYPE_SHAPE, ONLY_ARRAYS, SHAPE, SIGNATURES_KEPT
 #: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
 Signature = tuple[str, "np.dtype | None", "tuple | None"]
 
@@ -59,8 +56,8 @@ class _Output:
 class ResultCheck:
     """The output signature of one runner, and the check of one run's results against it."""
 
-    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "exact", "_passed", "_groups", "_firsts",
-                 "_reduced")
+    __slots__ = ("owner", "outputs", "inputs", "size", "_symbolic", "exact", "_dtypes", "_passed", "_groups",
+                 "_firsts", "_reduced", "_keyed")
 
     def __init__(self, owner: str, outputs: "Sequence[Signature | None]", inputs: Sequence[Signature]):
         self.owner = owner
@@ -76,15 +73,22 @@ class ResultCheck:
                     where.setdefault(d, []).append((i, len(shape), k))
         self.inputs = tuple((d, tuple(places)) for d, places in where.items())
         self._symbolic = any(out is not None and out.symbolic for out in self.outputs)
+        #: the inputs that may bind a symbolic dim an output has: the check depends on the inputs only
+        #: through their shapes (a decoder's presents, "past + 1", depend on none: its memo has one key)
+        used = {d for out in self.outputs if out is not None for _, d in out.symbolic}
+        self._keyed = tuple(sorted({i for d, places in self.inputs if d in used for i, _, _ in places}))
         #: every output a tensor of known dtype and static shape: [(dtype, shape), ...], checked as one
         #: comparison of lists built in C (the general loop below runs only to name a mismatch)
         self.exact = ([(out.dtype, out.static) for out in self.outputs]
                        if all(out is not None and out.dtype is not None and out.static is not None
                               for out in self.outputs) else None)
-        #: input shapes -> the [(dtype, shape), ...] of results that passed for them: the check reads
-        #: only those, so the next run with the same shapes (a batch loop's next batch) is one dict
-        #: lookup and one comparison of lists built in C
-        self._passed: "dict | None" = {} if self.exact is None else None
+        #: every output a tensor of a declared dtype: the dtypes, compared as one list (C calls)
+        self._dtypes = [out.dtype for out in self.outputs] \
+            if all(out is not None and out.dtype is not None for out in self.outputs) else None
+        #: the results' (shape, ...) (with `_dtypes`; else ((dtype, shape), ...)) that passed, with the
+        #: shapes of the `_keyed` inputs when there are any: the same again (a batch loop's next batch, a
+        #: decoding loop's step at a past length seen before) is one set lookup of a key built in C
+        self._passed: "set | None" = set() if self.exact is None else None
         #: outputs declared alike (a decoder's presents: one dtype and shape, `past + 1` in it): when each
         #: group's results are alike too, checking the first of each group is checking them all, so a run
         #: checks (C calls over every result, then) one output per group through `_reduced`, a check of
@@ -117,12 +121,25 @@ class ResultCheck:
                 and list(map(DTYPE_SHAPE, results)) == exact:
             return
         passed = self._passed
-        # the check reads only the shapes of the inputs and the types, dtypes and shapes of the results:
-        # a memo of it is exact
-        if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, inputs)} <= ONLY_ARRAYS:
-            key = tuple(map(SHAPE, inputs))
-            got = list(map(DTYPE_SHAPE, results))
-            if passed.get(key) == got:
+        # the check reads only the shapes of the inputs that may bind an output's dims (`_keyed`) and the
+        # types, dtypes and shapes of the results: a memo of it is exact
+        keyed = self._keyed
+        if keyed:
+            if len(inputs) <= keyed[-1]:
+                self._check(inputs, results)
+                return
+            keyed = [inputs[i] for i in keyed]
+        if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, keyed)} <= ONLY_ARRAYS:
+            dtypes = self._dtypes
+            if dtypes is None:
+                got = tuple(map(DTYPE_SHAPE, results))
+            elif list(map(DTYPE, results)) == dtypes:
+                got = tuple(map(SHAPE, results))
+            else:
+                self._check(inputs, results)  # names the output of another dtype
+                return
+            key = (tuple(map(SHAPE, keyed)), got) if keyed else got
+            if key in passed:
                 return
             groups = self._groups
             if groups is not None and len(got) == self.size and all(len(set(pick(got))) == 1 for pick in groups):
@@ -131,7 +148,7 @@ class ResultCheck:
                 self._check(inputs, results)
             if len(passed) >= SIGNATURES_KEPT:
                 passed.clear()
-            passed[key] = got
+            passed.add(key)
             return
         self._check(inputs, results)
 

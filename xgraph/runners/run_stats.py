@@ -10,10 +10,15 @@ log stays small.
     stats.record((elapsed, bytes_in, bytes_out))
     stats.failed()
     stats.snapshot()   # {"runs": 1, "failures": 1, "total_s": ..., "last_s": ..., "bytes_in": ..., "bytes_out": ...}
+
+A graph runner's own counters (jobs by status, copies between memory domains and the copies
+values kept on the device saved) are kept the same way (`GraphCounts`): a decoding step on
+the caller's thread records its end and what it saved with two list appends.
 """
 from __future__ import annotations
 
 import threading
+from typing import Sequence
 
 #: records kept before they are folded into the totals
 FOLD_EVERY = 256
@@ -66,4 +71,59 @@ class RunStats:
             return dict(self._totals)
 
 
-__all__ = ["FOLD_EVERY", "RunStats"]
+#: the copy counters of `GraphCounts`, in the order its records hold them
+COPY_COUNTERS = ("count", "bytes", "seconds", "saved", "saved_bytes")
+
+
+class GraphCounts:
+    """A graph runner's jobs by status and its copies: count, bytes, seconds, and the copies values
+    kept on the device saved (saved, saved_bytes). Recorded from any thread by list appends, folded
+    into the totals when read (`snapshot`) and every `FOLD_EVERY` records."""
+
+    __slots__ = ("_jobs", "_copies", "_log", "_lock")
+
+    def __init__(self, statuses: "Sequence[str]") -> None:
+        self._jobs = dict.fromkeys(statuses, 0)
+        self._copies = dict.fromkeys(COPY_COUNTERS, 0)
+        self._copies["seconds"] = 0.0
+        #: (status or None, copies, bytes, seconds, saved, saved bytes) per record
+        self._log: list[tuple] = []
+        self._lock = threading.Lock()
+
+    def record(self, status: "str | None", count: int = 0, nbytes: int = 0, seconds: float = 0.0,
+               saved: int = 0, saved_bytes: int = 0) -> None:
+        """A job that ended with `status` (None: no job ended), and copies made or saved."""
+        log = self._log
+        log.append((status, count, nbytes, seconds, saved, saved_bytes))
+        if len(log) >= FOLD_EVERY:
+            with self._lock:
+                self._fold()
+
+    def count_copy(self, nbytes: int, seconds: float) -> None:
+        """One copy of `nbytes` made in `seconds` (a DeviceValue's `.numpy()`)."""
+        self.record(None, 1, nbytes, seconds)
+
+    def _fold(self) -> None:
+        log = self._log
+        taken = log[:]
+        del log[:len(taken)]  # records appended meanwhile (other threads) stay for the next fold
+        jobs, copies = self._jobs, self._copies
+        for status, count, nbytes, seconds, saved, saved_bytes in taken:
+            if status is not None:
+                jobs[status] += 1
+            if count:
+                copies["count"] += count
+                copies["bytes"] += nbytes
+                copies["seconds"] += seconds
+            if saved or saved_bytes:
+                copies["saved"] += saved
+                copies["saved_bytes"] += saved_bytes
+
+    def snapshot(self) -> "tuple[dict, dict]":
+        """(jobs by status, copies), every record included."""
+        with self._lock:
+            self._fold()
+            return dict(self._jobs), dict(self._copies)
+
+
+__all__ = ["COPY_COUNTERS", "FOLD_EVERY", "GraphCounts", "RunStats"]
