@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xgraph.compiler import dim_ranges
-from xgraph.compiler.dim_ranges import DEFAULT_SIZE, UNNAMED, DimRanges, assumed_text
-from xgraph.compiler.symbolic_dims import render
+from xgraph.ir import dim_ranges
+from xgraph.ir.dim_ranges import DEFAULT_SIZE, UNNAMED, DimRanges, assumed_text
+from xgraph.ir.symbolic_dims import render
 from xgraph.errors import GraphError
 
 RANGES = {"past": (0, 2048), "batch": (1, 8), "total": (1, 10), "seq": (4, -1)}

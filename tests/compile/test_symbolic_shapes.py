@@ -9,7 +9,7 @@ import pytest
 import xgraph
 from xgraph import Graph
 from xgraph.compiler.prepare import apply_input_shape
-from xgraph.compiler.symbolic_dims import dim_add, dim_div, dim_mul, dim_product, poly, render
+from xgraph.ir.symbolic_dims import dim_add, dim_div, dim_mul, dim_product, poly, render
 from xgraph.compiler.symbolic_shapes import broadcast, propagate
 
 from testing.runtime import load_script

@@ -185,7 +185,7 @@ def cost_lines(cost: "dict[str, Any] | None") -> list[str]:
             copies = f"{entry['copies']} cop{'y' if entry['copies'] == 1 else 'ies'}"
             lines.append(f"  {name}: busy {_ms(entry['busy_seconds'])}, {memory}, {copies} ({_ms(entry['copy_seconds'])})")
     if cost.get("assumed_dims"):
-        from xgraph.compiler.dim_ranges import assumed_text
+        from xgraph.ir.dim_ranges import assumed_text
         lines.append(f"dynamic dims estimated at: {assumed_text(cost['assumed_dims'])}")
     if cost.get("sources"):
         counts = ", ".join(f"{source} {n}" for source, n in cost["sources"].items())

@@ -23,7 +23,7 @@ import numpy as np
 from xgraph.devices.oprules import DTYPE_NAMES
 
 if TYPE_CHECKING:
-    from xgraph.compiler.dim_ranges import DimRanges
+    from xgraph.ir.dim_ranges import DimRanges
     from xgraph.ir import Op, Tensor
 
 

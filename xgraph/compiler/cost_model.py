@@ -5,7 +5,7 @@ plugin subgraph, which stays where its plugin put it) into an `xgraph.partition.
 
 - **nodes**: a unit's cost on each device that may run it is the roofline time of its ops
   (`xgraph.devices.cost`: max(FLOPs / peak, bytes / bandwidth) + launch, from the graph's
-  shapes, a dynamic dim at the size `xgraph.compiler.dim_ranges` assumes for it: the top of its
+  shapes, a dynamic dim at the size `xgraph.ir.dim_ranges` assumes for it: the top of its
   input_shape range, else 1), or its measured time where a cost table (the
   "costs" option) has one; on a plugin's device, the plugin's estimate or measured time. AICORE, AICPU and DVPP of one card share its
   memory, so the solver sees the card as one device, ``card``, costing what the cheapest of
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from xgraph.compiler.dim_ranges import DimRanges
+from xgraph.ir.dim_ranges import DimRanges
 from xgraph.devices import DeviceSpec, LinkProfile
 from xgraph.devices.cost import Roofline, op_flops
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from xgraph.compiler.cost_model import NO_RANGES, CostModel, Unit, build_problem, card_link, solver_device
-from xgraph.compiler.dim_ranges import DimRanges, tensor_dims
+from xgraph.ir.dim_ranges import DimRanges, tensor_dims
 from xgraph.devices import DeviceSpec, memory_of
 from xgraph.plugins.costs import ESTIMATE_ATTR, PREFERENCE_ATTR
 

@@ -33,7 +33,7 @@ from xgraph.ir import Graph, Op
 from xgraph.ir.template import MatchLog, record_matches
 from xgraph.compiler.options import format_input_shape, parse_input_shape, parse_input_shape_ranges, parse_options
 from xgraph.compiler.cost_model import op_seconds
-from xgraph.compiler.dim_ranges import DimRanges, assumed_text, tensor_dims
+from xgraph.ir.dim_ranges import DimRanges, assumed_text, tensor_dims
 from xgraph.compiler.placement import candidate_devices
 from xgraph.compiler.support import op_info
 from xgraph.devices import get_devices

@@ -30,7 +30,7 @@ from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.placement import bind_nested_graph_inputs, place
 from xgraph.devices.settings import with_plugin_devices
 from xgraph.compiler.qdq_units import bind_qdq_units
-from xgraph.compiler.dim_ranges import DimRanges
+from xgraph.ir.dim_ranges import DimRanges
 from xgraph.compiler.prepare import copy_graph, prepare
 from xgraph.compiler.verdicts import KernelMemo, Signatures
 from xgraph.devices import DeviceSpec

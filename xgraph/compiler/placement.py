@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from xgraph.errors import GraphError, PartitionError
 from xgraph.compiler.checks import Verdict
-from xgraph.compiler.dim_ranges import DimRanges
+from xgraph.ir.dim_ranges import DimRanges
 from xgraph.partition.merge import group_children
 from xgraph.compiler.options import CompileOptions, parse_options
 from xgraph.compiler.prepare import outer_scope_inputs

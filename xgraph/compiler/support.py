@@ -22,7 +22,7 @@ import onnx
 from xgraph.compiler.checks import (
     ACCEPT, Check, Verdict, all_of, compute_dtype, dtype_in, dtype_name, dtype_names, format_value, max_outputs,
     known_ranks, max_rank, refuse, shape_text, static_shapes, within_range)
-from xgraph.compiler.dim_ranges import DimRanges
+from xgraph.ir.dim_ranges import DimRanges
 from xgraph.compiler.host import host_runnable
 from xgraph.devices import CHECK_NAMES, DeviceSpec
 from xgraph.devices.oprules import NO_DEFAULT, OpRule, Ref, ShapeValues, TensorRule, ValueRule

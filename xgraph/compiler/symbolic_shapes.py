@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from xgraph.ir import Graph, Op, Tensor
-from xgraph.compiler.symbolic_dims import Dim, dim_add, dim_div, dim_mul, dim_product
+from xgraph.ir.symbolic_dims import Dim, dim_add, dim_div, dim_mul, dim_product
 from xgraph.compiler.symbolic_values import (MAX_VALUE_LENGTH, Shape, ShapeState, Values, attr_of, input_at, ints_of,
                                              norm_axis, value_of)
 

@@ -8,7 +8,7 @@ shapes of the `Reshape`/`Expand`/`Slice`/`ConstantOfShape` they feed.
 from __future__ import annotations
 
 from xgraph.ir import Op, Tensor
-from xgraph.compiler.symbolic_dims import dim_add, dim_div, dim_mul, dim_product
+from xgraph.ir.symbolic_dims import dim_add, dim_div, dim_mul, dim_product
 
 #: integer tensors longer than this are data, not shape arithmetic: their values are not tracked
 MAX_VALUE_LENGTH = 64

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from xgraph.compiler.symbolic_dims import Dim, poly
+from xgraph.ir.symbolic_dims import Dim, poly
 from xgraph.errors import GraphError
 
 if TYPE_CHECKING:
