@@ -1,5 +1,6 @@
 """The onnxruntime session behind kernels="auto": onnxruntime's own thread pool for a whole-graph
-subgraph, a small non-spinning one when device subgraphs run side by side."""
+subgraph, a small non-spinning one when device subgraphs run side by side, and the calling thread
+alone when no op is worth splitting."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,16 +10,21 @@ from onnx import TensorProto, helper
 pytest.importorskip("onnxruntime")
 
 import xgraph  # noqa: E402
-from xgraph.runners.ort_session import ORT_INTRA_OP_THREADS, ort_session  # noqa: E402
+from xgraph.runners.ort_session import (ONE_THREAD_BELOW_FLOPS, ORT_INTRA_OP_THREADS, ort_session,  # noqa: E402
+                                        splits_pay)
 from xgraph.errors import RunnerError  # noqa: E402
 from testing.runtime import place  # noqa: E402
 
 
-def _graph() -> xgraph.Graph:
+#: ops of this many elements are worth splitting across threads
+ROWS = 2 * ONE_THREAD_BELOW_FLOPS // 8
+
+
+def _graph(rows: int = ROWS) -> xgraph.Graph:
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Softmax", ["r"], ["y"], name="softmax")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 8])])
     return xgraph.Graph.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
@@ -44,7 +50,7 @@ def test_sessions_taking_turns_stop_spinning_at_the_end_of_each_run():
     assert session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
     with pytest.raises(RuntimeError):  # outside the block: a lone session again
         after.get_session_options().get_session_config_entry("session.force_spinning_stop")
-    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((ROWS, 8)).astype(np.float32)
     e = np.exp(np.maximum(x, 0))
     np.testing.assert_allclose(session.run(None, {"x": x})[0], e / e.sum(1, keepdims=True), rtol=1e-6)
 
@@ -85,10 +91,11 @@ def test_gears_that_differ_by_more_than_shapes_keep_their_own_sessions():
     init = [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])]
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=init),
                               opset_imports=[helper.make_opsetid("", 17)])
-    graph = xgraph.compile(model, {"input_shape": "x:-1", "dynamic_dims": "3;5;3000"})
+    sizes = (ONE_THREAD_BELOW_FLOPS, ONE_THREAD_BELOW_FLOPS + 2, 2 * ONE_THREAD_BELOW_FLOPS)  # worth splitting
+    graph = xgraph.compile(model, {"input_shape": "x:-1", "dynamic_dims": ";".join(map(str, sizes))})
     with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
         sessions = {r._executor._backend._session for r in runner.runners.values()}
-        for n in (3, 5, 3000):
+        for n in sizes:
             np.testing.assert_array_equal(runner.run({"x": np.ones(n, np.float32)})[0], np.arange(n) + 1.0)
     assert len(sessions) == 3  # they alternate: each stops spinning when its run ends
     assert all(s.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
@@ -104,9 +111,54 @@ def test_closing_a_runner_frees_its_onnxruntime_session():
     runner = xgraph.create_graph_runner(graph, kernels="onnxruntime")
     (device_runner,) = runner.runners.values()
     session = weakref.ref(device_runner._executor._backend._session._sess)  # the native session itself
-    runner.run({"x": np.ones((2, 8), np.float32)})
+    runner.run({"x": np.ones((ROWS, 8), np.float32)})
     runner.close()
     gc.collect()
     assert session() is None
     with pytest.raises(RunnerError, match="closed"):
-        runner.run({"x": np.ones((2, 8), np.float32)})
+        runner.run({"x": np.ones((ROWS, 8), np.float32)})
+
+
+def _matmul(k: int, n: int, rows: "int | str" = 1) -> "onnx.ModelProto":
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [k, n], np.ones(k * n, np.float32))
+    return helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g", [x], [y],
+                                               initializer=[w]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_graph_of_small_ops_runs_on_the_calling_thread_alone():
+    """A small decoder's step: waking a second thread for an op of a few thousand FLOPs costs more than it saves."""
+    small = place(_graph(rows=2), {"relu": "AICORE", "softmax": "AICORE"})
+    (session,) = _sessions(small)
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    with pytest.raises(RuntimeError):  # one thread: no pool to spin or stop
+        options.get_session_config_entry("session.force_spinning_stop")
+    for session in _sessions(place(_graph(rows=2), {"relu": "AICORE", "softmax": "CPU"})):  # siblings too
+        assert session.get_session_options().intra_op_num_threads == 1
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    with xgraph.create_graph_runner(small, kernels="onnxruntime") as runner:
+        e = np.exp(np.maximum(x, 0))
+        np.testing.assert_allclose(runner.run({"x": x})[0], e / e.sum(1, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("k, n, options, pays", [
+    (32, 64, {}, False),  # 2 * 32 * 64 FLOPs
+    (256, 256, {}, True),  # 2 * 256 * 256 = 131k
+    (32, 64, {"input_shape": "x:-1,32"}, False),  # a dynamic dim without a range: sized 1, as the estimates do
+    (32, 64, {"input_shape": "x:1..64,32"}, True),  # ... with one: at its top, 64 rows (262k FLOPs)
+])
+def test_the_heaviest_op_decides_at_the_sizes_the_estimates_assume(k, n, options, pays):
+    graph = xgraph.compile(_matmul(k, n, rows="m" if options else 1), options)
+    (child,) = graph.get_root_subgraph().get_children()
+    assert splits_pay(child) is pays
+    assert ort_session(child).get_session_options().intra_op_num_threads == (0 if pays else 1)
+
+
+def test_ops_of_unknown_size_keep_the_threads():
+    graph = xgraph.Graph.from_onnx(_matmul(32, 64), infer_shapes=False)
+    graph.get_op("mm").get_output_tensors()[0].shape = None
+    graph.get_root_subgraph().create_child_subgraph()
+    (child,) = graph.get_root_subgraph().get_children()
+    assert splits_pay(child)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 import onnx
 
+from xgraph.devices.cost import op_flops
 from xgraph.errors import ModelFileError
+from xgraph.ir.dim_ranges import DimRanges
 from xgraph.ir.onnx.mapped import MappedFile, origin
 
 if TYPE_CHECKING:
@@ -24,6 +26,12 @@ STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 #: Threads one onnxruntime session may use inside an op when devices run side by side (a
 #: subgraph with siblings); a subgraph that is the whole graph uses onnxruntime's default.
 ORT_INTRA_OP_THREADS = 2
+#: A session whose heaviest op does fewer FLOPs than this runs on one intra-op thread: handing
+#: such an op to a second thread costs more than the thread saves. onnxruntime alone, a GPT-2-like
+#: decoder step (past 32) on 2 cores, default threads -> one: hidden 32 (heaviest op 8k FLOPs)
+#: 68 -> 60 us at 2 layers, 252-258 -> 215-218 us at 8; hidden 64 (33k) 130-143 -> 116-124 us;
+#: hidden 128 (131k) 234-237 -> 258-306 us; hidden 256 (524k) 831-891 -> 1110-1180 us.
+ONE_THREAD_BELOW_FLOPS = 65_536
 
 
 def onnxruntime_available() -> bool:
@@ -139,8 +147,34 @@ def left_out_weights(model: "onnx.ModelProto", subgraph: "Subgraph") -> "dict[st
     return {t.name: t.data for t in subgraph.get_const_tensors() if t.name in external}
 
 
+def splits_pay(subgraph: "Subgraph") -> bool:
+    """Whether some op of `subgraph` is big enough to be worth splitting across intra-op threads: one
+    of at least `ONE_THREAD_BELOW_FLOPS` FLOPs (`xgraph.devices.cost.op_flops`, at the graph's
+    shapes, a dynamic dim at the size the compile's estimates assume: the top of its `input_shape`
+    range, else 1), or one whose work is not known from the graph (an unknown shape, a nested
+    graph's body)."""
+    graph = subgraph.graph
+    dims, index = DimRanges.of_graph(graph), graph.index()
+    for op in subgraph.get_ops():
+        if index.has_nested_graphs(op):
+            return True
+        args = [None if t is None else t.shape for t in op.get_input_tensors()]
+        results = [t.shape for t in op.get_output_tensors()]
+        if any(shape is None for shape in results):
+            return True
+        sized = [None if shape is None else dims.shape(shape) for shape in args]
+        if op_flops(op.type, op.get_onnx_attrs(), sized, [dims.shape(shape) for shape in results]) \
+                >= ONE_THREAD_BELOW_FLOPS:
+            return True
+    return False
+
+
 def ort_session(subgraph: "Subgraph"):
     """An onnxruntime InferenceSession for the whole subgraph (CPU, a small thread pool).
+
+    A subgraph none of whose ops is worth splitting (`splits_pay`: a small decoder's step, a chain
+    of small ops) runs on the calling thread alone, whatever its siblings: waking a second thread
+    for an op of a few thousand FLOPs costs more than it saves (`ONE_THREAD_BELOW_FLOPS`).
 
     When the subgraph has siblings, its threads do not spin-wait after an op: several sessions
     (one per subgraph) share the cores, and a spinning pool would steal them from the session
@@ -164,15 +198,17 @@ def ort_session(subgraph: "Subgraph"):
     import onnxruntime as ort
     pool = _TAKING_TURNS.get()
     parent = subgraph.get_parent()
-    if parent is None or parent.get_children_num() > 1:
-        config: tuple = (("session.intra_op.allow_spinning", "0"),)
+    if not splits_pay(subgraph):  # no op worth splitting: the calling thread alone, no pool to spin
+        threads, config = 1, ()
+    elif parent is None or parent.get_children_num() > 1:
+        threads, config = ORT_INTRA_OP_THREADS, (("session.intra_op.allow_spinning", "0"),)
     elif pool is not None and pool.take_turns():
-        config = (("session.force_spinning_stop", "1"),)
+        threads, config = None, (("session.force_spinning_stop", "1"),)
     else:
-        config = ()
+        threads, config = None, ()
     if pool is not None:
         model, key = pool.export(subgraph)
-        shared = pool.sessions.get((key, config))
+        shared = pool.sessions.get((key, config, threads))
         if shared is not None:
             return shared
     else:
@@ -180,8 +216,8 @@ def ort_session(subgraph: "Subgraph"):
     options = ort.SessionOptions()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    if config and config[0][0] == "session.intra_op.allow_spinning":
-        options.intra_op_num_threads = ORT_INTRA_OP_THREADS
+    if threads is not None:
+        options.intra_op_num_threads = threads
     for entry, value in config:
         options.add_session_config_entry(entry, value)
     kept = add_weights(options, model, subgraph)
@@ -189,7 +225,7 @@ def ort_session(subgraph: "Subgraph"):
     check_files(kept)
     session.xgraph_weights = kept  # onnxruntime may read these buffers: they live as long as the session
     if pool is not None:
-        pool.sessions[(key, config)] = session
+        pool.sessions[(key, config, threads)] = session
     return session
 
 
