@@ -70,6 +70,15 @@ DTYPE = operator.attrgetter("dtype")
 SHAPE = operator.attrgetter("shape")
 
 
+def shape_key(values: list, dtypes: "list | None") -> "tuple | None":
+    """What a check remembers of arrays it passed: their shapes when their dtypes are `dtypes` (each
+    check's one dtype per value, once known), (dtype, shape) pairs while `dtypes` is None; None when
+    a dtype differs (the full check then names the value)."""
+    if dtypes is None:
+        return tuple(map(DTYPE_SHAPE, values))
+    return tuple(map(SHAPE, values)) if list(map(DTYPE, values)) == dtypes else None
+
+
 class InputCheck:
     """`check_inputs` for one runner's tensors, with what it checks worked out once.
 
@@ -125,12 +134,8 @@ class InputCheck:
             return check_inputs(self.owner, self.tensors, inputs)
         accepted = self.accepted
         if accepted is not None and {*map(type, values)} == ONLY_ARRAYS:
-            dtypes = self.dtypes
-            if dtypes is None:
-                key = tuple(map(DTYPE_SHAPE, values))
-            elif list(map(DTYPE, values)) == dtypes:
-                key = tuple(map(SHAPE, values))
-            else:
+            key = shape_key(values, self.dtypes)
+            if key is None:
                 return check_inputs(self.owner, self.tensors, inputs)  # names the input of another dtype
             if key in accepted:
                 return values
@@ -196,4 +201,4 @@ def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarr
         np.copyto(out, r)
 
 
-__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs"]
+__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs", "shape_key"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from xgraph.errors import RunnerError
-from xgraph.runners.io_checks import DTYPE, DTYPE_SHAPE, ONLY_ARRAYS, SHAPE, SIGNATURES_KEPT
+from xgraph.runners.io_checks import DTYPE_SHAPE, ONLY_ARRAYS, SHAPE, SIGNATURES_KEPT, shape_key
 #: (tensor name, dtype or None, shape tuple or None (unknown rank)); dims: int | str | None.
 Signature = tuple[str, "np.dtype | None", "tuple | None"]
 
@@ -130,12 +130,8 @@ class ResultCheck:
                 return
             keyed = [inputs[i] for i in keyed]
         if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, keyed)} <= ONLY_ARRAYS:
-            dtypes = self._dtypes
-            if dtypes is None:
-                got = tuple(map(DTYPE_SHAPE, results))
-            elif list(map(DTYPE, results)) == dtypes:
-                got = tuple(map(SHAPE, results))
-            else:
+            got = shape_key(results, self._dtypes)
+            if got is None:
                 self._check(inputs, results)  # names the output of another dtype
                 return
             key = (tuple(map(SHAPE, keyed)), got) if keyed else got
