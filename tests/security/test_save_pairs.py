@@ -252,3 +252,36 @@ def test_a_255_byte_name_gets_a_side_file(versions, tmp_path):
     assert killed and all(len(os.fsencode(p.name)) <= 255 for p in tmp_path.iterdir())
     versions["b"][0].serialize(out, external_data_threshold=0)
     assert leftovers(tmp_path, out) == [] and which(xgraph.load(out), versions) == "b"
+
+
+def test_a_load_retries_when_only_the_side_files_show_the_replacement(tmp_path):
+    """A file system may give the next save's .xmodel the inode its old one freed, with the same size and,
+    within its timestamps' granularity, the same time: the side files' names (a new random token per
+    save) still tell that the pair was replaced, so the load is tried again; a pair that did not change
+    keeps its error."""
+    from xgraph.errors import ModelFileError
+    from xgraph.ir.onnx.side_file import read_consistently
+    out = tmp_path / "m.xmodel"
+    mlp(1).serialize(out, external_data_threshold=0)
+    (side,) = side_files(out)
+    calls = []
+
+    def once():
+        calls.append(1)
+        if len(calls) == 1:  # a save replaced the pair meanwhile; the .xmodel's stat reads the same
+            stat = os.stat(out)
+            side.rename(side.with_name(side.name.replace(side.name.split(".")[-2], "0" * 16)))
+            os.utime(out, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            raise ModelFileError("external data file is gone")
+        return "loaded"
+
+    assert read_consistently(out, once) == "loaded" and len(calls) == 2
+
+    def damaged():
+        calls.append(1)
+        raise ModelFileError("damaged")
+
+    calls.clear()
+    with pytest.raises(ModelFileError, match="damaged"):
+        read_consistently(out, damaged)
+    assert len(calls) == 1

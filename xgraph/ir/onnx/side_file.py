@@ -207,16 +207,22 @@ def _drop_pages(mapped: mmap.mmap, start: int, length: int) -> None:
         pass  # only a hint: the pages stay resident until the kernel needs them
 
 
-#: Loads of a path tried while a save keeps replacing it (each retry follows a completed rename).
-READ_ATTEMPTS = 8
+#: Loads of a path tried while a save keeps replacing it (each retry follows a completed rename). A
+#: process saving in a tight loop beside a slowed reader (a busy 2-core machine) outran 8 attempts in
+#: about one load of 10,000; each attempt that fails costs the failed read, not the weights.
+READ_ATTEMPTS = 32
 
 
-def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+def _identity(path: str | os.PathLike) -> tuple | None:
+    """What changes when a save replaces the pair at `path`: the .xmodel's inode, size and time, and the
+    names of the side files beside it (each save's has a new random token). The names matter when a
+    file system reuses a freed inode for the next save's .xmodel within its timestamps' granularity:
+    the stat alone then reads the same after a replacement."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tuple(p.name for p in side_files(path))
 
 
 def read_consistently(src: object, once: "Callable[[], T]") -> T:
