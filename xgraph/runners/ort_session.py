@@ -174,7 +174,9 @@ def ort_session(subgraph: "Subgraph"):
 
     A subgraph none of whose ops is worth splitting (`splits_pay`: a small decoder's step, a chain
     of small ops) runs on the calling thread alone, whatever its siblings: waking a second thread
-    for an op of a few thousand FLOPs costs more than it saves (`ONE_THREAD_BELOW_FLOPS`).
+    for an op of a few thousand FLOPs costs more than it saves (`ONE_THREAD_BELOW_FLOPS`). Gears
+    that share a session (below) share it per thread count: a decoder whose past-length gears lie
+    on both sides of the threshold has two sessions, not one per gear.
 
     When the subgraph has siblings, its threads do not spin-wait after an op: several sessions
     (one per subgraph) share the cores, and a spinning pool would steal them from the session
