@@ -162,3 +162,38 @@ def test_ops_of_unknown_size_keep_the_threads():
     graph.get_root_subgraph().create_child_subgraph()
     (child,) = graph.get_root_subgraph().get_children()
     assert splits_pay(child)
+
+
+def _projection(k: int, n: int) -> "onnx.ModelProto":
+    """A decoder's projection: a 3-D activation times a weight, plus a bias (static shapes)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, n])
+    rng = np.random.default_rng(2)
+    init = [helper.make_tensor("w", TensorProto.FLOAT, [k, n], rng.standard_normal(k * n).astype(np.float32)),
+            helper.make_tensor("b", TensorProto.FLOAT, [n], rng.standard_normal(n).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"), helper.make_node("Add", ["xw", "b"], ["y"], name="add")]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=init),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("k, n, left_out", [(32, 96, ["MatMulAddFusion"]), (256, 768, None)])
+def test_small_op_sessions_leave_out_rewrites_that_add_nodes(monkeypatch, k, n, left_out):
+    """onnxruntime turns a static 3-D MatMul + Add into Reshape -> Gemm -> Reshape: two more nodes,
+    which cost more than they save around ops too small to split (one-thread sessions)."""
+    import onnxruntime as ort
+    made = []
+    real = ort.InferenceSession
+
+    def record(*args, **kwargs):
+        made.append(kwargs.get("disabled_optimizers"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ort, "InferenceSession", record)
+    graph = xgraph.compile(_projection(k, n))
+    (child,) = graph.get_root_subgraph().get_children()
+    assert splits_pay(child) is (left_out is None)
+    x = np.random.default_rng(3).standard_normal((1, 1, k)).astype(np.float32)
+    with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
+        got = runner.run({"x": x})[0]
+    assert made == [left_out]
+    expected = real(_projection(k, n).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -32,6 +32,14 @@ ORT_INTRA_OP_THREADS = 2
 #: 68 -> 60 us at 2 layers, 252-258 -> 215-218 us at 8; hidden 64 (33k) 130-143 -> 116-124 us;
 #: hidden 128 (131k) 234-237 -> 258-306 us; hidden 256 (524k) 831-891 -> 1110-1180 us.
 ONE_THREAD_BELOW_FLOPS = 65_536
+#: onnxruntime's graph rewrites left out of those one-thread sessions. Once a MatMul's shapes are
+#: static (xgraph's compile makes a decoder's projections so; onnxruntime's own session of the
+#: exported model, with its dynamic dims, does not), MatMulAddFusion turns a 3-D MatMul and its
+#: bias Add into Reshape -> Gemm -> Reshape: one node fewer for the Add, two more for the reshapes,
+#: each costing more than it saves when every op is small. GPT-2-like decoder step, one thread,
+#: past lengths 0..33 in turn: 2 layers of hidden 32 51.5 -> 49.4 us, 8 layers 185 -> 174 us,
+#: 4 layers of hidden 128 228 -> 218 us.
+SMALL_OPS_DISABLED_OPTIMIZERS = ("MatMulAddFusion",)
 
 
 def onnxruntime_available() -> bool:
@@ -174,7 +182,8 @@ def ort_session(subgraph: "Subgraph"):
 
     A subgraph none of whose ops is worth splitting (`splits_pay`: a small decoder's step, a chain
     of small ops) runs on the calling thread alone, whatever its siblings: waking a second thread
-    for an op of a few thousand FLOPs costs more than it saves (`ONE_THREAD_BELOW_FLOPS`). Gears
+    for an op of a few thousand FLOPs costs more than it saves (`ONE_THREAD_BELOW_FLOPS`), and so
+    does a graph rewrite that adds nodes around such ops (`SMALL_OPS_DISABLED_OPTIMIZERS`). Gears
     that share a session (below) share it per thread count: a decoder whose past-length gears lie
     on both sides of the threshold has two sessions, not one per gear.
 
@@ -201,7 +210,7 @@ def ort_session(subgraph: "Subgraph"):
     pool = _TAKING_TURNS.get()
     parent = subgraph.get_parent()
     if not splits_pay(subgraph):  # no op worth splitting: the calling thread alone, no pool to spin
-        threads, config = 1, ()
+        threads, config = 1, ()  # (and no rewrite that adds nodes: SMALL_OPS_DISABLED_OPTIMIZERS)
     elif parent is None or parent.get_children_num() > 1:
         threads, config = ORT_INTRA_OP_THREADS, (("session.intra_op.allow_spinning", "0"),)
     elif pool is not None and pool.take_turns():
@@ -223,7 +232,8 @@ def ort_session(subgraph: "Subgraph"):
     for entry, value in config:
         options.add_session_config_entry(entry, value)
     kept = add_weights(options, model, subgraph)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=list(SMALL_OPS_DISABLED_OPTIMIZERS) if threads == 1 else None)
     check_files(kept)
     session.xgraph_weights = kept  # onnxruntime may read these buffers: they live as long as the session
     if pool is not None:
