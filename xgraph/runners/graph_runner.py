@@ -318,14 +318,15 @@ class GraphRunner:
         else:
             self._finish(job, JobStatus.CANCELLED, interrupted(self._owner, job, error))
 
-    def _run_inline(self, feeds: list, binding: Binding | None = None) -> list | None:
+    def _run_inline(self, feeds: list, binding: Binding | None = None, fed: int = 0) -> list | None:
         """Run a checked job to the end on this thread, when a job slot is free, nothing else is in
-        flight and every task may run on any thread (`ThreadScheduler.claim_inline`); its results,
-        or None (nothing done) otherwise.
+        flight and every task may run on any thread (`ThreadScheduler.claim_inline`); its results
+        (the outputs `binding` keeps as DeviceValues; `fed`: the bytes of the handles fed in device
+        memory), or None (nothing done) otherwise.
 
         Such a run needs no job record: nobody else can wait for it. It takes a job id and a slot,
-        holds each task's stream, counts in the stats (jobs by status, copies) and fails with the
-        error a job on the streams would record, as a job run there does."""
+        holds each task's stream, counts in the stats (jobs by status, copies made and saved) and
+        fails with the error a job on the streams would record, as a job run there does."""
         held: list = []  # the job slot, once taken (`JobSlots.take_into`: Ctrl-C cannot lose it)
         try:
             try:
@@ -342,24 +343,26 @@ class GraphRunner:
                 if self.profile:
                     def on_span(task, start: float, end: float, outs: list) -> None:
                         self._spans.append((task.name, task.kind, task.stream, start, end, job_id, nbytes_of(outs)))
-                    results = schedule.run(feeds, self._is_closed, self._end_inline_run, on_span)
-                else:
-                    results = schedule.run(feeds, self._is_closed, self._end_inline_run)
+                    ran = schedule.run(feeds, self._is_closed, self._counts.ended, on_span)
+                else:  # a plan of one subgraph runs its `Chain` (what `schedule.run` would call)
+                    ran = (schedule.chain or schedule).run(feeds, self._is_closed, self._counts.ended)
             except (XGraphError, KeyboardInterrupt):  # as they are (Ctrl-C: counted as a failure, let through)
                 raise
             except BaseException as e:
                 raise self._job_error(job_id, e) from e
             finally:
                 self._scheduler.end_inline()
-            if results is None:  # close() ran meanwhile
+            if ran is None:  # close() ran meanwhile
                 raise RunnerError(f"{self._owner}: job {job_id} cancelled: the runner was closed")
+            results, copied, seconds = ran
+            if binding is None:
+                self._counts.ended(copied, seconds, "OK")
+                return results
+            results, saved_bytes = binding.wrap(results, fed)
+            self._counts.ended(copied, seconds, "OK", binding.saved, saved_bytes)
             return results
         finally:
             self._slots.give_back(held)
-
-    def _end_inline_run(self, copied: list, seconds: float, status: str) -> None:
-        """A run on the caller's thread ended with `status`, having copied `copied` in `seconds`."""
-        self._counts.record(status, len(copied), nbytes_of(copied), seconds)
 
     def _is_closed(self) -> bool:
         return self._closed
@@ -443,9 +446,9 @@ class GraphRunner:
             feeds, binding, fed = self._bind(feeds, keep_on_device)
         checked = self._check_inputs(feeds)
         if self.job_timeout is None and self._claim_inline is not None and (binding is None or binding.schedule):
-            results = self._run_inline(checked, binding)
+            results = self._run_inline(checked, binding, fed)
             if results is not None:
-                return results if binding is None else self._keep(binding, results, fed)
+                return results
         job = self._submit(checked, None, collect=True, binding=binding, fed=fed)
         self._jobs.wait(job)
         if job.status is not JobStatus.OK:

@@ -16,7 +16,7 @@ raises its error itself (`GraphRunner.run`), and `ended()` tells the schedule th
 was closed meanwhile.
 
     schedule = InlineSchedule(plan, locks)
-    results = schedule.run(feeds, ended, on_end)   # None if ended() said so before a step
+    ran = schedule.run(feeds, ended, on_end)   # (results, copied, copy seconds); None if ended() said so
 """
 from __future__ import annotations
 
@@ -112,14 +112,16 @@ class InlineSchedule:
         self.chain = Chain.of(self)
 
     def run(self, feeds: list, ended: "Callable[[], bool]", on_end: "Callable[[list, float, str], None]",
-            on_span: "Callable[[Task | CopyRun, float, float, list], None] | None" = None) -> list | None:
-        """Run every step; the results in plan order, or None when `ended()` says the run was ended
-        meanwhile (asked before each step: the runner was closed). A task's exception propagates.
+            on_span: "Callable[[Task | CopyRun, float, float, list], None] | None" = None) -> tuple | None:
+        """Run every step: (the results in plan order, every value copied, the copies' total time), or
+        None when `ended()` says the run was ended meanwhile (asked before each step: the runner was
+        closed). A task's exception propagates.
 
-        `on_end(copied, seconds, status)` is called once as the run ends: every value copied, the
-        copies' total time and "OK", "CANCELLED" (ended) or "FAILED" (raising). With `on_span`,
-        every task is its own step and `on_span(task, start, end, outs)` is called as it ends;
-        without, consecutive copies on one stream are one step (`CopyRun`)."""
+        A run that does not finish calls `on_end(copied, seconds, status)` as it ends, with what it
+        copied until then and "CANCELLED" (ended) or "FAILED" (raising); a finished run returns
+        them (the caller counts them with what else it did). With `on_span`, every task is its own
+        step and `on_span(task, start, end, outs)` is called as it ends; without, consecutive
+        copies on one stream are one step (`CopyRun`)."""
         if on_span is None and self.chain is not None:
             return self.chain.run(feeds, ended, on_end)
         values: list = [None] * self.size
@@ -152,8 +154,7 @@ class InlineSchedule:
         except BaseException:
             on_end(copied, copy_seconds, "FAILED")
             raise
-        on_end(copied, copy_seconds, "OK")
-        return results
+        return results, copied, copy_seconds
 
 
 def copy_values(task: "Task | CopyRun", values: list) -> list:
@@ -230,7 +231,8 @@ class Chain:
         chain.results = _unless_identity(tuple(made[s] for s in schedule.results), len(made))
         return chain
 
-    def run(self, feeds: list, ended: "Callable[[], bool]", on_end: "Callable[[list, float, str], None]") -> list | None:
+    def run(self, feeds: list, ended: "Callable[[], bool]", on_end: "Callable[[list, float, str], None]"
+            ) -> tuple | None:
         """`InlineSchedule.run` for this plan (without spans). `ended()` is asked once, before the
         subgraph: the copies around it take no time worth cancelling."""
         clock = time.perf_counter
@@ -268,8 +270,7 @@ class Chain:
         except BaseException:
             on_end(copied, seconds, "FAILED")
             raise
-        on_end(copied, seconds, "OK")
-        return results
+        return results, copied, seconds
 
 
 def _unless_identity(order: tuple, size: int) -> "Callable[[list], Sequence] | None":

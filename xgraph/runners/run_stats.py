@@ -13,12 +13,14 @@ log stays small.
 
 A graph runner's own counters (jobs by status, copies between memory domains and the copies
 values kept on the device saved) are kept the same way (`GraphCounts`): a decoding step on
-the caller's thread records its end and what it saved with two list appends.
+the caller's thread records its end and what it saved with one list append.
 """
 from __future__ import annotations
 
 import threading
 from typing import Sequence
+
+from xgraph.runners.jobs import nbytes_of
 
 #: records kept before they are folded into the totals
 FOLD_EVERY = 256
@@ -98,6 +100,11 @@ class GraphCounts:
         if len(log) >= FOLD_EVERY:
             with self._lock:
                 self._fold()
+
+    def ended(self, copied: list, seconds: float, status: str, saved: int = 0, saved_bytes: int = 0) -> None:
+        """A run on the caller's thread ended with `status`, having copied the values `copied` in `seconds`
+        and saved `saved` copies of `saved_bytes` (values kept on the device)."""
+        self.record(status, len(copied), nbytes_of(copied), seconds, saved, saved_bytes)
 
     def count_copy(self, nbytes: int, seconds: float) -> None:
         """One copy of `nbytes` made in `seconds` (a DeviceValue's `.numpy()`)."""

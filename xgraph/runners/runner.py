@@ -99,6 +99,22 @@ class _Runtime:
         self.stats = RunStats()
 
 
+class _RuntimeOnFirstUse:
+    """`Runner._rt`: the runner's `_Runtime`, made on first use (under a lock, so two threads make one)
+    and kept under the same name in the runner's own attributes, where every later read finds it as
+    a plain attribute (a descriptor without `__set__` yields to them): a decoding step reads it on
+    every run."""
+
+    def __get__(self, runner: "Runner | None", owner: type | None = None) -> "_Runtime | _RuntimeOnFirstUse":
+        if runner is None:
+            return self
+        with Runner._rt_init_lock:
+            rt = runner.__dict__.get("_rt")
+            if rt is None:
+                rt = runner.__dict__["_rt"] = _Runtime(runner._owner(), runner.max_jobs_in_flight)
+        return rt
+
+
 class Runner:
     """Executes one subgraph; subclasses provide `__init__(subgraph, mode)` and `execute(inputs)`."""
 
@@ -199,15 +215,7 @@ class Runner:
         return self.subgraph.get_output_tensors()
 
     # -- jobs -------------------------------------------------------------------------------------
-    @property
-    def _rt(self) -> _Runtime:
-        rt = self.__dict__.get("_runtime")
-        if rt is None:
-            with Runner._rt_init_lock:
-                rt = self.__dict__.get("_runtime")
-                if rt is None:
-                    rt = self.__dict__["_runtime"] = _Runtime(self._owner(), self.max_jobs_in_flight)
-        return rt
+    _rt = _RuntimeOnFirstUse()
 
     def _io(self) -> tuple[list, list]:
         """(input tensors, output tensors), asked of the subclass once."""
