@@ -115,11 +115,12 @@ class Bindings:
             return self._bind_each(feeds, kept)
         homes = unwrap(values)
         if homes is None:
-            return values, self.binding((), kept), 0
+            return values, self._found.get(((), kept)) or self.binding((), kept), 0
         if self.device_memory.closed:  # refused as the first handle's own use would be
             first = next(i for i, home in enumerate(homes) if home is not None)
             self.device_memory.check(homes[first], f"input {self.input_names[first]!r}")
-        binding = self.binding(tuple(homes), kept)
+        homes = tuple(homes)
+        binding = self._found.get((homes, kept)) or self.binding(homes, kept)
         return values, binding, binding.fed_bytes(values)
 
     def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":

@@ -440,7 +440,8 @@ class GraphRunner:
         `feeds` may hold DeviceValues this runner returned, read where they live (no copy); the
         outputs named in `keep_on_device` are returned as DeviceValues, left where their subgraph
         made them (no copy to the host)."""
-        self._refuse_if_closed()
+        if self._closed:
+            self._refuse_if_closed()
         binding = fed = None
         if keep_on_device is not None or has_device_values(feeds):
             feeds, binding, fed = self._bind(feeds, keep_on_device)
