@@ -53,6 +53,10 @@ class RemoteRunner:
         """The subgraph's outputs, in the order its actor's runner returns them."""
         return self.subgraph.get_output_tensors()
 
+    def timed_execute(self, inputs: list, job_id: int | None = None, *, exclusive: bool = True) -> list:
+        """Never called: the scheduler sends the subgraph's tasks to its actor, whose runner executes them."""
+        raise RunnerError(f"subgraph {self.subgraph.name!r} runs in its Ray actor, not on the driver")
+
     def record(self, seconds: float | None, bytes_in: int, bytes_out: int) -> None:
         """Count one run that took `seconds` in the actor (None: a failed run)."""
         with self._lock:

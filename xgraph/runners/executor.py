@@ -99,7 +99,8 @@ class SubgraphExecutor:
                               fuse=fuse and storage is None and not fp16_ops, reference=reference,
                               qdq_units=("exact" if fuse else "") if qdq_units is None else qdq_units)
         self.subgraph, self.device = subgraph, device
-        self._files = FileWatch(mapped_files(t.data for t in subgraph.get_const_tensors()))
+        files = FileWatch(mapped_files(t.data for t in subgraph.get_const_tensors()))
+        self._files = files if files.files else None  # none mapped: nothing to watch on each run
         self._options, self._registries = options, resolve(registries)
         self._switch = threading.Lock()
         self.plan, self._backend = plan_and_backend(subgraph, device, self._registries, options)
@@ -142,7 +143,8 @@ class SubgraphExecutor:
                 raise
             self._fall_back(backend, e)
             results = self._backend.run(inputs, on_step)
-        self._files.check()
+        if self._files is not None:
+            self._files.check()
         return results
 
     def _fall_back(self, failed: Backend, error: Exception) -> None:

@@ -20,7 +20,6 @@ import functools
 import json
 import os
 import queue
-import sys
 import threading
 import time
 import weakref
@@ -34,7 +33,6 @@ from xgraph.devices import get_devices
 from xgraph.devices.instances import HOST, copy_stream, residences
 from xgraph.devices.settings import compiled_devices
 from xgraph.ir.files import write_text
-from xgraph.plugins.location import DEBUG_HINT, at, code_location, module_roots
 from xgraph.registries import resolve
 from xgraph.runners.binding import Binding, Bindings
 from xgraph.runners.device_values import DeviceMemory, has_device_values
@@ -80,19 +78,10 @@ def _copy(args: list[np.ndarray]) -> list[np.ndarray]:
     return [_copy_value(args[0])]
 
 
-def _subgraph_task(runner: Runner, where: str, overlap: bool = False):
-    """The runner's timed execute, with unexpected exceptions turned into a RunnerError naming `where`;
-    with `overlap`, calls from several queues of its stream run at once when the runner is `reentrant`."""
-    def call(args: list[np.ndarray]) -> list[np.ndarray]:
-        try:
-            return runner.timed_execute(args, exclusive=not overlap)
-        except XGraphError:
-            raise
-        except Exception as e:
-            place = code_location(e, module_roots(sys.modules.get(type(runner).__module__)))
-            raise RunnerError(f"{where} failed in {type(runner).__name__}: {type(e).__name__}: {e}{at(place)} "
-                              f"{DEBUG_HINT}") from e
-    return call
+def _subgraph_task(runner: Runner, overlap: bool = False):
+    """The runner's timed execute (what it raises names the runner and its subgraph); with `overlap`,
+    calls from several queues of its stream run at once when the runner is `reentrant`."""
+    return functools.partial(runner.timed_execute, exclusive=not overlap)
 
 
 def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapping[str, DeviceSpec] | None" = None,
@@ -137,8 +126,7 @@ def build_plan(graph: "Graph", runners: "dict[Subgraph, Runner]", devices: "Mapp
             have.add((t.name, memory))
             outputs.append((t.name, memory))
         queues[runs.stream] = runs.queues
-        where = f"subgraph {subgraph.name!r} on {runs.stream}"
-        tasks.append(Task(len(tasks), subgraph.name, runs.stream, "subgraph", _subgraph_task(runner, where, runs.queues > 1),
+        tasks.append(Task(len(tasks), subgraph.name, runs.stream, "subgraph", _subgraph_task(runner, runs.queues > 1),
                           inputs, tuple(outputs), device=runs.device,
                           any_thread=bool(getattr(runner, "any_thread", False))))
     results = [(t.name, location[t.name]) if t.name in keep and t.name in location else need(t.name, HOST)
