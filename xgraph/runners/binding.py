@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from xgraph.errors import RunnerError
 from xgraph.devices.instances import HOST
-from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, unwrap
+from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, keep_as_handles, unwrap
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
@@ -60,20 +60,10 @@ class Binding:
         self._fed_at = None if not fed_at else operator.itemgetter(*fed_at) if len(fed_at) > 1 else \
             operator.itemgetter(slice(fed_at[0], fed_at[0] + 1))
 
-    def fed_bytes(self, values: list) -> int:
-        """The bytes of the handles a run fed in device memory (`values`: its inputs, unwrapped)."""
-        return 0 if self._fed_at is None else sum(map(_NBYTES, self._fed_at(values)))
-
     def wrap(self, results: list, fed_bytes: int) -> "tuple[list, int]":
         """`results` with each kept output as a DeviceValue, and the bytes this run did not copy
         (`fed_bytes`: those of the handles fed in device memory)."""
-        saved = fed_bytes
-        for i, home, on_device in self._homes:
-            value = results[i]
-            if on_device:
-                saved += value.nbytes
-            results[i] = DeviceValue(value, home)
-        return results, saved
+        return results, fed_bytes + keep_as_handles(results, self._homes)
 
 
 class Bindings:
@@ -121,7 +111,8 @@ class Bindings:
             self.device_memory.check(homes[first], f"input {self.input_names[first]!r}")
         homes = tuple(homes)
         binding = self._found.get((homes, kept)) or self.binding(homes, kept)
-        return values, binding, binding.fed_bytes(values)
+        fed_at = binding._fed_at
+        return values, binding, 0 if fed_at is None else sum(map(_NBYTES, fed_at(values)))
 
     def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":
         """`bind` value by value, for feeds that are not exactly the inputs (the input check names why)."""

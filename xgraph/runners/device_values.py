@@ -28,6 +28,8 @@ import numpy as np
 from xgraph.devices.instances import HOST
 from xgraph.errors import RunnerError
 
+_new = object.__new__
+
 
 class DeviceMemory:
     """The memory of one runner (or of the gear runners of one model) that its `DeviceValue`s live in."""
@@ -148,6 +150,21 @@ def unwrap(values: list) -> "list[KeptOutput | None] | None":
     return homes
 
 
+def keep_as_handles(values: list, homes: "tuple[tuple[int, KeptOutput, bool], ...]") -> int:
+    """Replace, in place, the value at each (index, the output it is kept as, whether that is device
+    memory) of `homes` by its DeviceValue; the bytes of those in device memory. A decoding step keeps
+    one handle per cache tensor: they are made here without a call each."""
+    on_device = 0
+    for i, kept, in_device_memory in homes:
+        array = values[i]
+        if in_device_memory:
+            on_device += array.nbytes
+        handle = _new(DeviceValue)
+        handle._array, handle._kept = array, kept
+        values[i] = handle
+    return on_device
+
+
 def has_device_values(values: "dict | list | tuple") -> bool:
     """True when a feed (a dict by name, or a list in input order) holds a DeviceValue."""
     if type(values) is dict:
@@ -155,4 +172,4 @@ def has_device_values(values: "dict | list | tuple") -> bool:
     return isinstance(values, (list, tuple)) and DeviceValue in set(map(type, values))
 
 
-__all__ = ["DeviceMemory", "DeviceValue", "KeptOutput", "has_device_values", "unwrap"]
+__all__ = ["DeviceMemory", "DeviceValue", "KeptOutput", "has_device_values", "keep_as_handles", "unwrap"]

@@ -432,7 +432,7 @@ class GraphRunner:
             self._refuse_if_closed()
         binding = fed = None
         if keep_on_device is not None or has_device_values(feeds):
-            feeds, binding, fed = self._bind(feeds, keep_on_device)
+            feeds, binding, fed = (self._bindings or self._make_bindings()).bind(feeds, keep_on_device)
         checked = self._check_inputs(feeds)
         if self.job_timeout is None and self._claim_inline is not None and (binding is None or binding.schedule):
             results = self._run_inline(checked, binding, fed)
@@ -448,6 +448,10 @@ class GraphRunner:
     def _bind(self, feeds: "dict | Sequence", keep_on_device: "Collection[str] | None") -> "tuple[Any, Binding, int]":
         """The feeds with DeviceValues unwrapped (checked to be this runner's, still open), their binding
         and the bytes of those in device memory (`xgraph.runners.binding`)."""
+        return (self._bindings or self._make_bindings()).bind(feeds, keep_on_device)
+
+    def _make_bindings(self) -> Bindings:
+        """The runner's `Bindings`, made on the first run that feeds or keeps DeviceValues."""
         if self._bindings is None:
             if not isinstance(self._scheduler, ThreadScheduler):
                 raise RunnerError(f"{self._owner}: this runner executes its subgraphs elsewhere "
@@ -460,7 +464,7 @@ class GraphRunner:
                 lambda placed, kept: build_plan(self.graph, by_subgraph, devices, input_memory=placed, keep=kept),
                 [t.name for t in self._inputs], [t.name for t in self._outputs], self.device_memory,
                 self._scheduler.inline_schedule, self._count_host_copy)
-        return self._bindings.bind(feeds, keep_on_device)
+        return self._bindings
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
