@@ -300,3 +300,34 @@ def test_another_runners_handles_are_refused_after_this_runner_ran_the_same_bind
         with pytest.raises(RunnerError, match="belongs to another runner"):
             runner.run(step(other, theirs), keep_on_device=PRESENTS)
         runner.run(step(runner, mine), keep_on_device=PRESENTS)  # its own handles still run
+
+
+def test_handles_of_outputs_that_fit_their_inputs_skip_the_check_and_the_rest_is_checked(compiled):
+    """A present passed its result check against a declaration that fits its past (`fits_input`), so a
+    run fed presents checks only its other inputs (`InputCheck.trusting`); those are refused or
+    converted as in any run, and a handle of an output that does not fit (the logits) is checked."""
+    from xgraph.runners.io_checks import fits_input
+    names = _names(compiled)
+    outputs = {t.name: t for t in compiled.get_output_tensors()}
+    inputs = {t.name: t for t in compiled.get_input_tensors()}
+    assert all(fits_input(outputs[n], inputs["past" + n[len("present"):]]) for n in PRESENTS)
+    assert not fits_input(outputs["logits"], inputs["past_l0_k"])
+    assert not fits_input(outputs["present_l0_k"], inputs["input_ids"])  # another dtype and rank
+    with xgraph.create_graph_runner(compiled, kernels="numpy") as runner:
+        out = dict(zip(names, runner.run(_feeds(2), keep_on_device=PRESENTS)))
+        feeds = {"input_ids": np.array([[7]], np.int64), "position_ids": np.array([[2]], np.int64),
+                 **{"past" + n[len("present"):]: out[n] for n in PRESENTS}}
+        expected = runner.run({k: v.numpy() if type(v) is DeviceValue else v for k, v in feeds.items()})[0]
+        np.testing.assert_array_equal(runner.run(feeds, keep_on_device=PRESENTS)[0], expected)
+        (binding,) = [b for b in runner._bindings._found.values() if b.check is not runner._check_inputs]
+        values, found, _ = runner._bindings.bind(feeds, PRESENTS)  # the handles unwrapped, in input order
+        assert found is binding and binding.check(values) is values  # passed as they are
+        with pytest.raises(RunnerError, match="input 'input_ids' must be int64, got float32"):
+            runner.run(dict(feeds, input_ids=np.array([[7]], np.float32)), keep_on_device=PRESENTS)
+        with pytest.raises(RunnerError, match=r"input 'position_ids' must have shape \(1, 1\)"):
+            runner.run(dict(feeds, position_ids=np.array([2], np.int64)), keep_on_device=PRESENTS)
+        converted = runner.run(dict(feeds, position_ids=[[2]]), keep_on_device=PRESENTS)[0]
+        np.testing.assert_array_equal(converted, expected)  # a nested list, converted as any run converts it
+        logits = runner.run(feeds, keep_on_device=["logits"] + PRESENTS)[0]
+        with pytest.raises(RunnerError, match="input 'past_l0_k' must have shape"):
+            runner.run(dict(feeds, past_l0_k=logits), keep_on_device=PRESENTS)

@@ -45,13 +45,14 @@ def copy_count(plan: "TaskPlan") -> int:
 class Binding:
     """One combination of handle inputs and kept outputs: its plan and what it saves per run."""
 
-    __slots__ = ("plan", "schedule", "kept", "saved", "_fed_at", "_homes")
+    __slots__ = ("plan", "schedule", "kept", "saved", "check", "_fed_at", "_homes")
 
     def __init__(self, plan: "TaskPlan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int,
-                 home: "Callable[[str, str], KeptOutput]", fed_at: "tuple[int, ...]" = ()) -> None:
+                 home: "Callable[[str, str], KeptOutput]", fed_at: "tuple[int, ...]" = (),
+                 check: "Callable[[dict | Sequence], list] | None" = None) -> None:
         """`home(name, memory)`: the `KeptOutput` of a kept output; `fed_at`: the inputs fed as handles
-        in device memory (their bytes are not copied)."""
-        self.plan, self.schedule, self.saved = plan, schedule, saved
+        in device memory (their bytes are not copied); `check`: the input check of its runs."""
+        self.plan, self.schedule, self.saved, self.check = plan, schedule, saved, check
         #: (result index, output name, memory) of each kept output
         self.kept = tuple((i, name, memory) for i, (name, memory) in enumerate(plan.results) if name in kept)
         #: (result index, its KeptOutput, whether it stays in device memory) of each kept output
@@ -72,12 +73,14 @@ class Bindings:
     def __init__(self, owner: str, base: "TaskPlan", build: "Callable[[Mapping[str, str], Collection[str]], TaskPlan]",
                  input_names: Sequence[str], output_names: Sequence[str], device_memory: DeviceMemory,
                  schedule_for: "Callable[[TaskPlan], InlineSchedule | None]",
-                 count_copy: "Callable[[int, float], None]") -> None:
+                 count_copy: "Callable[[int, float], None]",
+                 check_for: "Callable[[tuple], Callable[[dict | Sequence], list]]") -> None:
         """`build(input memory by name, kept output names)`: the plan for a binding (`build_plan`);
         `schedule_for(plan)`: its schedule on the caller's thread, or None when it has none;
-        `count_copy(nbytes, seconds)`: counts a handle's copy to the host in the runner's stats."""
+        `count_copy(nbytes, seconds)`: counts a handle's copy to the host in the runner's stats;
+        `check_for(homes)`: the input check of runs fed handles kept from `homes` (see `binding`)."""
         self.owner, self.base, self.build, self.schedule_for = owner, base, build, schedule_for
-        self.count_copy = count_copy
+        self.count_copy, self.check_for = count_copy, check_for
         #: (output name, memory) -> the KeptOutput every handle of that output kept there has
         self._homes: dict[tuple[str, str], KeptOutput] = {}
         self.input_names, self.output_names = tuple(input_names), tuple(output_names)
@@ -159,7 +162,7 @@ class Bindings:
                                   f"as arrays (.numpy())")
             saved = max(0, self._base_copies - copy_count(plan))
             fed_at = tuple(i for i, home in enumerate(homes) if home is not None and home.memory != HOST)
-            found = Binding(plan, self.schedule_for(plan), kept, saved, self._home, fed_at)
+            found = Binding(plan, self.schedule_for(plan), kept, saved, self._home, fed_at, self.check_for(homes))
             if len(self._found) >= BINDINGS_KEPT:
                 self._found.clear()
             self._found[key] = found

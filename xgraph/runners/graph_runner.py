@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from xgraph.runners.binding import Binding, Bindings
 from xgraph.runners.device_values import DeviceMemory, has_device_values
 from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
                                  interrupted, nbytes_of, undo_submission)
-from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs
+from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs, fits_input
 from xgraph.runners.lifetime import close_all, start_thread
 from xgraph.runners.run_stats import GraphCounts
 from xgraph.runners.runner import Runner
@@ -267,7 +267,7 @@ class GraphRunner:
             if outputs is not None and binding.kept:
                 raise RunnerError(f"{self._owner}: output {binding.kept[0][1]!r} cannot both stay on the device "
                                   f"(keep_on_device) and fill a preallocated output buffer; drop one of the two")
-        feeds = self._check_inputs(inputs)
+        feeds = self._check_inputs(inputs) if binding is None else binding.check(inputs)
         buffers = None if outputs is None else check_outputs(self._owner, self._outputs, outputs)
         return self._submit(feeds, buffers, collect=False, binding=binding, fed=fed).id, 0
 
@@ -433,7 +433,7 @@ class GraphRunner:
         binding = fed = None
         if keep_on_device is not None or has_device_values(feeds):
             feeds, binding, fed = (self._bindings or self._make_bindings()).bind(feeds, keep_on_device)
-        checked = self._check_inputs(feeds)
+        checked = self._check_inputs(feeds) if binding is None else binding.check(feeds)
         if self.job_timeout is None and self._claim_inline is not None and (binding is None or binding.schedule):
             results = self._run_inline(checked, binding, fed)
             if results is not None:
@@ -463,8 +463,21 @@ class GraphRunner:
                 self._owner, self.plan,
                 lambda placed, kept: build_plan(self.graph, by_subgraph, devices, input_memory=placed, keep=kept),
                 [t.name for t in self._inputs], [t.name for t in self._outputs], self.device_memory,
-                self._scheduler.inline_schedule, self._count_host_copy)
+                self._scheduler.inline_schedule, self._count_host_copy, self._input_check_for)
         return self._bindings
+
+    def _input_check_for(self, homes: tuple) -> "Callable[[Sequence | dict], list[np.ndarray]]":
+        """The input check of runs fed handles kept from `homes` (per input in input order, the `KeptOutput`
+        of its handle or None; () for none): a handle of an output declared to fit its input passed
+        that output's result check, which is that input's check (`io_checks.fits_input`), so only
+        the other inputs are checked. A check without `trusting` (the gears' shared one, which
+        picks the gear by every input) checks them all."""
+        trusting = getattr(self._check_inputs, "trusting", None)
+        if not homes or trusting is None:
+            return self._check_inputs
+        outputs = {t.name: t for t in self._outputs}
+        return trusting([i for i, (home, tensor) in enumerate(zip(homes, self._inputs))
+                         if home is not None and home.name in outputs and fits_input(outputs[home.name], tensor)])
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""

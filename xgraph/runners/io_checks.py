@@ -4,7 +4,7 @@ copy of results into them. Each refusal is a RunnerError naming the tensor and t
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -132,23 +132,50 @@ class InputCheck:
             values = list(inputs)
         else:
             return check_inputs(self.owner, self.tensors, inputs)
+        return values if self.passes(values) else check_inputs(self.owner, self.tensors, inputs)
+
+    def passes(self, values: list) -> bool:
+        """Whether `values` (one per input, in input order) pass as they are: numpy arrays of their
+        inputs' dtypes, ranks and fixed dims (sequence inputs: anything). False says nothing more:
+        `check_inputs` converts what it can and names what is wrong."""
         accepted = self.accepted
-        if accepted is not None and {*map(type, values)} == ONLY_ARRAYS:
-            key = shape_key(values, self.dtypes)
-            if key is None:
-                return check_inputs(self.owner, self.tensors, inputs)  # names the input of another dtype
-            if key in accepted:
-                return values
-            groups = self.groups
-            if self._fits(values) if groups is None or not all(len(set(pick(key))) == 1 for pick in groups) \
-                    else self._fits(values, self.firsts):
-                if len(accepted) >= SIGNATURES_KEPT:
-                    accepted.clear()
-                accepted.add(key)
-                return values
-        elif self._fits(values):
-            return values
-        return check_inputs(self.owner, self.tensors, inputs)
+        if accepted is None or {*map(type, values)} != ONLY_ARRAYS:
+            return accepted is None and self._fits(values)
+        key = shape_key(values, self.dtypes)
+        if key is None:
+            return False  # an input of another dtype
+        if key in accepted:
+            return True
+        groups = self.groups
+        if self._fits(values) if groups is None or not all(len(set(pick(key))) == 1 for pick in groups) \
+                else self._fits(values, self.firsts):
+            if len(accepted) >= SIGNATURES_KEPT:
+                accepted.clear()
+            accepted.add(key)
+            return True
+        return False
+
+    def trusting(self, trusted: "Collection[int]") -> "Callable[[Sequence | dict], list[np.ndarray]]":
+        """This check for runs whose inputs at the positions `trusted` are known to pass (DeviceValues of
+        outputs declared to fit those inputs, `fits_input`): a list of a value per input is checked at
+        the other positions only; anything else, or a list that does not pass, goes through this
+        check, which names what is wrong."""
+        if not trusted:
+            return self
+        rest = [i for i in range(len(self.tensors)) if i not in set(trusted)]
+        size = len(self.tensors)
+        if not rest:
+            def check(inputs: "Sequence | dict") -> list[np.ndarray]:
+                return inputs if type(inputs) is list and len(inputs) == size else self(inputs)
+            return check
+        part = InputCheck(self.owner, [self.tensors[i] for i in rest]).passes
+        pick = operator.itemgetter(*rest) if len(rest) > 1 else operator.itemgetter(slice(rest[0], rest[0] + 1))
+
+        def check_rest(inputs: "Sequence | dict") -> list[np.ndarray]:
+            if type(inputs) is list and len(inputs) == size and part(list(pick(inputs))):
+                return inputs
+            return self(inputs)
+        return check_rest
 
     def _fits(self, values: list, at: "Sequence[int] | None" = None) -> bool:
         """Every value (or those `at` these positions) a numpy array of its input's dtype, rank and fixed
@@ -163,6 +190,19 @@ class InputCheck:
                     x.ndim != rank or any(x.shape[i] != d for i, d in fixed))):
                 return False
         return True
+
+
+def fits_input(output: "Tensor", target: "Tensor") -> bool:
+    """Whether every value of `output` that passed its result check (`xgraph.runners.result_check`: a
+    numpy array of the output's dtype, rank and fixed dims) passes `input`'s check too: both declared
+    tensors of one dtype and rank, each fixed dim of the input (`target`) fixed alike in the output."""
+    if not (output.is_tensor_value and target.is_tensor_value) or output.dtype is None or output.dtype != target.dtype:
+        return False
+    if target.shape is None:
+        return True
+    if output.shape is None or len(output.shape) != len(target.shape):
+        return False
+    return all(not isinstance(d, int) or (isinstance(o, int) and o == d) for o, d in zip(output.shape, target.shape))
 
 
 def _spec(t: "Tensor") -> tuple:
@@ -201,4 +241,4 @@ def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarr
         np.copyto(out, r)
 
 
-__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs", "shape_key"]
+__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs", "fits_input", "shape_key"]
