@@ -171,7 +171,8 @@ def _projection(k: int, n: int) -> "onnx.ModelProto":
     rng = np.random.default_rng(2)
     init = [helper.make_tensor("w", TensorProto.FLOAT, [k, n], rng.standard_normal(k * n).astype(np.float32)),
             helper.make_tensor("b", TensorProto.FLOAT, [n], rng.standard_normal(n).astype(np.float32))]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"), helper.make_node("Add", ["xw", "b"], ["y"], name="add")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"),
+             helper.make_node("Add", ["xw", "b"], ["y"], name="add")]
     return helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=init),
                              opset_imports=[helper.make_opsetid("", 17)])
 

@@ -157,7 +157,7 @@ class InlineSchedule:
         return results, copied, copy_seconds
 
 
-def copy_values(task: "Task | CopyRun", values: list) -> list:
+def copy_values(task: "Task | CopyRun", values: "list | tuple") -> list:
     """The copies a copy step (one copy task or a `CopyRun`) makes of `values`, one per task."""
     if {*map(type, values)} == ONLY_ARRAYS:
         return list(map(ndarray.copy, values))
@@ -242,8 +242,7 @@ class Chain:
             if self.copy_in is not None:
                 with self.lock_in:
                     start = clock()
-                    values = feeds if self.feed_order is None else list(self.feed_order(feeds))
-                    values = copy_values(self.copy_in, values)
+                    values = copy_values(self.copy_in, feeds if self.feed_order is None else self.feed_order(feeds))
                     seconds = clock() - start
                 copied = values
                 if self.with_feeds:
@@ -259,9 +258,7 @@ class Chain:
                 outputs = values
                 with self.lock_out:
                     start = clock()
-                    if self.picks is not None:
-                        values = list(self.picks(values))
-                    values = copy_values(self.copy_out, values)
+                    values = copy_values(self.copy_out, values if self.picks is None else self.picks(values))
                     seconds += clock() - start
                 copied = copied + values
                 if self.with_outputs:

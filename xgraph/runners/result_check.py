@@ -129,7 +129,8 @@ class ResultCheck:
                 self._check(inputs, results)
                 return
             keyed = [inputs[i] for i in keyed]
-        if passed is not None and {*map(type, results)} == ONLY_ARRAYS and {*map(type, keyed)} <= ONLY_ARRAYS:
+        if passed is not None and {*map(type, results)} == ONLY_ARRAYS \
+                and (not keyed or {*map(type, keyed)} <= ONLY_ARRAYS):
             got = shape_key(results, self._dtypes)
             if got is None:
                 self._check(inputs, results)  # names the output of another dtype
