@@ -161,3 +161,16 @@ def test_run_stats_fold_every_record_exactly_also_from_many_threads():
                     "bytes_in": 3 * runs, "bytes_out": 5 * runs}
     stats.record((0.25, 1, 1))
     assert stats.snapshot()["last_s"] == 0.25 and stats.snapshot()["runs"] == runs + 1
+
+
+def test_a_run_records_the_bytes_of_its_arrays_and_of_sequence_values():
+    """`RunStats.ran` sums the arrays' bytes in C, and a sequence value's arrays (an empty optional: 0)
+    as `nbytes_of` does; records fold as they come due."""
+    stats = RunStats()
+    a, b = np.zeros(3, np.float32), np.zeros((2, 2), np.int64)
+    for _ in range(FOLD_EVERY + 1):
+        stats.ran(0.5, [a, b], [b])
+    stats.ran(0.25, [a, [a, b], None], [[b, b]])
+    snap = stats.snapshot()
+    assert snap["runs"] == FOLD_EVERY + 2 and snap["last_s"] == 0.25
+    assert snap["bytes_in"] == (FOLD_EVERY + 1) * 44 + 12 + 44 and snap["bytes_out"] == (FOLD_EVERY + 1) * 32 + 64

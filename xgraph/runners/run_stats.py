@@ -7,7 +7,7 @@ folded into the totals when the counters are read, and every `FOLD_EVERY` record
 log stays small.
 
     stats = RunStats()
-    stats.record((elapsed, bytes_in, bytes_out))
+    stats.ran(elapsed, inputs, results)   # or stats.record((elapsed, bytes_in, bytes_out)), folded when due
     stats.failed()
     stats.snapshot()   # {"runs": 1, "failures": 1, "total_s": ..., "last_s": ..., "bytes_in": ..., "bytes_out": ...}
 
@@ -17,6 +17,7 @@ the caller's thread records its end and what it saved with one list append.
 """
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Sequence
 
@@ -24,6 +25,7 @@ from xgraph.runners.jobs import nbytes_of
 
 #: records kept before they are folded into the totals
 FOLD_EVERY = 256
+_NBYTES = operator.attrgetter("nbytes")
 
 
 class RunStats:
@@ -37,6 +39,18 @@ class RunStats:
         #: record((elapsed seconds, bytes in, bytes out)) for one successful run: one C call
         self.record = self._log.append
         self._lock = threading.Lock()
+
+    def ran(self, elapsed: float, inputs: list, results: list) -> None:
+        """One successful run of `elapsed` seconds from `inputs` to `results`: their bytes recorded with
+        one call (a decoding step's subgraph runs once per token), folded when due."""
+        try:  # arrays only: the sums run in C
+            record = (elapsed, sum(map(_NBYTES, inputs)), sum(map(_NBYTES, results)))
+        except AttributeError:  # a sequence value (list of arrays) or an empty optional among them
+            record = (elapsed, nbytes_of(inputs), nbytes_of(results))
+        log = self._log
+        log.append(record)
+        if len(log) >= FOLD_EVERY:
+            self.fold()
 
     def due(self) -> bool:
         """True when the log should be folded (`fold`): it holds `FOLD_EVERY` records or more."""

@@ -29,7 +29,7 @@ from xgraph.ir.blob import BLOB_ATTR
 from xgraph.plugins.blobs import check_subgraph_blob
 from xgraph.registries import resolve
 from xgraph.runners.io_checks import check_inputs, check_outputs, fill_outputs
-from xgraph.runners.jobs import (Job, JobSlots, JobStatus, JobTable, acquire_slot, interrupted, nbytes_of,
+from xgraph.runners.jobs import (Job, JobSlots, JobStatus, JobTable, acquire_slot, interrupted,
                                  undo_submission)
 from xgraph.runners.lifetime import serve, start_thread
 from xgraph.runners.result_check import ResultCheck
@@ -262,9 +262,7 @@ class Runner:
         except RunnerError:
             rt.stats.failed()
             raise
-        rt.stats.record((elapsed, nbytes_of(inputs), nbytes_of(results)))
-        if rt.stats.due():
-            rt.stats.fold()
+        rt.stats.ran(elapsed, inputs, results)
         return list(results)
 
     def _check_results(self, inputs: list, results: Any) -> None:
