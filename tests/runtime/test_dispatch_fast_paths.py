@@ -255,3 +255,34 @@ def test_an_input_of_another_dtype_after_remembered_ones_is_refused_with_the_gen
         with pytest.raises(RunnerError) as general:
             check_inputs("runner", tensors, bad)
         assert str(fast.value) == str(general.value)
+
+
+@pytest.mark.parametrize("rest_shape", [[1, 1], ["m", 1]])  # static (compared as one list) or with a symbolic dim
+def test_a_trusting_check_checks_the_other_inputs_as_the_full_check_does(rest_shape):
+    """`InputCheck.trusting`: the trusted input is passed as it is (a handle that fits it), the others
+    pass or fail with the full check's messages and conversions."""
+    graph = xgraph.Graph.from_onnx(helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["cache"], ["out"], name="id"),
+         helper.make_node("Cast", ["token"], ["t"], to=TensorProto.FLOAT, name="cast")], "g",
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, ["past", 4]),
+         helper.make_tensor_value_info("token", TensorProto.INT64, rest_shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["past", 4]),
+         helper.make_tensor_value_info("t", TensorProto.FLOAT, rest_shape)]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    full = InputCheck("runner", graph.get_input_tensors())
+    check = full.trusting([0])
+    token = np.ones((1, 1), np.int64)
+    for past in (3, 4, 3):
+        values = [np.zeros((past, 4), np.float32), token]
+        assert check(values) is values
+    assert full.trusting([]) is full
+    for bad in ([np.zeros((3, 4), np.float32), token.astype(np.int32)],
+                [np.zeros((3, 4), np.float32), np.ones((1, 1, 1), np.int64)],
+                {"cache": np.zeros((3, 4), np.float32), "token": token, "extra": token}):
+        with pytest.raises(RunnerError) as trusting:
+            check(bad)
+        with pytest.raises(RunnerError) as general:
+            check_inputs("runner", graph.get_input_tensors(), bad)
+        assert str(trusting.value) == str(general.value)
+    converted = check([np.zeros((3, 4), np.float32), [[7]]])  # converted as any run converts it
+    assert converted[1].dtype == np.int64 and converted[1].tolist() == [[7]]

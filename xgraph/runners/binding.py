@@ -11,7 +11,7 @@ a decoding loop has one, the same every step.
     bindings = Bindings(owner, base_plan, build, input_names, output_names, memory, schedule_for, count_copy)
     arrays, binding, fed = bindings.bind(feeds, keep_on_device)   # handles unwrapped, checked
     results = ... run binding.plan (binding.schedule on the caller's thread) ...
-    results, saved_bytes = binding.wrap(results, fed)             # kept outputs as DeviceValues
+    saved_bytes = fed + keep_as_handles(results, binding.handles)  # kept outputs as DeviceValues
 
 A handle knows the output it was kept from (`KeptOutput`, one per output and memory of a
 runner), so a run fed handles finds its binding by which of those it has, per input: the
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from xgraph.errors import RunnerError
 from xgraph.devices.instances import HOST
-from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, keep_as_handles, unwrap
+from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, unwrap
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
@@ -45,7 +45,7 @@ def copy_count(plan: "TaskPlan") -> int:
 class Binding:
     """One combination of handle inputs and kept outputs: its plan and what it saves per run."""
 
-    __slots__ = ("plan", "schedule", "kept", "saved", "check", "_fed_at", "_homes")
+    __slots__ = ("plan", "schedule", "kept", "saved", "check", "handles", "_fed_at")
 
     def __init__(self, plan: "TaskPlan", schedule: "InlineSchedule | None", kept: Collection[str], saved: int,
                  home: "Callable[[str, str], KeptOutput]", fed_at: "tuple[int, ...]" = (),
@@ -55,16 +55,12 @@ class Binding:
         self.plan, self.schedule, self.saved, self.check = plan, schedule, saved, check
         #: (result index, output name, memory) of each kept output
         self.kept = tuple((i, name, memory) for i, (name, memory) in enumerate(plan.results) if name in kept)
-        #: (result index, its KeptOutput, whether it stays in device memory) of each kept output
-        self._homes = tuple((i, home(name, memory), memory != HOST) for i, name, memory in self.kept)
+        #: (result index, its KeptOutput, whether it stays in device memory) of each kept output: a run's
+        #: results become handles with `device_values.keep_as_handles(results, handles)`
+        self.handles = tuple((i, home(name, memory), memory != HOST) for i, name, memory in self.kept)
         #: picks the handles fed in device memory from a run's inputs, in one C call
         self._fed_at = None if not fed_at else operator.itemgetter(*fed_at) if len(fed_at) > 1 else \
             operator.itemgetter(slice(fed_at[0], fed_at[0] + 1))
-
-    def wrap(self, results: list, fed_bytes: int) -> "tuple[list, int]":
-        """`results` with each kept output as a DeviceValue, and the bytes this run did not copy
-        (`fed_bytes`: those of the handles fed in device memory)."""
-        return results, fed_bytes + keep_as_handles(results, self._homes)
 
 
 class Bindings:

@@ -35,7 +35,7 @@ from xgraph.devices.settings import compiled_devices
 from xgraph.ir.files import write_text
 from xgraph.registries import resolve
 from xgraph.runners.binding import Binding, Bindings
-from xgraph.runners.device_values import DeviceMemory, has_device_values
+from xgraph.runners.device_values import DeviceMemory, has_device_values, keep_as_handles
 from xgraph.runners.jobs import (STATUS_NAMES, Job, JobSlots, JobStatus, JobTable, acquire_slot, check_timeout,
                                  interrupted, nbytes_of, undo_submission)
 from xgraph.runners.io_checks import InputCheck, check_outputs, fill_outputs, fits_input
@@ -346,8 +346,7 @@ class GraphRunner:
             if binding is None:
                 self._counts.ended(copied, seconds, "OK")
                 return results
-            results, saved_bytes = binding.wrap(results, fed)
-            self._counts.ended(copied, seconds, "OK", binding.saved, saved_bytes)
+            self._counts.ended(copied, seconds, "OK", binding.saved, fed + keep_as_handles(results, binding.handles))
             return results
         finally:
             self._slots.give_back(held)
@@ -481,8 +480,7 @@ class GraphRunner:
 
     def _keep(self, binding: Binding, results: list, fed: int) -> list:
         """A bound run's results, kept outputs as DeviceValues; the copies it did not make counted as saved."""
-        results, saved_bytes = binding.wrap(results, fed)
-        self._counts.record(None, saved=binding.saved, saved_bytes=saved_bytes)
+        self._counts.record(None, saved=binding.saved, saved_bytes=fed + keep_as_handles(results, binding.handles))
         return results
 
     # -- stats and profiling --------------------------------------------------------------------

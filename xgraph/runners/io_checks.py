@@ -168,8 +168,19 @@ class InputCheck:
             def check(inputs: "Sequence | dict") -> list[np.ndarray]:
                 return inputs if type(inputs) is list and len(inputs) == size else self(inputs)
             return check
-        part = InputCheck(self.owner, [self.tensors[i] for i in rest]).passes
+        tensors = [self.tensors[i] for i in rest]
         pick = operator.itemgetter(*rest) if len(rest) > 1 else operator.itemgetter(slice(rest[0], rest[0] + 1))
+        if all(t.is_tensor_value and t.dtype is not None and t.is_static() for t in tensors):
+            exact = [(t.dtype, tuple(t.shape)) for t in tensors]  # a decoder's token and position
+
+            def check_static(inputs: "Sequence | dict") -> list[np.ndarray]:
+                if type(inputs) is list and len(inputs) == size:
+                    picked = pick(inputs)
+                    if {*map(type, picked)} == ONLY_ARRAYS and list(map(DTYPE_SHAPE, picked)) == exact:
+                        return inputs
+                return self(inputs)
+            return check_static
+        part = InputCheck(self.owner, tensors).passes
 
         def check_rest(inputs: "Sequence | dict") -> list[np.ndarray]:
             if type(inputs) is list and len(inputs) == size and part(list(pick(inputs))):
