@@ -88,6 +88,9 @@ class DeviceRunner(Runner):
                 self._roofline = Roofline(device, cost, "float16" if fp16 else "float32")
         else:
             self._executor = SubgraphExecutor(subgraph, device, kernels, fuse=fusion_enabled(), registries=registries)
+        if self._roofline is None and type(self).execute is DeviceRunner.execute:
+            # nothing to estimate: `execute` is the executor's run itself (a decoding step calls it per token)
+            self.execute = self._executor.run  # type: ignore[method-assign]
 
     @property
     def plan(self) -> ExecutionPlan:
