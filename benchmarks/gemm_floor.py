@@ -29,10 +29,10 @@ import numpy as np
 import onnx
 from threadpoolctl import threadpool_limits
 
-import xgraph
-from xgraph.kernels.parallel import chunks, intra_op_threads, run_parallel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
+from xgraph.kernels.parallel import chunks, intra_op_threads, run_parallel  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import zoo_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-import xgraph
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import load_script  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "generate"

@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-import xgraph
-from xgraph.kernels.parallel import intra_op_threads, set_intra_op_threads
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
+from xgraph.kernels.parallel import intra_op_threads, set_intra_op_threads  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import in_flight_rate, zoo_model  # noqa: E402
 
 CONFIGS = {

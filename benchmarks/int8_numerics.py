@@ -37,13 +37,13 @@ import sys
 import time
 from pathlib import Path
 
-import xgraph
-from xgraph.kernels.reference_fixes import evaluator_fixes
-from xgraph.runners.int8_numerics import (Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs,
-                                          onnxruntime_runs, reference_runs, runs_with_feeds, unit_errors,
-                                          with_quantized_outputs)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
+from xgraph.kernels.reference_fixes import evaluator_fixes  # noqa: E402
+from xgraph.runners.int8_numerics import (  # noqa: E402
+    Int8Errors, Probe, compare, contrib_reference_ops, graph_runner_runs, onnxruntime_runs, reference_runs,
+    runs_with_feeds, unit_errors, with_quantized_outputs)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.int8_models import qdq_mobilenet, qdq_resnet50, qoperator_net, random_inputs  # noqa: E402
 
 MODELS = {"resnet50": qdq_resnet50, "resnet50-pre": lambda: qdq_resnet50(pre_process=True),

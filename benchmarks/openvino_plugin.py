@@ -27,9 +27,9 @@ import onnx
 import onnxruntime as ort
 import openvino as ov
 
-import xgraph
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import load_script, zoo_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

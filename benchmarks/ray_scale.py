@@ -38,10 +38,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import numpy as np  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
 import xgraph  # noqa: E402
 import xgraph.ray  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import in_flight_rate, place, zoo_model  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "classify"

@@ -34,10 +34,10 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-import xgraph
-from xgraph import Graph
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's xgraph and testing/
+import xgraph  # noqa: E402
+from xgraph import Graph  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: testing/
 from testing.runtime import in_flight_rate, place, zoo_model  # noqa: E402
 
 
