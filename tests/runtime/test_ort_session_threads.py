@@ -198,3 +198,23 @@ def test_small_op_sessions_leave_out_rewrites_that_add_nodes(monkeypatch, k, n, 
     assert made == [left_out]
     expected = real(_projection(k, n).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_run_passes_the_same_run_options():
+    """Given None, onnxruntime's binding makes default RunOptions on every call (about 1 us of a small
+    decoder's 44 us step): the backend hands its one RunOptions to every run."""
+    import onnxruntime as ort
+    graph = place(_graph(rows=2), {"relu": "AICORE", "softmax": "AICORE"})
+    with xgraph.create_graph_runner(graph, kernels="onnxruntime") as runner:
+        (device_runner,) = runner.runners.values()
+        backend = device_runner._executor._backend
+        seen = []
+        real = backend._run
+
+        def spy(outputs, feeds, options):
+            seen.append(options)
+            return real(outputs, feeds, options)
+        backend._run = spy
+        for _ in range(3):
+            runner.run({"x": np.ones((2, 8), np.float32)})
+    assert len(seen) == 3 and isinstance(seen[0], ort.RunOptions) and all(o is seen[0] for o in seen)

@@ -129,6 +129,8 @@ class OnnxruntimeBackend:
     name = "onnxruntime"
 
     def __init__(self, plan: ExecutionPlan) -> None:
+        import onnxruntime as ort
+
         from xgraph.runners.ort_session import ort_session
         self.plan = plan
         self._session = ort_session(plan.subgraph)  # raises onnxruntime's errors: the caller decides
@@ -140,11 +142,14 @@ class OnnxruntimeBackend:
         # there is one (same signature). A KV-cache decoding step runs six small sessions, where those
         # checks were ~15% of the step (benchmarks/generate.py); without it, the public run is used.
         self._run = getattr(self._session, "_sess", self._session).run
+        # One RunOptions for every run: given None, the binding makes a default one per call (1 us of
+        # a 2-layer decoder's 44 us step); onnxruntime only reads it, from any thread
+        self._run_options = ort.RunOptions()
 
     def run(self, inputs: Sequence[Any], on_step: Callable | None = None) -> list[Any]:
         """Run the session once (it has no steps to report to `on_step`)."""
         try:
-            return self._run(self._outputs, dict(zip(self._inputs, inputs)), None)
+            return self._run(self._outputs, dict(zip(self._inputs, inputs)), self._run_options)
         except Exception as e:  # onnxruntime's own error types
             raise KernelError(f"{self.plan.where}: onnxruntime failed: {e}") from e
 
