@@ -94,7 +94,13 @@ class Bindings:
         open memory), the binding for them and `keep_on_device`, and the bytes of the handles fed
         in device memory. Feeds of exactly the inputs (a dict of their names, a list of as many
         values) come back as a list in input order, which the input check reads as it is."""
-        kept = self._kept(keep_on_device)
+        if type(keep_on_device) is list:
+            try:
+                kept = self._kept_sets[tuple(keep_on_device)]  # a loop's list, checked on its first step
+            except (KeyError, TypeError):  # not seen before, or an unhashable name (which the check names)
+                kept = self._kept(keep_on_device)
+        else:
+            kept = self._kept(keep_on_device)
         kind = type(feeds)
         if kind is dict and feeds.keys() == self._name_set:  # exactly the inputs: a list in input order
             values = list(map(feeds.__getitem__, self.input_names))
