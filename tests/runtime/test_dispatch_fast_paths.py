@@ -276,6 +276,11 @@ def test_a_trusting_check_checks_the_other_inputs_as_the_full_check_does(rest_sh
         values = [np.zeros((past, 4), np.float32), token]
         assert check(values) is values
     assert full.trusting([]) is full
+    everything = full.trusting([0, 1])  # nothing left to check in a list of one value per input
+    values = [np.zeros((2, 4), np.float32), token]
+    assert everything(values) is values
+    with pytest.raises(RunnerError, match="unknown input 'extra'"):
+        everything({"cache": values[0], "token": token, "extra": token})
     for bad in ([np.zeros((3, 4), np.float32), token.astype(np.int32)],
                 [np.zeros((3, 4), np.float32), np.ones((1, 1, 1), np.int64)],
                 {"cache": np.zeros((3, 4), np.float32), "token": token, "extra": token}):

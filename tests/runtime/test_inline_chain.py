@@ -144,11 +144,11 @@ def test_run_stats_fold_every_record_exactly_also_from_many_threads():
     stats = RunStats()
     per_thread = 3 * FOLD_EVERY + 7
 
+    three, five = np.zeros(3, np.int8), np.zeros(5, np.int8)
+
     def work() -> None:
         for i in range(per_thread):
-            stats.record((0.5, 3, 5))
-            if stats.due():
-                stats.fold()
+            stats.ran(0.5, [three], [five])
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
         t.start()
@@ -159,7 +159,7 @@ def test_run_stats_fold_every_record_exactly_also_from_many_threads():
     runs = 4 * per_thread
     assert snap == {"runs": runs, "failures": 1, "total_s": 0.5 * runs, "last_s": 0.5,
                     "bytes_in": 3 * runs, "bytes_out": 5 * runs}
-    stats.record((0.25, 1, 1))
+    stats.ran(0.25, [np.zeros(1, np.int8)], [np.zeros(1, np.int8)])
     assert stats.snapshot()["last_s"] == 0.25 and stats.snapshot()["runs"] == runs + 1
 
 

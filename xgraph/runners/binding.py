@@ -19,19 +19,19 @@ binding is made, and the handles found to live in this runner's memory, once.
 """
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from xgraph.errors import RunnerError
 from xgraph.devices.instances import HOST
 from xgraph.runners.device_values import DeviceMemory, DeviceValue, KeptOutput, unwrap
+from xgraph.runners.io_checks import picker
+from xgraph.runners.jobs import nbytes_of
 
 if TYPE_CHECKING:
     from xgraph.runners.inline import InlineSchedule
     from xgraph.runners.scheduler import TaskPlan
 
 _NOTHING: frozenset = frozenset()
-_NBYTES = operator.attrgetter("nbytes")
 
 #: bindings remembered per runner (a loop uses one; a cap keeps a caller that varies them bounded)
 BINDINGS_KEPT = 64
@@ -59,8 +59,7 @@ class Binding:
         #: results become handles with `device_values.keep_as_handles(results, handles)`
         self.handles = tuple((i, home(name, memory), memory != HOST) for i, name, memory in self.kept)
         #: picks the handles fed in device memory from a run's inputs, in one C call
-        self._fed_at = None if not fed_at else operator.itemgetter(*fed_at) if len(fed_at) > 1 else \
-            operator.itemgetter(slice(fed_at[0], fed_at[0] + 1))
+        self._fed_at = picker(fed_at) if fed_at else None
 
 
 class Bindings:
@@ -117,7 +116,7 @@ class Bindings:
         homes = tuple(homes)
         binding = self._found.get((homes, kept)) or self.binding(homes, kept)
         fed_at = binding._fed_at
-        return values, binding, 0 if fed_at is None else sum(map(_NBYTES, fed_at(values)))
+        return values, binding, 0 if fed_at is None else nbytes_of(fed_at(values))
 
     def _bind_each(self, feeds: "dict | Sequence", kept: frozenset) -> "tuple[dict | list, Binding, int]":
         """`bind` value by value, for feeds that are not exactly the inputs (the input check names why)."""

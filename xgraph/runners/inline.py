@@ -21,14 +21,13 @@ was closed meanwhile.
 from __future__ import annotations
 
 import itertools
-import operator
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from numpy import ndarray
 
-from xgraph.runners.io_checks import ONLY_ARRAYS
+from xgraph.runners.io_checks import ONLY_ARRAYS, picker
 
 _NONES = itertools.repeat(None)
 
@@ -273,11 +272,7 @@ class Chain:
 def _unless_identity(order: tuple, size: int) -> "Callable[[list], Sequence] | None":
     """What picks the values at `order` (indices into a list of `size` values) in that order, in one C
     call, or None when it takes the whole list as it is."""
-    if order == tuple(range(size)):
-        return None
-    if len(order) == 1:  # an itemgetter of one index would return the value, not a sequence of it
-        return operator.itemgetter(slice(order[0], order[0] + 1))
-    return operator.itemgetter(*order) if order else operator.itemgetter(slice(0, 0))
+    return None if order == tuple(range(size)) else picker(order)
 
 
 def _fuse_copies(steps: tuple) -> tuple:

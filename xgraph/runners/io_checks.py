@@ -88,7 +88,7 @@ class InputCheck:
     remembered when it passes); anything else goes through `check_inputs`, which converts what
     it can and names what is wrong."""
 
-    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "accepted", "dtypes", "groups", "firsts")
+    __slots__ = ("owner", "tensors", "names", "specs", "by_keys", "exact", "accepted", "dtypes", "groups", "firsts")
 
     def __init__(self, owner: str, tensors: "Sequence[Tensor]") -> None:
         self.owner, self.tensors = owner, list(tensors)
@@ -98,6 +98,10 @@ class InputCheck:
         self.specs = tuple(None if t.type_proto is not None else _spec(t) for t in self.tensors)
         #: a dict of exactly these names is read in input order with one C call
         self.by_keys = frozenset(self.names) if len(set(self.names)) == len(self.names) else None
+        #: every input a tensor of declared dtype and static shape (a decoder's token and position):
+        #: [(dtype, shape), ...], compared as one list built in C
+        self.exact = [(s[0], s[2]) for s in self.specs] \
+            if all(s is not None and s[0] is not None and s[2] is not None for s in self.specs) else None
         #: every input a tensor of a declared dtype: the dtypes, compared as one list (C calls)
         self.dtypes = [s[0] for s in self.specs] if all(s is not None and s[0] is not None for s in self.specs) \
             else None
@@ -106,8 +110,6 @@ class InputCheck:
         #: is the shapes when every dtype is declared (`dtypes`, compared on every call), else the
         #: (dtype, shape) pairs
         self.accepted: "set | None" = set() if all(s is not None for s in self.specs) else None
-        if self.accepted is not None and all(s[0] is not None and s[2] is not None for s in self.specs):
-            self.accepted.add(tuple(s[2] for s in self.specs))  # fully static: known before any call
         #: inputs of one spec (a decoder's pasts): when their values' dtypes and shapes are alike too,
         #: the first of each group (`firsts`) is checked for all; None when no two share a spec
         self.groups: "tuple[Callable, ...] | None" = None
@@ -138,6 +140,8 @@ class InputCheck:
         """Whether `values` (one per input, in input order) pass as they are: numpy arrays of their
         inputs' dtypes, ranks and fixed dims (sequence inputs: anything). False says nothing more:
         `check_inputs` converts what it can and names what is wrong."""
+        if self.exact is not None:
+            return {*map(type, values)} <= ONLY_ARRAYS and list(map(DTYPE_SHAPE, values)) == self.exact
         accepted = self.accepted
         if accepted is None or {*map(type, values)} != ONLY_ARRAYS:
             return accepted is None and self._fits(values)
@@ -164,23 +168,8 @@ class InputCheck:
             return self
         rest = [i for i in range(len(self.tensors)) if i not in set(trusted)]
         size = len(self.tensors)
-        if not rest:
-            def check(inputs: "Sequence | dict") -> list[np.ndarray]:
-                return inputs if type(inputs) is list and len(inputs) == size else self(inputs)
-            return check
-        tensors = [self.tensors[i] for i in rest]
-        pick = operator.itemgetter(*rest) if len(rest) > 1 else operator.itemgetter(slice(rest[0], rest[0] + 1))
-        if all(t.is_tensor_value and t.dtype is not None and t.is_static() for t in tensors):
-            exact = [(t.dtype, tuple(t.shape)) for t in tensors]  # a decoder's token and position
-
-            def check_static(inputs: "Sequence | dict") -> list[np.ndarray]:
-                if type(inputs) is list and len(inputs) == size:
-                    picked = pick(inputs)
-                    if {*map(type, picked)} == ONLY_ARRAYS and list(map(DTYPE_SHAPE, picked)) == exact:
-                        return inputs
-                return self(inputs)
-            return check_static
-        part = InputCheck(self.owner, tensors).passes
+        part = InputCheck(self.owner, [self.tensors[i] for i in rest]).passes
+        pick = picker(rest)
 
         def check_rest(inputs: "Sequence | dict") -> list[np.ndarray]:
             if type(inputs) is list and len(inputs) == size and part(list(pick(inputs))):
@@ -201,6 +190,13 @@ class InputCheck:
                     x.ndim != rank or any(x.shape[i] != d for i, d in fixed))):
                 return False
         return True
+
+
+def picker(positions: "Sequence[int]") -> "Callable[[Sequence], Sequence]":
+    """What picks the values at `positions` of a sequence, in that order, as a sequence, in one C call."""
+    if len(positions) == 1:  # an itemgetter of one index would return the value, not a sequence of it
+        return operator.itemgetter(slice(positions[0], positions[0] + 1))
+    return operator.itemgetter(*positions) if positions else operator.itemgetter(slice(0, 0))
 
 
 def fits_input(output: "Tensor", target: "Tensor") -> bool:
@@ -252,4 +248,4 @@ def fill_outputs(owner: str, tensors: "Sequence[Tensor]", outputs: list[np.ndarr
         np.copyto(out, r)
 
 
-__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs", "fits_input", "shape_key"]
+__all__ = ["InputCheck", "check_inputs", "check_outputs", "fill_outputs", "fits_input", "picker", "shape_key"]

@@ -7,7 +7,7 @@ folded into the totals when the counters are read, and every `FOLD_EVERY` record
 log stays small.
 
     stats = RunStats()
-    stats.ran(elapsed, inputs, results)   # or stats.record((elapsed, bytes_in, bytes_out)), folded when due
+    stats.ran(elapsed, inputs, results)   # one list append; folded when FOLD_EVERY have come
     stats.failed()
     stats.snapshot()   # {"runs": 1, "failures": 1, "total_s": ..., "last_s": ..., "bytes_in": ..., "bytes_out": ...}
 
@@ -17,7 +17,6 @@ the caller's thread records its end and what it saved with one list append.
 """
 from __future__ import annotations
 
-import operator
 import threading
 from typing import Sequence
 
@@ -25,36 +24,26 @@ from xgraph.runners.jobs import nbytes_of
 
 #: records kept before they are folded into the totals
 FOLD_EVERY = 256
-_NBYTES = operator.attrgetter("nbytes")
 
 
 class RunStats:
     """Totals plus the log of runs recorded since the last fold (read only through `snapshot`)."""
 
-    __slots__ = ("_totals", "_log", "record", "_lock")
+    __slots__ = ("_totals", "_log", "_lock")
 
     def __init__(self) -> None:
         self._totals = {"runs": 0, "failures": 0, "total_s": 0.0, "last_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+        #: (elapsed seconds, bytes in, bytes out) per run since the last fold
         self._log: list[tuple[float, int, int]] = []
-        #: record((elapsed seconds, bytes in, bytes out)) for one successful run: one C call
-        self.record = self._log.append
         self._lock = threading.Lock()
 
     def ran(self, elapsed: float, inputs: list, results: list) -> None:
         """One successful run of `elapsed` seconds from `inputs` to `results`: their bytes recorded with
         one call (a decoding step's subgraph runs once per token), folded when due."""
-        try:  # arrays only: the sums run in C
-            record = (elapsed, sum(map(_NBYTES, inputs)), sum(map(_NBYTES, results)))
-        except AttributeError:  # a sequence value (list of arrays) or an empty optional among them
-            record = (elapsed, nbytes_of(inputs), nbytes_of(results))
         log = self._log
-        log.append(record)
+        log.append((elapsed, nbytes_of(inputs), nbytes_of(results)))
         if len(log) >= FOLD_EVERY:
             self.fold()
-
-    def due(self) -> bool:
-        """True when the log should be folded (`fold`): it holds `FOLD_EVERY` records or more."""
-        return len(self._log) >= FOLD_EVERY
 
     def fold(self) -> None:
         """Move the logged runs into the totals."""
@@ -118,15 +107,7 @@ class GraphCounts:
     def ended(self, copied: list, seconds: float, status: str, saved: int = 0, saved_bytes: int = 0) -> None:
         """A run on the caller's thread ended with `status`, having copied the values `copied` in `seconds`
         and saved `saved` copies of `saved_bytes` (values kept on the device): one call per run."""
-        try:  # arrays only: the sum runs in C
-            nbytes = sum(map(_NBYTES, copied))
-        except AttributeError:  # a sequence value (list of arrays) or an empty optional among them
-            nbytes = nbytes_of(copied)
-        log = self._log
-        log.append((status, len(copied), nbytes, seconds, saved, saved_bytes))
-        if len(log) >= FOLD_EVERY:
-            with self._lock:
-                self._fold()
+        self.record(status, len(copied), nbytes_of(copied), seconds, saved, saved_bytes)
 
     def count_copy(self, nbytes: int, seconds: float) -> None:
         """One copy of `nbytes` made in `seconds` (a DeviceValue's `.numpy()`)."""
